@@ -1,0 +1,69 @@
+"""What one evaluation (one training of one configuration) sends back to the search driver."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+DONE = "done"
+FAILED = "failed"
+
+
+@dataclass
+class TrainResult:
+    """Outcome of training one configuration.
+
+    Everything here is plain data (numbers, numpy arrays, bytes), so it travels back from a
+    remote worker and is written to the catalog by the driver alone.
+
+    Attributes
+    ----------
+    status : {"done", "failed"}
+    objective : float
+        Minimum validation Gaussian NLL over the epochs (standardized units), ``inf`` on failure.
+    reason : str or None
+        Why the evaluation failed (``None`` when it succeeded).
+    epochs : int
+        Epochs actually run.
+    best_epoch : int
+        1-based epoch of the minimum validation loss (the weights kept).
+    wall_time : float
+        Seconds spent building and training.
+    n_params : int
+        Trainable parameters of the network.
+    model_bytes : bytes or None
+        The ``.keras`` file of the trained model (inputs and outputs in original units).
+    valid_mean, valid_var : ndarray of shape (n_valid, n_targets) or None
+        Validation predictions of the kept weights, original units.
+    history : dict of lists
+        Per-epoch ``loss``, ``val_loss`` and ``lr``.
+    worker : str
+        Host and process that ran the evaluation.
+    start_time, end_time : float
+        Unix timestamps of the evaluation on the worker.
+    """
+
+    status: str
+    objective: float = float("inf")
+    reason: str | None = None
+    epochs: int = 0
+    best_epoch: int = 0
+    wall_time: float = 0.0
+    n_params: int = 0
+    model_bytes: bytes | None = None
+    valid_mean: np.ndarray | None = None
+    valid_var: np.ndarray | None = None
+    history: dict[str, list[float]] = field(default_factory=dict)
+    worker: str = ""
+    start_time: float = 0.0
+    end_time: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == DONE
+
+    @classmethod
+    def failure(cls, reason: str, **kwargs) -> "TrainResult":
+        return cls(status=FAILED, reason=reason, **kwargs)
