@@ -116,7 +116,7 @@ def test_non_numeric_feature_column_is_named(tmp_path, table):
 
 def test_missing_or_misspelled_target(tmp_path, table):
     path = write_csv(tmp_path / "t.csv", table)
-    check_error(path, ["yl"], "t.csv", "'yl'", "did you mean 'y1'")
+    check_error(path, ["y_1"], "t.csv", "'y_1'", "did you mean 'y")
     check_error(path, ["price"], "not found", "columns are")
     check_error(path, None, "no target column given")
 

@@ -1,0 +1,229 @@
+"""Keras 3 networks of the joint search space (SPEC.md sections 2 and 3).
+
+A configuration's architecture vector becomes a functional model: a chain of cells, each a
+dense decision (identity or ``Dense(units, activation)``) plus skip connections to the outputs
+of up to three previous cells (cell 0 is the input), then a Gaussian head giving, per target,
+a mean and a positive variance.
+
+Two models are involved:
+
+* the *core* network (:func:`build_network`) works in standardized units; it is what the
+  trainer optimizes;
+* the *scaled* network (:func:`with_scaling`) wraps the core between :class:`Standardize` and
+  :class:`Unstandardize`, so it takes inputs and returns means and variances in the original
+  units. This is the model that is saved and handed to users.
+
+Every custom layer is a registered serializable layer with ``get_config`` (no ``Lambda``), so a
+saved ``.keras`` file reloads with ``keras.models.load_model(path)`` in safe mode.
+
+Merge rule (a choice the method leaves open): the merge activation (ReLU by default) is applied
+only to a cell that has at least one active skip. A cell without skips outputs its dense output
+unchanged, so an identity cell without skips is a true no-op and ``linear`` activations stay
+linear.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import keras
+import numpy as np
+from keras import layers, ops
+
+VARIANCE_FLOOR = 1e-6
+
+
+def _as_list(values) -> list[float]:
+    return [float(v) for v in np.asarray(values, dtype=np.float64).reshape(-1)]
+
+
+@keras.saving.register_keras_serializable(package="autodeuq")
+class Standardize(layers.Layer):
+    """``x -> (x - mean) / std`` with per-column constants stored in the config.
+
+    Parameters
+    ----------
+    mean, std : sequence of float
+        Per-feature training mean and standard deviation (``std > 0``).
+    """
+
+    def __init__(self, mean, std, **kwargs):
+        super().__init__(**kwargs)
+        self.mean = _as_list(mean)
+        self.std = _as_list(std)
+
+    def call(self, x):
+        mean = ops.convert_to_tensor(self.mean, dtype=x.dtype)
+        std = ops.convert_to_tensor(self.std, dtype=x.dtype)
+        return (x - mean) / std
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "mean": self.mean, "std": self.std}
+
+
+@keras.saving.register_keras_serializable(package="autodeuq")
+class GaussianHead(layers.Layer):
+    """Raw ``(n, 2T)`` output -> ``[mu, softplus(raw_var) + floor]`` (positive variances).
+
+    Parameters
+    ----------
+    n_targets : int
+        ``T``; the first ``T`` columns are the means, the last ``T`` the raw variances.
+    floor : float
+        Added to the softplus so the variance never reaches 0 (keeps the NLL finite).
+    """
+
+    def __init__(self, n_targets: int, floor: float = VARIANCE_FLOOR, **kwargs):
+        super().__init__(**kwargs)
+        self.n_targets = int(n_targets)
+        self.floor = float(floor)
+
+    def call(self, raw):
+        t = self.n_targets
+        mu, raw_var = raw[:, :t], raw[:, t:]
+        return ops.concatenate([mu, ops.softplus(raw_var) + self.floor], axis=-1)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "n_targets": self.n_targets, "floor": self.floor}
+
+
+@keras.saving.register_keras_serializable(package="autodeuq")
+class Unstandardize(layers.Layer):
+    """Standardized ``[mu, var]`` -> original units ``[mu * y_std + y_mean, var * y_std**2]``.
+
+    Parameters
+    ----------
+    mean, std : sequence of float
+        Per-target training mean and standard deviation.
+    """
+
+    def __init__(self, mean, std, **kwargs):
+        super().__init__(**kwargs)
+        self.mean = _as_list(mean)
+        self.std = _as_list(std)
+
+    def call(self, out):
+        t = len(self.mean)
+        mean = ops.convert_to_tensor(self.mean, dtype=out.dtype)
+        std = ops.convert_to_tensor(self.std, dtype=out.dtype)
+        mu, var = out[:, :t], out[:, t:]
+        return ops.concatenate([mu * std + mean, var * ops.square(std)], axis=-1)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "mean": self.mean, "std": self.std}
+
+
+def build_network(space, arch, n_features: int, n_targets: int, name: str = "autodeuq_core") -> keras.Model:
+    """The core network of an architecture vector, in standardized units.
+
+    Parameters
+    ----------
+    space : SearchSpace
+        Decodes ``arch`` (cells, skips, merge activation).
+    arch : sequence of int
+        The architecture vector of a configuration.
+    n_features, n_targets : int
+        Input width and number of targets ``T``.
+
+    Returns
+    -------
+    keras.Model
+        Input ``(n, n_features)`` -> output ``(n, 2T)``: ``[:, :T]`` means, ``[:, T:]`` variances.
+
+    Examples
+    --------
+    >>> space = load_space("toy")
+    >>> model = build_network(space, space.sample_arch(np.random.default_rng(0)), 1, 1)
+    >>> model.output_shape
+    (None, 2)
+    """
+    inputs = keras.Input(shape=(int(n_features),), name="features")
+    outputs = {0: inputs}  # cell index -> output tensor (cell 0 is the input)
+    widths = {0: int(n_features)}
+    for k, (dense, skips) in enumerate(space.cells(arch), start=1):
+        prev = outputs[k - 1]
+        if dense.units is None:
+            x, width = prev, widths[k - 1]
+        else:
+            x = layers.Dense(dense.units, activation=dense.activation, name=f"cell{k}_dense")(prev)
+            width = dense.units
+        if skips:
+            terms = [x]
+            for a in skips:
+                s = outputs[a]
+                if widths[a] != width:
+                    s = layers.Dense(width, activation=None, name=f"cell{k}_skip_from{a}_proj")(s)
+                terms.append(s)
+            x = layers.Add(name=f"cell{k}_add")(terms)
+            x = layers.Activation(space.merge_activation, name=f"cell{k}_merge")(x)
+        outputs[k], widths[k] = x, width
+    raw = layers.Dense(2 * int(n_targets), name="gaussian_raw")(outputs[len(outputs) - 1])
+    out = GaussianHead(n_targets, name="gaussian_head")(raw)
+    return keras.Model(inputs, out, name=name)
+
+
+def with_scaling(core: keras.Model, scaler, name: str = "autodeuq_network") -> keras.Model:
+    """Wrap a core network so it takes and returns original units.
+
+    Parameters
+    ----------
+    core : keras.Model
+        From :func:`build_network` (shares its weights with the returned model).
+    scaler : Standardizer
+        ``x_mean``, ``x_std``, ``y_mean``, ``y_std`` of the training split.
+
+    Returns
+    -------
+    keras.Model
+        Original-unit input ``(n, d)`` -> original-unit ``(n, 2T)`` (means, variances).
+    """
+    n_features = core.input_shape[-1]
+    inputs = keras.Input(shape=(n_features,), name="features")
+    z = Standardize(scaler.x_mean, scaler.x_std, name="standardize")(inputs)
+    out = core(z)
+    out = Unstandardize(scaler.y_mean, scaler.y_std, name="unstandardize")(out)
+    return keras.Model(inputs, out, name=name)
+
+
+def split_output(out) -> tuple[np.ndarray, np.ndarray]:
+    """``(n, 2T)`` network output -> ``(mean, var)``, each ``(n, T)``."""
+    out = np.asarray(out)
+    t = out.shape[-1] // 2
+    return out[:, :t], out[:, t:]
+
+
+def count_params(model: keras.Model) -> int:
+    """Number of trainable parameters."""
+    return int(sum(int(np.prod(v.shape)) for v in model.trainable_weights))
+
+
+def model_to_bytes(model: keras.Model) -> bytes:
+    """The model's ``.keras`` file content."""
+    fd, path = tempfile.mkstemp(suffix=".keras")
+    os.close(fd)
+    try:
+        model.save(path)
+        with open(path, "rb") as f:
+            return f.read()
+    finally:
+        os.unlink(path)
+
+
+def model_from_bytes(data: bytes) -> keras.Model:
+    """Inverse of :func:`model_to_bytes` (loaded in Keras' safe mode)."""
+    fd, path = tempfile.mkstemp(suffix=".keras")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return keras.models.load_model(path, safe_mode=True)
+    finally:
+        os.unlink(path)
