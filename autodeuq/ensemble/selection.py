@@ -90,7 +90,7 @@ def select(
     0
     """
     means, variances, y = _check_inputs(means, variances, y)
-    size = _check_size(size)
+    size = _check_positive_int(size, "size")
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if objective not in OBJECTIVES:
@@ -98,9 +98,7 @@ def select(
     if max_selections is None:
         max_selections = 10 * size
     else:
-        max_selections = operator.index(max_selections)
-        if max_selections < 1:
-            raise ValueError(f"max_selections must be >= 1, got {max_selections}")
+        max_selections = _check_positive_int(max_selections, "max_selections")
 
     n_models = means.shape[0]
     # Any non-finite or non-positive input makes the model's log-density NaN or -inf at
@@ -160,14 +158,14 @@ def _check_inputs(means, variances, y):
     return means, variances, y
 
 
-def _check_size(size):
+def _check_positive_int(value, name):
     try:
-        size = operator.index(size)
+        value = operator.index(value)
     except TypeError:
-        raise ValueError(f"size must be an integer, got {size!r}") from None
-    if size < 1:
-        raise ValueError(f"size must be >= 1, got {size}")
-    return size
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
 
 
 def _greedy(state, single, size, replace, max_selections):

@@ -1,0 +1,302 @@
+import itertools
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.special import logsumexp
+
+from autodeuq.ensemble import select
+from autodeuq.ensemble.selection import IMPROVEMENT_RTOL, _GaussianState, _MixtureState
+
+
+def random_catalog(seed, n_models=6, n_points=20, n_targets=2, offset=0.0):
+    """Noisy models of mixed quality, most of them over-confident, so mixing them pays."""
+    rng = np.random.default_rng(seed)
+    y = offset + rng.normal(size=(n_points, n_targets))
+    scale = rng.uniform(0.3, 0.8, size=(n_models, 1, 1))
+    means = y + scale * rng.normal(size=(n_models, n_points, n_targets))
+    confidence = rng.uniform(0.2, 1.5, size=(n_models, 1, 1))
+    variances = scale**2 * confidence * rng.uniform(0.7, 1.3, size=means.shape)
+    return means, variances, y
+
+
+# --- straightforward, non-incremental reference ---------------------------------------
+
+
+def reference_score(means, variances, y, counts, objective):
+    """NLL averaged over points and targets of the ensemble with these selection counts."""
+    members = np.flatnonzero(counts)
+    weights = counts[members] / counts.sum()
+    mu, s2 = means[members], variances[members]
+    if objective == "mixture":
+        log_terms = np.log(weights)[:, None, None] + stats.norm.logpdf(y, mu, np.sqrt(s2))
+        return -np.mean(logsumexp(log_terms, axis=0))
+    w = weights[:, None, None]
+    mean = np.sum(w * mu, axis=0)
+    var = np.sum(w * s2, axis=0) + np.sum(w * (mu - mean) ** 2, axis=0)
+    return -np.mean(stats.norm.logpdf(y, mean, np.sqrt(var)))
+
+
+def reference_usable(means, variances, y):
+    ok = []
+    for i in range(len(means)):
+        if not (
+            np.all(np.isfinite(means[i]))
+            and np.all(np.isfinite(variances[i]))
+            and np.all(variances[i] > 0)
+        ):
+            continue
+        single = reference_score(means, variances, y, unit(len(means), i), "mixture")
+        if np.isfinite(single):
+            ok.append(i)
+    return ok
+
+
+def unit(n, i):
+    counts = np.zeros(n, dtype=int)
+    counts[i] = 1
+    return counts
+
+
+def reference_greedy(means, variances, y, size, objective, replace, max_selections=None):
+    n = len(means)
+    max_selections = 10 * size if max_selections is None else max_selections
+    usable = reference_usable(means, variances, y)
+    singles = [reference_score(means, variances, y, unit(n, i), objective) for i in usable]
+    counts = np.zeros(n, dtype=int)
+    first = usable[int(np.argmin(singles))]
+    counts[first] = 1
+    order = [first]
+    score = reference_score(means, variances, y, counts, objective)
+    while len(order) < size and counts.sum() < max_selections:
+        best, best_score = None, np.inf
+        for i in usable:
+            if not replace and counts[i]:
+                continue
+            s = reference_score(means, variances, y, counts + unit(n, i), objective)
+            if s < best_score:
+                best, best_score = i, s
+        if best is None or not best_score < score - IMPROVEMENT_RTOL * max(1.0, abs(score)):
+            break
+        counts[best] += 1
+        score = best_score
+        if best not in order:
+            order.append(best)
+    return np.array(order), counts[order] / counts.sum()
+
+
+# --- greedy against the reference ------------------------------------------------------
+
+
+@pytest.mark.parametrize("objective", ["mixture", "gaussian"])
+@pytest.mark.parametrize("method", ["greedy", "greedy-noreplace"])
+def test_greedy_matches_reference(method, objective):
+    repeated = False
+    for seed in range(12):
+        means, variances, y = random_catalog(seed)
+        for size in (1, 2, 3, 5):
+            indices, weights = select(means, variances, y, size, method, objective)
+            ref_indices, ref_weights = reference_greedy(
+                means, variances, y, size, objective, replace=(method == "greedy")
+            )
+            np.testing.assert_array_equal(indices, ref_indices)
+            np.testing.assert_allclose(weights, ref_weights)
+            repeated |= len(set(np.round(weights, 12))) > 1
+    # make sure the catalogs exercise repeated selections
+    assert repeated == (method == "greedy")
+
+
+@pytest.mark.parametrize("objective", ["mixture", "gaussian"])
+def test_greedy_matches_reference_on_a_larger_catalog(objective):
+    means, variances, y = random_catalog(100, n_models=40, n_points=30, n_targets=1)
+    for max_selections in (None, 3):
+        indices, weights = select(
+            means, variances, y, 5, "greedy", objective, max_selections=max_selections
+        )
+        ref = reference_greedy(means, variances, y, 5, objective, True, max_selections)
+        np.testing.assert_array_equal(indices, ref[0])
+        np.testing.assert_allclose(weights, ref[1])
+
+
+def test_gaussian_objective_is_accurate_for_large_means():
+    # E[mu^2] - E[mu]^2 would lose all precision at this offset without centring
+    means, variances, y = random_catalog(3, offset=1e7)
+    variances *= 1e-2
+    for seed_size in (2, 4):
+        indices, weights = select(means, variances, y, seed_size, "greedy", "gaussian")
+        ref = reference_greedy(means, variances, y, seed_size, "gaussian", True)
+        np.testing.assert_array_equal(indices, ref[0])
+        np.testing.assert_allclose(weights, ref[1])
+
+
+def test_greedy_result_matches_brute_force_over_count_vectors():
+    # Size 2, two selections: the answer is the best single model plus the best addition,
+    # found by enumerating every count vector with total 2 that contains the best model.
+    for seed in range(5):
+        means, variances, y = random_catalog(seed, n_models=6)
+        for objective in ("mixture", "gaussian"):
+            singles = [
+                reference_score(means, variances, y, unit(6, i), objective) for i in range(6)
+            ]
+            first = int(np.argmin(singles))
+            candidates = [np.bincount([first, i], minlength=6) for i in range(6)]
+            scores = [reference_score(means, variances, y, c, objective) for c in candidates]
+            best = candidates[int(np.argmin(scores))]
+            indices, weights = select(
+                means, variances, y, 2, "greedy", objective, max_selections=2
+            )
+            counts = np.zeros(6)
+            if min(scores) < singles[first]:
+                counts[indices] = weights * 2
+                np.testing.assert_allclose(counts, best)
+            else:
+                np.testing.assert_array_equal(indices, [first])
+
+
+@pytest.mark.parametrize("objective", ["mixture", "gaussian"])
+def test_state_candidate_scores_equal_direct_scores(objective):
+    means, variances, y = random_catalog(7, n_models=6)
+    logpdf = stats.norm.logpdf(y, means, np.sqrt(variances))
+    if objective == "mixture":
+        state = _MixtureState(logpdf)
+    else:
+        state = _GaussianState(means - y, (means - y) ** 2, variances)
+    counts = np.zeros(6, dtype=int)
+    for member in (3, 1, 3, 5):
+        state.add(member)
+        counts[member] += 1
+        direct = [
+            reference_score(means, variances, y, counts + unit(6, i), objective) for i in range(6)
+        ]
+        np.testing.assert_allclose(state.candidate_scores(), direct, rtol=1e-12)
+
+
+# --- top-k and without replacement -----------------------------------------------------
+
+
+@pytest.mark.parametrize("objective", ["mixture", "gaussian"])
+def test_topk_is_the_best_individual_models(objective):
+    for seed in range(5):
+        means, variances, y = random_catalog(seed)
+        singles = [reference_score(means, variances, y, unit(6, i), "mixture") for i in range(6)]
+        for size in (1, 3, 6, 10):
+            indices, weights = select(means, variances, y, size, "topk", objective)
+            np.testing.assert_array_equal(indices, np.argsort(singles, kind="stable")[:size])
+            np.testing.assert_allclose(weights, 1.0 / min(size, 6))
+
+
+def test_noreplace_members_are_distinct_with_uniform_weights():
+    means, variances, y = random_catalog(11, n_models=30)
+    indices, weights = select(means, variances, y, 8, "greedy-noreplace")
+    assert len(set(indices.tolist())) == len(indices) <= 8
+    np.testing.assert_allclose(weights, 1.0 / len(indices))
+    # brute force: the first two members are the best single model, then the best pair
+    singles = [reference_score(means, variances, y, unit(30, i), "mixture") for i in range(30)]
+    pairs = {
+        (a, b): reference_score(means, variances, y, unit(30, a) + unit(30, b), "mixture")
+        for a, b in itertools.combinations(range(30), 2)
+    }
+    first = int(np.argmin(singles))
+    best_pair = min((p for p in pairs if first in p), key=pairs.get)
+    assert len(indices) > 1
+    assert set(indices[:2].tolist()) == set(best_pair)
+
+
+# --- robustness ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["greedy", "greedy-noreplace", "topk"])
+@pytest.mark.parametrize("objective", ["mixture", "gaussian"])
+def test_non_finite_models_are_never_selected(method, objective):
+    means, variances, y = random_catalog(4, n_models=10)
+    # models 0-4 would be perfect if they were valid
+    means[:5] = y
+    variances[:5] = 0.01
+    means[0, 3, 1] = np.nan
+    means[1, 0, 0] = np.inf
+    variances[2, 5, 0] = np.inf
+    variances[3, 2, 1] = 0.0
+    variances[4, 7, 0] = -1.0
+    indices, weights = select(means, variances, y, 5, method, objective)
+    assert not set(indices.tolist()) & {0, 1, 2, 3, 4}
+    assert np.all(np.isfinite(weights)) and weights.sum() == pytest.approx(1.0)
+
+
+def test_fewer_usable_models_than_size():
+    means, variances, y = random_catalog(5, n_models=4)
+    variances[1] = np.nan
+    indices, weights = select(means, variances, y, 10, "topk")
+    np.testing.assert_array_equal(np.sort(indices), [0, 2, 3])
+    for method in ("greedy", "greedy-noreplace"):
+        indices, weights = select(means, variances, y, 10, method)
+        assert 1 <= len(indices) <= 3 and 1 not in indices
+        assert weights.sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("method", ["greedy", "greedy-noreplace", "topk"])
+@pytest.mark.parametrize("objective", ["mixture", "gaussian"])
+def test_ties_go_to_the_lower_index(method, objective):
+    means, variances, y = random_catalog(2, n_models=6)
+    # models 1 and 4 are identical and the best; so are 2 and 5
+    means[1] = means[4] = y + 0.01
+    variances[1] = variances[4] = 0.5
+    means[5], variances[5] = means[2], variances[2]
+    indices, _ = select(means, variances, y, 6, method, objective)
+    order = indices.tolist()
+    assert order[0] == 1
+    if 2 in order and 5 in order:
+        assert order.index(2) < order.index(5)
+    if method == "greedy":
+        # adding 4 is always the same as adding 1 once more, and 1 wins the tie
+        assert 4 not in order
+    if method == "topk":
+        assert order[:2] == [1, 4]
+
+
+def test_readding_the_only_member_is_no_improvement():
+    means, variances, y = random_catalog(8, n_models=1)
+    indices, weights = select(means, variances, y, 5)
+    np.testing.assert_array_equal(indices, [0])
+    np.testing.assert_array_equal(weights, [1.0])
+
+
+def test_return_types():
+    means, variances, y = random_catalog(9)
+    for method in ("greedy", "greedy-noreplace", "topk"):
+        indices, weights = select(means, variances, y, 3, method)
+        assert indices.ndim == 1 and np.issubdtype(indices.dtype, np.integer)
+        assert weights.shape == indices.shape and weights.dtype == float
+        assert weights.sum() == pytest.approx(1.0)
+        assert len(set(indices.tolist())) == len(indices)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"size": 0}, "size"),
+        ({"size": -2}, "size"),
+        ({"size": 2.5}, "size"),
+        ({"method": "best"}, "method"),
+        ({"objective": "crps"}, "objective"),
+        ({"max_selections": 0}, "max_selections"),
+        ({"max_selections": 1.5}, "max_selections"),
+    ],
+)
+def test_invalid_arguments(kwargs, match):
+    means, variances, y = random_catalog(0)
+    with pytest.raises(ValueError, match=match):
+        select(means, variances, y, **kwargs)
+
+
+def test_invalid_shapes_and_catalogs():
+    means, variances, y = random_catalog(0)
+    with pytest.raises(ValueError, match="variances"):
+        select(means, variances[:, :5], y)
+    with pytest.raises(ValueError, match="y"):
+        select(means, variances, y[:5])
+    with pytest.raises(ValueError, match="means"):
+        select(means[..., 0], variances[..., 0], y[:, 0])
+    with pytest.raises(ValueError, match="y"):
+        select(means, variances, np.where(y > 1, np.nan, y))
+    with pytest.raises(ValueError, match="no usable model"):
+        select(means, np.zeros_like(variances), y)
