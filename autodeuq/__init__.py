@@ -1,0 +1,30 @@
+"""autodeuq: automated deep ensembles with uncertainty quantification.
+
+Heavy modules (TensorFlow, Ray) load on first use, so ``import autodeuq`` stays fast.
+"""
+from importlib import import_module
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Catalog": "autodeuq.catalog",
+    "CatalogError": "autodeuq.catalog",
+    "Ensemble": "autodeuq.ensemble",
+    "load_ensemble": "autodeuq.ensemble",
+    "UncertaintyPrediction": "autodeuq.ensemble",
+    "AutoDEUQRegressor": "autodeuq.api",
+    "SearchSpace": "autodeuq.space",
+    "load_space": "autodeuq.space",
+    "DataError": "autodeuq.data",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    if name in ("metrics", "ensemble", "search", "evaluator", "data", "space", "catalog", "plots"):
+        return import_module(f"autodeuq.{name}")
+    raise AttributeError(f"module 'autodeuq' has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY) + ["__version__"]

@@ -1,0 +1,5 @@
+import sys
+
+from autodeuq.cli import main
+
+sys.exit(main())

@@ -1,0 +1,223 @@
+"""Command line: ``autodeuq search | ensemble | predict | run``.
+
+Every user error is one line on stderr (``autodeuq: error: ...``) and exit status 2; no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from autodeuq.data import BUILTIN_DATASETS, DataError
+
+EXIT_USAGE = 2
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+# ----------------------------------------------------------------------------- parsers
+def _add_data_args(p):
+    g = p.add_argument_group("data (give --data or --dataset)")
+    g.add_argument("--data", metavar="FILE", help="training table: .csv, .parquet or .npz (arrays X, y)")
+    g.add_argument("--target", metavar="COL", action="append",
+                   help="target column; repeat for several targets (default: the column 'y')")
+    g.add_argument("--valid", metavar="FILE", help="separate validation table (default: a random split)")
+    g.add_argument("--valid-fraction", metavar="F", type=float, default=1 / 3,
+                   help="fraction of --data held out for validation when --valid is not given (default: 1/3)")
+    g.add_argument("--test", metavar="FILE", help="test table, scored after the ensemble is built")
+    g.add_argument("--dataset", choices=BUILTIN_DATASETS,
+                   help="built-in dataset instead of --data (boston/concrete need the 'benchmarks' extra)")
+
+
+def _add_search_args(p):
+    g = p.add_argument_group("search")
+    g.add_argument("--space", default=None, metavar="NAME_OR_FILE",
+                   help="search space: 'toy', 'tabular' or a YAML/JSON file "
+                        "(default: toy for --dataset toy-sine, else tabular)")
+    g.add_argument("--search", default="agebo", choices=["agebo", "age", "bo", "random"],
+                   help="search algorithm (default: agebo)")
+    g.add_argument("--max-evals", type=int, default=100, metavar="N",
+                   help="evaluations to finish in the run directory, earlier sessions included (default: 100)")
+    g.add_argument("--timeout", type=float, default=None, metavar="S", help="wall-clock limit of the search in seconds (default: none)")
+    g.add_argument("--eval-timeout", type=float, default=None, metavar="S",
+                   help="per-evaluation limit in seconds; overrunning evaluations are cancelled and recorded as failures (default: none)")
+    g.add_argument("--epochs", type=int, default=None, metavar="E", help="override the space's epoch budget (default: the space's)")
+    g.add_argument("--seed", type=int, default=0, help="seed of the split, the searcher and the trainings (default: 0)")
+    g.add_argument("--run-dir", default=None, metavar="DIR",
+                   help="catalog directory; an existing one is resumed (default: runs/<dataset>-<search>)")
+    g.add_argument("--new-run", action="store_true", help="refuse to resume: DIR must not hold a catalog yet")
+    e = p.add_argument_group("evaluation")
+    e.add_argument("--evaluator", choices=["ray", "serial"], default="ray",
+                   help="ray: parallel Ray tasks (default); serial: in-process, one at a time")
+    e.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="concurrent evaluations (default: what the Ray cluster can run)")
+    e.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="join an existing Ray cluster ('auto' or host:port); default: start a local instance")
+    e.add_argument("--cpus-per-eval", type=float, default=None, metavar="C",
+                   help="CPUs per evaluation; TensorFlow uses that many threads (default: 1)")
+    e.add_argument("--gpus-per-eval", type=float, default=None, metavar="G",
+                   help="GPUs per evaluation (default: 1 when the cluster has GPUs, else 0)")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _add_ensemble_args(p, with_test=True):
+    g = p.add_argument_group("ensemble")
+    g.add_argument("--size", type=int, default=5, metavar="K", help="distinct ensemble members (default: 5)")
+    g.add_argument("--selector", choices=["greedy", "greedy-noreplace", "topk"], default="greedy",
+                   help="selection method (default: greedy, with replacement)")
+    g.add_argument("--objective", choices=["mixture", "gaussian"], default="mixture",
+                   help="selection score: exact mixture NLL or moment-matched Gaussian NLL (default: mixture)")
+    g.add_argument("--out", default=None, metavar="FILE", help="ensemble manifest (default: DIR/ensemble.json)")
+    if with_test:
+        g.add_argument("--test", metavar="FILE", help="test table to score (built-in datasets use their own test set)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="autodeuq",
+        description="Automated deep ensembles with uncertainty quantification.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("search", help="search architectures and training hyperparameters, filling a catalog")
+    _add_data_args(p)
+    _add_search_args(p)
+    p = sub.add_parser("ensemble", help="select an ensemble from a catalog, score it, plot it")
+    p.add_argument("--run-dir", required=True, metavar="DIR", help="catalog directory written by 'search'")
+    _add_ensemble_args(p)
+    p = sub.add_parser("predict", help="predict with a saved ensemble")
+    p.add_argument("--ensemble", required=True, metavar="FILE", help="ensemble manifest (ensemble.json)")
+    p.add_argument("--data", required=True, metavar="FILE", help="table with the model's feature columns")
+    p.add_argument("--out", required=True, metavar="FILE.csv", help="where to write the predictions")
+    p = sub.add_parser("run", help="search, then build and score the ensemble (the whole job)")
+    _add_data_args(p)
+    _add_search_args(p)
+    _add_ensemble_args(p, with_test=False)
+    return parser
+
+
+# ----------------------------------------------------------------------------- commands
+def _load_dataset(args):
+    from autodeuq.data import load_builtin, load_files
+
+    if args.dataset and args.data:
+        raise CLIError("give either --data FILE or --dataset NAME, not both")
+    if args.dataset:
+        test_fraction = None if args.dataset == "toy-sine" else 0.1
+        return load_builtin(args.dataset, seed=args.seed, valid_fraction=args.valid_fraction,
+                            test_fraction=test_fraction)
+    if not args.data:
+        raise CLIError("no data: give --data FILE (with --target COL) or --dataset NAME")
+    return load_files(args.data, args.target, valid=args.valid, test=args.test,
+                      valid_fraction=args.valid_fraction, seed=args.seed)
+
+
+def cmd_search(args):
+    from autodeuq import evaluator as evaluators
+    from autodeuq.runner import run_search
+    from autodeuq.space import load_space
+
+    dataset = _load_dataset(args)
+    space = load_space(args.space or ("toy" if args.dataset == "toy-sine" else "tabular"))
+    for flag, value in (("--max-evals", args.max_evals), ("--epochs", args.epochs), ("--workers", args.workers)):
+        if value is not None and value < 1:
+            raise CLIError(f"{flag} must be >= 1, got {value}")
+    run_dir = Path(args.run_dir or f"runs/{Path(dataset.name).stem}-{args.search}")
+    threads = max(1, int(args.cpus_per_eval or 1))
+    objective = evaluators.TrainingObjective(space, dataset, seed=args.seed, epochs=args.epochs, threads=threads)
+    if args.evaluator == "serial":
+        evaluator = evaluators.create("serial", objective, eval_timeout=args.eval_timeout)
+    else:
+        evaluator = evaluators.create("ray", objective, workers=args.workers, cpus_per_eval=args.cpus_per_eval,
+                                      gpus_per_eval=args.gpus_per_eval, address=args.ray_address,
+                                      eval_timeout=args.eval_timeout)
+    print(f"autodeuq: {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_valid)} validation rows, "
+          f"{dataset.n_features} feature(s), target(s) {dataset.target_names}; space {space.name}; "
+          f"search {args.search}; {evaluator.n_slots} parallel evaluation(s); catalog {run_dir}", flush=True)
+    with evaluator:
+        summary = run_search(space, dataset, evaluator, run_dir, search=args.search, max_evals=args.max_evals,
+                             timeout=args.timeout, seed=args.seed, new_run=args.new_run,
+                             progress=not args.no_progress,
+                             run_options={"epochs": args.epochs, "eval_timeout": args.eval_timeout})
+    print(f"search: {summary}", flush=True)
+    if summary.interrupted:
+        print(f"interrupted: the catalog is consistent; run the same command again to resume {run_dir}")
+        raise SystemExit(130)
+    return run_dir
+
+
+def cmd_ensemble(args, run_dir=None):
+    from autodeuq.report import build_and_report
+
+    run_dir = Path(run_dir or args.run_dir)
+    out = Path(args.out) if args.out else run_dir / "ensemble.json"
+    report = build_and_report(run_dir, size=args.size, method=args.selector, objective=args.objective,
+                              test_file=getattr(args, "test", None), manifest=out)
+    print(report.table())
+    print(f"ensemble: {report.ensemble}")
+    print(f"wrote {out}, {run_dir / 'metrics.json'}")
+    for plot in report.plots:
+        print(f"wrote {plot}")
+
+
+def cmd_predict(args):
+    import pandas as pd
+
+    from autodeuq.data import load_test_file
+    from autodeuq.ensemble import load_ensemble
+
+    ensemble = load_ensemble(args.ensemble)
+    x, _ = load_test_file(args.data, ensemble.feature_names, ensemble.target_names, require_targets=False)
+    result = ensemble.predict(x)
+    columns = {}
+    for j, t in enumerate(ensemble.target_names):
+        columns[f"{t}_mean"] = result.mean[:, j]
+        columns[f"{t}_std"] = result.std[:, j]
+        columns[f"{t}_aleatoric_std"] = np.sqrt(result.aleatoric[:, j])
+        columns[f"{t}_epistemic_std"] = np.sqrt(result.epistemic[:, j])
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(columns).to_csv(out, index=False)
+    print(f"wrote {len(x)} predictions to {out}")
+
+
+def cmd_run(args):
+    run_dir = cmd_search(args)
+    cmd_ensemble(args, run_dir=run_dir)
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from autodeuq.catalog import CatalogError
+    from autodeuq.space import SpaceError
+
+    handlers = {"search": cmd_search, "ensemble": cmd_ensemble, "predict": cmd_predict, "run": cmd_run}
+    try:
+        handlers[args.command](args)
+    except (CLIError, DataError, SpaceError, CatalogError, ValueError, FileNotFoundError) as exc:
+        print(f"autodeuq: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("autodeuq: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    except Exception as exc:  # noqa: BLE001 - last resort: still one line, but say it is a bug
+        from autodeuq.evaluator.ray import RayConnectionError
+
+        if isinstance(exc, RayConnectionError):
+            print(f"autodeuq: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"autodeuq: internal error: {type(exc).__name__}: {exc} (please report it)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The evaluator interface and the objective every evaluation runs."""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from abc import ABC, abstractmethod
+from typing import Any, Callable
+
+from autodeuq.result import TrainResult
+
+Objective = Callable[[int, dict], TrainResult]
+
+
+class Evaluator(ABC):
+    """Runs ``objective(eval_id, config)`` calls, ``n_slots`` of them at once.
+
+    The search driver keeps at most ``n_slots`` evaluations submitted; it collects finished
+    ones with :meth:`wait` and submits new ones at once, so no slot idles.
+    """
+
+    n_slots: int = 1
+
+    @abstractmethod
+    def submit(self, eval_id: int, config: dict) -> None:
+        """Start evaluating ``config`` under the catalog id ``eval_id``."""
+
+    @abstractmethod
+    def wait(self, timeout: float | None = None) -> list[tuple[int, TrainResult]]:
+        """Block until at least one evaluation ends (or ``timeout`` s pass); return the finished ones."""
+
+    @property
+    @abstractmethod
+    def n_running(self) -> int:
+        """Evaluations submitted and not yet returned by :meth:`wait`."""
+
+    def cancel_all(self) -> list[int]:
+        """Cancel every running evaluation; return their ids (they stay resumable)."""
+        return []
+
+    def close(self) -> None:
+        """Release the evaluator's resources."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": type(self).__name__, "slots": self.n_slots}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def guarded(objective: Objective, eval_id: int, config: dict) -> TrainResult:
+    """Run the objective; any exception becomes a failure result instead of propagating."""
+    start = time.time()
+    try:
+        result = objective(eval_id, config)
+    except Exception as exc:  # noqa: BLE001 - a failing evaluation must never stop the search
+        result = TrainResult.failure(f"{type(exc).__name__}: {exc}", wall_time=time.time() - start)
+    if not isinstance(result, TrainResult):
+        result = TrainResult.failure(f"objective returned {type(result).__name__}, not TrainResult")
+    result.worker = result.worker or worker_name()
+    result.start_time = result.start_time or start
+    result.end_time = result.end_time or time.time()
+    return result
+
+
+class TrainingObjective:
+    """Train one configuration on a dataset: what every evaluation of a search runs.
+
+    Holds plain data only (the space description, the dataset arrays), so it pickles cheaply
+    to remote workers; TensorFlow is imported in the worker, on first call.
+
+    Parameters
+    ----------
+    space : SearchSpace
+    dataset : Dataset
+    seed : int
+        Base seed; evaluation ``i`` trains with seed ``seed * 1_000_003 + i``.
+    epochs : int, optional
+        Override of the space's epoch budget.
+    threads : int, optional
+        TensorFlow intra-op threads (the CPUs given to one evaluation).
+    """
+
+    def __init__(self, space, dataset, seed: int = 0, epochs: int | None = None, threads: int | None = None):
+        self.space_spec = space.to_dict()
+        self.space_source = space.source
+        self.dataset = dataset
+        self.seed = seed
+        self.epochs = epochs
+        self.threads = threads
+        self._space = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_space"] = None
+        return state
+
+    def __call__(self, eval_id: int, config: dict) -> TrainResult:
+        from autodeuq.space import SearchSpace
+        from autodeuq.train import configure_threads, train
+
+        if self.threads:
+            configure_threads(self.threads)
+        if self._space is None:
+            self._space = SearchSpace(self.space_spec, source=self.space_source)
+        return train(config, self._space, self.dataset, seed=self.seed * 1_000_003 + eval_id, epochs=self.epochs)

@@ -1,0 +1,136 @@
+"""The search driver and the evaluators, with cheap fake objectives (no TensorFlow)."""
+import os
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from autodeuq.catalog import Catalog
+from autodeuq.data import toy_sine
+from autodeuq.evaluator import SerialEvaluator
+from autodeuq.result import TrainResult
+from autodeuq.runner import run_search
+from autodeuq.space import load_space
+
+
+class FakeObjective:
+    """Objective = distance of the learning rate to 1e-2; fails (raises) on chosen ids; may sleep."""
+
+    def __init__(self, n_valid, fail_ids=(), crash_ids=(), sleep=0.0):
+        self.n_valid, self.fail_ids, self.crash_ids, self.sleep = n_valid, set(fail_ids), set(crash_ids), sleep
+
+    def __call__(self, eval_id, config):
+        start = time.time()
+        if eval_id in self.crash_ids:
+            os._exit(3)
+        if eval_id in self.fail_ids:
+            raise RuntimeError(f"planted failure {eval_id}")
+        time.sleep(self.sleep)
+        obj = abs(np.log10(config["hp"]["learning_rate"]) + 2.0)
+        rng = np.random.default_rng(eval_id)
+        return TrainResult("done", objective=float(obj), epochs=3, best_epoch=2, n_params=10,
+                           model_bytes=b"fake", valid_mean=rng.normal(size=(self.n_valid, 1)),
+                           valid_var=np.ones((self.n_valid, 1)), history={"loss": [1.0], "val_loss": [obj]},
+                           start_time=start, end_time=time.time())
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return load_space("toy"), toy_sine(seed=0)
+
+
+def test_serial_search_fills_the_catalog_and_records_failures(tmp_path, setup):
+    space, data = setup
+    objective = FakeObjective(len(data.y_valid), fail_ids={2})
+    summary = run_search(space, data, SerialEvaluator(objective), tmp_path / "run", search="random",
+                         max_evals=6, progress=False)
+    assert summary.n_done == 5 and summary.n_failed == 1
+    frame = Catalog(tmp_path / "run").to_dataframe()
+    assert sorted(frame["status"]) == ["done"] * 5 + ["failed"]
+    failed = frame[frame["status"] == "failed"].iloc[0]
+    assert "planted failure" in failed["reason"]
+    assert summary.best_objective == pytest.approx(frame.loc[frame["status"] == "done", "objective"].min())
+
+
+def test_resume_counts_the_budget_and_refuses_other_data(tmp_path, setup):
+    space, data = setup
+    objective = FakeObjective(len(data.y_valid))
+    run = tmp_path / "run"
+    run_search(space, data, SerialEvaluator(objective), run, search="agebo", max_evals=3, progress=False)
+    summary = run_search(space, data, SerialEvaluator(objective), run, search="agebo", max_evals=5, progress=False)
+    frame = Catalog(run).to_dataframe()
+    assert len(frame) == 5 and summary.n_done == 5
+    assert frame["id"].is_unique
+    from autodeuq.catalog import CatalogError
+
+    with pytest.raises(CatalogError):
+        run_search(space, toy_sine(seed=1), SerialEvaluator(objective), run, max_evals=6, progress=False)
+
+
+def test_timeout_stops_the_search(tmp_path, setup):
+    space, data = setup
+    objective = FakeObjective(len(data.y_valid), sleep=0.3)
+    summary = run_search(space, data, SerialEvaluator(objective), tmp_path / "run", search="random",
+                         max_evals=100, timeout=1.0, progress=False)
+    assert summary.stopped_by == "timeout" and 1 <= summary.n_done < 10
+
+
+def test_serial_eval_timeout_is_a_failure(tmp_path, setup):
+    space, data = setup
+    evaluator = SerialEvaluator(FakeObjective(len(data.y_valid), sleep=0.2), eval_timeout=0.05)
+    summary = run_search(space, data, evaluator, tmp_path / "run", search="random", max_evals=2, progress=False)
+    assert summary.n_failed == 2
+    assert Catalog(tmp_path / "run").to_dataframe()["reason"].str.contains("timeout").all()
+
+
+# ----------------------------------------------------------------------------- Ray
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = pytest.importorskip("ray")
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    from autodeuq.evaluator.ray import init_ray
+
+    init_ray(num_cpus=2)
+    yield ray
+
+
+def test_ray_killed_worker_is_a_failure_and_search_goes_on(tmp_path, setup, ray_local):
+    from autodeuq.evaluator.ray import RayEvaluator
+
+    space, data = setup
+    evaluator = RayEvaluator(FakeObjective(len(data.y_valid), crash_ids={1}, fail_ids={3}), workers=2)
+    summary = run_search(space, data, evaluator, tmp_path / "run", search="random", max_evals=5, progress=False)
+    frame = Catalog(tmp_path / "run").to_dataframe().set_index("id")
+    assert summary.n_done == 3 and summary.n_failed == 2
+    assert "died" in frame.loc[1, "reason"] or "crash" in frame.loc[1, "reason"].lower()
+    assert "planted failure" in frame.loc[3, "reason"]
+
+
+def test_ray_eval_timeout_cancels(tmp_path, setup, ray_local):
+    from autodeuq.evaluator.ray import RayEvaluator
+
+    space, data = setup
+    evaluator = RayEvaluator(FakeObjective(len(data.y_valid), sleep=30), workers=2, eval_timeout=1.0)
+    started = time.time()
+    summary = run_search(space, data, evaluator, tmp_path / "run", search="random", max_evals=2, progress=False)
+    assert time.time() - started < 20
+    assert summary.n_failed == 2
+    assert Catalog(tmp_path / "run").to_dataframe()["reason"].str.contains("timeout").all()
+
+
+def test_ray_runs_real_trainings_in_parallel(tmp_path, setup, ray_local):
+    from autodeuq.evaluator import TrainingObjective
+    from autodeuq.evaluator.ray import RayEvaluator
+
+    space, data = setup
+    objective = TrainingObjective(space, data, seed=0, epochs=5, threads=1)
+    evaluator = RayEvaluator(objective, workers=2)
+    summary = run_search(space, data, evaluator, tmp_path / "run", search="agebo", max_evals=4, progress=False)
+    frame = Catalog(tmp_path / "run").to_dataframe().sort_values("start_time")
+    assert summary.n_done + summary.n_failed == 4 and summary.n_done >= 1
+    assert frame["worker"].nunique() == 2
+    # Two evaluations ran at the same time: some start precedes the previous one's end.
+    assert (frame["start_time"].to_numpy()[1:] < frame["end_time"].to_numpy()[:-1]).any()
