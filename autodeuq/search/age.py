@@ -1,0 +1,138 @@
+"""Aging evolution (regularized evolution, Real et al. 2019), SPEC section 4.
+
+A FIFO population holds the last ``population_size`` successful results. Until it is full,
+configurations are random. Then each child comes from a tournament: draw ``sample_size`` members
+without replacement, take the one of lowest cost as parent, and change one of its variables to a
+different value. Failed evaluations never enter the population.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from autodeuq.search.base import Config, Searcher, copy_config
+
+
+class AgingPopulation:
+    """FIFO of the last ``size`` successful ``(config, objective)`` pairs, with tournaments.
+
+    Parameters
+    ----------
+    size : int
+        Population size P (oldest members leave first).
+    sample_size : int
+        Tournament size S (<= P).
+    """
+
+    def __init__(self, size: int = 100, sample_size: int = 10):
+        if not 1 <= sample_size <= size:
+            raise ValueError(f"need 1 <= sample_size <= population_size, got {sample_size} and {size}")
+        self.size = size
+        self.sample_size = sample_size
+        self._members: deque[tuple[Config, float]] = deque(maxlen=size)
+
+    def add(self, config, objective: float) -> None:
+        self._members.append((copy_config(config), float(objective)))
+
+    @property
+    def full(self) -> bool:
+        return len(self._members) == self.size
+
+    @property
+    def members(self) -> list[tuple[Config, float]]:
+        """Members, oldest first, as ``(config, objective)`` copies."""
+        return [(copy_config(c), y) for c, y in self._members]
+
+    def __len__(self):
+        return len(self._members)
+
+    def select_parent(self, rng: np.random.Generator) -> Config:
+        """The lowest-cost member among ``sample_size`` drawn without replacement."""
+        drawn = rng.choice(len(self._members), size=self.sample_size, replace=False)
+        best = min(drawn, key=lambda i: self._members[i][1])
+        return copy_config(self._members[best][0])
+
+
+class AgingEvolution(Searcher):
+    """Aging evolution over all variables of the joint space (or over the architecture only).
+
+    A mutation picks one variable uniformly among the architecture and training-hyperparameter
+    variables and gives it a different value: an architecture variable through
+    :meth:`SearchSpace.mutate_arch`, a hyperparameter by redrawing its [0, 1] encoding from the
+    prior until the decoded value changes.
+
+    Parameters
+    ----------
+    space : SearchSpace or str
+    seed : int or None
+    population_size : int
+        P, the number of most recent successful results kept (100).
+    sample_size : int
+        S, the tournament size (10).
+    fixed_hp : dict, optional
+        Evolve the architecture only and train every configuration with these hyperparameters
+        (the thesis ablation "AgE over architecture with fixed training hyperparameters").
+
+    Attributes
+    ----------
+    population : list of (config, objective)
+        The current population, oldest first.
+    """
+
+    name = "age"
+
+    def __init__(self, space, seed=None, population_size: int = 100, sample_size: int = 10, fixed_hp=None):
+        super().__init__(space, seed)
+        self.fixed_hp = None
+        if fixed_hp is not None:
+            self.fixed_hp = dict(fixed_hp)
+            self.space.validate(self.space.join(self.space.sample_arch(np.random.default_rng(0)), self.fixed_hp))
+        self._population = AgingPopulation(population_size, sample_size)
+
+    @property
+    def population(self) -> list[tuple[Config, float]]:
+        return self._population.members
+
+    def _random(self, rng) -> Config:
+        arch = self.space.sample_arch(rng)
+        hp = dict(self.fixed_hp) if self.fixed_hp is not None else self.space.sample_hp(rng)
+        return self.space.join(arch, hp)
+
+    def _mutate(self, config, rng) -> Config:
+        arch, hp = self.space.split(config)
+        n_arch = len(arch)
+        n_vars = n_arch + (0 if self.fixed_hp is not None else len(self.space.hp_names))
+        j = int(rng.integers(n_vars))
+        if j < n_arch:
+            # mutate_arch draws the variable itself, uniformly, as j would have.
+            return self.space.join(self.space.mutate_arch(arch, rng), hp)
+        return self.space.join(arch, mutate_hp(self.space, hp, j - n_arch, rng))
+
+    def _ask(self, n, rng):
+        if not self._population.full:
+            return [self._random(rng) for _ in range(n)]
+        return [self._mutate(self._population.select_parent(rng), rng) for _ in range(n)]
+
+    def _tell(self, results):
+        for config, objective in results:
+            if objective is not None:
+                self._population.add(config, objective)
+
+
+def mutate_hp(space, hp: dict, index: int, rng: np.random.Generator, max_draws: int = 1000) -> dict:
+    """Copy of ``hp`` with hyperparameter number ``index`` redrawn from its prior to a new value.
+
+    The redraw happens in the [0, 1] encoding (uniform there means the prior); only the mutated
+    entry is decoded, so the other values are kept bit for bit.
+    """
+    name = space.hp_names[index]
+    vector = space.encode_hp(hp)[0]
+    for _ in range(max_draws):
+        vector[index] = rng.random()
+        value = space.decode_hp(vector)[0][name]
+        if value != hp[name]:
+            child = dict(hp)
+            child[name] = value
+            return child
+    raise RuntimeError(f"could not draw a new value of {name} (does it have a single value?)")
