@@ -41,6 +41,10 @@ def _add_search_args(p):
                         "(default: toy for --dataset toy-sine, else tabular)")
     g.add_argument("--search", default="agebo", choices=["agebo", "age", "bo", "random"],
                    help="search algorithm (default: agebo)")
+    g.add_argument("--surrogate", default="et", choices=["et", "rf", "gp", "deep-ensemble", "ranking-ensemble"],
+                   help="surrogate model of the BO-based searchers (agebo, bo) (default: et)")
+    g.add_argument("--acq", default="lcb", choices=["lcb", "ei", "pi"],
+                   help="acquisition function of the BO-based searchers (default: lcb)")
     g.add_argument("--max-evals", type=int, default=100, metavar="N",
                    help="evaluations to finish in the run directory, earlier sessions included (default: 100)")
     g.add_argument("--timeout", type=float, default=None, metavar="S", help="wall-clock limit of the search in seconds (default: none)")
@@ -139,8 +143,10 @@ def cmd_search(args):
     print(f"autodeuq: {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_valid)} validation rows, "
           f"{dataset.n_features} feature(s), target(s) {dataset.target_names}; space {space.name}; "
           f"search {args.search}; {evaluator.n_slots} parallel evaluation(s); catalog {run_dir}", flush=True)
+    search_options = {"surrogate": args.surrogate, "acq": args.acq} if args.search in ("agebo", "bo") else {}
     with evaluator:
-        summary = run_search(space, dataset, evaluator, run_dir, search=args.search, max_evals=args.max_evals,
+        summary = run_search(space, dataset, evaluator, run_dir, search=args.search, search_options=search_options,
+                             max_evals=args.max_evals,
                              timeout=args.timeout, seed=args.seed, new_run=args.new_run,
                              progress=not args.no_progress,
                              run_options={"epochs": args.epochs, "eval_timeout": args.eval_timeout})

@@ -17,6 +17,7 @@ from autodeuq.search.agebo import AgEBO
 from autodeuq.search.base import Searcher
 from autodeuq.search.bo import BayesianOptimization, VectorBO
 from autodeuq.search.random import RandomSearch
+from autodeuq.search import ensemble_surrogates  # noqa: F401  (registers "deep-ensemble", "ranking-ensemble")
 
 SEARCHERS: dict[str, type[Searcher]] = {
     "random": RandomSearch,

@@ -1,0 +1,153 @@
+"""Ensemble surrogates of BO (SPEC section 6): uncertainty, ranking loss, and use inside BO."""
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from autodeuq.search.bo import VectorBO  # noqa: E402
+from autodeuq.search.ensemble_surrogates import (  # noqa: E402
+    DeepEnsembleSurrogate,
+    RankingEnsembleSurrogate,
+    weighted_listmle_loss,
+)
+from autodeuq.search.surrogate import SURROGATES, make_surrogate  # noqa: E402
+
+
+def _one_d_data(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0.0, 1.0, (n, 1))
+    return x, np.sin(6.0 * x[:, 0])
+
+
+INSIDE = np.linspace(0.1, 0.9, 50)[:, None]
+FAR = np.concatenate([np.linspace(-3.0, -2.0, 25), np.linspace(3.0, 4.0, 25)])[:, None]
+
+
+@pytest.mark.parametrize("std", ["total", "epistemic"])
+def test_deep_ensemble_uncertainty_grows_away_from_data(std):
+    X, y = _one_d_data()
+    model = DeepEnsembleSurrogate(epochs=300, std=std, random_state=0).fit(X, y)
+    mu, sigma_in = model.predict(INSIDE, return_std=True)
+    _, sigma_far = model.predict(FAR, return_std=True)
+    assert np.all(np.isfinite(mu)) and np.all(sigma_in > 0)
+    assert np.median(sigma_far) > 2.0 * np.median(sigma_in)
+    # the fit follows the data inside the training range
+    assert np.sqrt(np.mean((mu - np.sin(6.0 * INSIDE[:, 0])) ** 2)) < 0.5
+
+
+def test_deep_ensemble_is_the_mixture_of_its_members():
+    X, y = _one_d_data()
+    model = DeepEnsembleSurrogate(n_members=3, epochs=50, random_state=1).fit(X, y)
+    means, variances = model.predict_members(INSIDE)
+    assert means.shape == variances.shape == (3, len(INSIDE), 1)
+    mu, sigma = model.predict(INSIDE, return_std=True)
+    np.testing.assert_allclose(mu, means.mean(axis=0)[:, 0], rtol=1e-6, atol=1e-6)
+    total = variances.mean(axis=0)[:, 0] + means.var(axis=0)[:, 0]
+    np.testing.assert_allclose(sigma**2, total, rtol=1e-5)
+    model.set_params(std="epistemic")
+    _, sigma_epi = model.predict(INSIDE, return_std=True)
+    np.testing.assert_allclose(sigma_epi**2, means.var(axis=0)[:, 0], rtol=1e-5, atol=1e-12)
+
+
+def test_deep_ensemble_refit_is_reproducible_and_reinitialized():
+    X, y = _one_d_data()
+    a = DeepEnsembleSurrogate(n_members=2, epochs=30, random_state=3).fit(X, y).predict(INSIDE)
+    model = DeepEnsembleSurrogate(n_members=2, epochs=30, random_state=3)
+    model.fit(X, -y)
+    b = model.fit(X, y).predict(INSIDE)  # a refit starts again from scratch
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_ranking_ensemble_uncertainty_grows_away_from_data():
+    X, y = _one_d_data()
+    model = RankingEnsembleSurrogate(epochs=200, acquisition="lcb", random_state=0).fit(X, y)
+    # ranks are relative to the whole set: a few far points, so that how the scorers place them
+    # shifts the inside ranks little
+    far = np.array([-3.0, -2.5, -2.0, 3.0, 3.5, 4.0])[:, None]
+    candidates = np.vstack([INSIDE, far])
+    mu, sigma = model.predict(candidates, return_std=True)
+    assert mu.min() >= 0.0 and mu.max() < 1.0
+    inside, far = sigma[: len(INSIDE)], sigma[len(INSIDE):]
+    assert np.median(far) > 3.0 * np.median(inside)
+    # inside the data, good points (low sin) rank before bad ones
+    truth = np.sin(6.0 * INSIDE[:, 0])
+    assert np.corrcoef(mu[: len(INSIDE)], truth)[0, 1] > 0.8
+
+
+def test_ranking_ensemble_ei_space_is_anchored_at_the_incumbent():
+    X, y = _one_d_data()
+    model = RankingEnsembleSurrogate(n_members=4, epochs=50, random_state=0).fit(X, y)
+    candidates = np.linspace(-1.0, 2.0, 200)[:, None]
+    mu_ei = model.predict(candidates)
+    ranks = model.predict_ranks(candidates)
+    assert ranks.shape == (4, 200)
+    model.set_params(acquisition="lcb")
+    mu_lcb, sigma = model.predict(candidates, return_std=True)
+    np.testing.assert_allclose(mu_lcb, ranks.mean(axis=0))
+    np.testing.assert_allclose(sigma, ranks.std(axis=0))
+    shift = mu_ei - mu_lcb
+    np.testing.assert_allclose(shift, shift[0])  # same order, shifted
+    # the incumbent itself, placed among the candidates, sits exactly at min(y)
+    with_incumbent = np.vstack([candidates, model.incumbent_[None]])
+    model.set_params(acquisition="ei")
+    assert y.min() == model.best_
+    inc_rank = model.predict(with_incumbent)[-1]
+    assert abs(inc_rank - y.min()) <= 1.0 / len(with_incumbent) + 1e-12
+
+
+def test_weighted_listmle_matches_hand_computation():
+    scores = [1.0, 2.0, 0.5]
+    costs = [0.3, 0.1, 0.2]  # true order, best first: item 1 (s=2), item 2 (s=0.5), item 0 (s=1)
+    s = [2.0, 0.5, 1.0]
+    lse = lambda v: math.log(sum(math.exp(u) for u in v))  # noqa: E731
+    expected = (lse(s) - s[0]) / math.log(2.0) + (lse(s[1:]) - s[1]) / math.log(3.0) + 0.0
+    assert float(weighted_listmle_loss(scores, costs)) == pytest.approx(expected, rel=1e-6)
+    # leading axes are independent lists; a perfectly ordered list with large gaps costs ~0
+    batch = np.array([scores, [30.0, 10.0, 20.0]])
+    losses = np.asarray(weighted_listmle_loss(batch, [0.1, 0.9, 0.5]))
+    assert losses.shape == (2,)
+    assert losses[1] < 1e-3 < losses[0]
+
+
+def test_registered_by_name_and_cloned():
+    assert isinstance(make_surrogate("deep-ensemble", seed=1), DeepEnsembleSurrogate)
+    assert isinstance(make_surrogate("ranking-ensemble", seed=1), RankingEnsembleSurrogate)
+    assert {"deep-ensemble", "ranking-ensemble"} <= set(SURROGATES)
+    mine = DeepEnsembleSurrogate(epochs=7)
+    copy = make_surrogate(mine)
+    assert copy is not mine and copy.epochs == 7
+
+
+CENTER = np.array([0.23, 0.71, 0.42])
+
+
+def _planted(X):
+    return np.sum((np.atleast_2d(X) - CENTER) ** 2, axis=1)
+
+
+def _uniform(rng, n):
+    return rng.random((n, len(CENTER)))
+
+
+def _best_of_bo(surrogate, seed, budget, acq):
+    bo = VectorBO(_uniform, surrogate=surrogate, acq=acq, n_initial=5, n_candidates=500)
+    rng = np.random.default_rng(seed)
+    for _ in range(budget):
+        x = bo.suggest(1, rng)
+        bo.observe(x, _planted(x))
+    return float(np.min(bo.y))
+
+
+@pytest.mark.parametrize("surrogate, acq", [
+    (DeepEnsembleSurrogate(epochs=300), "lcb"),
+    ("deep-ensemble", "ei"),
+    (RankingEnsembleSurrogate(epochs=100), "ei"),
+    (RankingEnsembleSurrogate(n_members=5, epochs=100, acquisition="lcb"), "lcb"),
+])
+def test_bo_with_ensemble_surrogate_beats_random_search(surrogate, acq):
+    budget, seeds = 18, (0, 1, 2)
+    bo_best = [_best_of_bo(surrogate, seed, budget, acq) for seed in seeds]
+    random_best = [float(_planted(_uniform(np.random.default_rng(100 + s), budget)).min()) for s in seeds]
+    assert np.median(bo_best) < 0.5 * np.median(random_best)
