@@ -2,7 +2,12 @@
 
 Heavy modules (TensorFlow, Ray) load on first use, so ``import autodeuq`` stays fast.
 """
+import os
 from importlib import import_module
+
+# TensorFlow's C++ INFO/WARNING/ERROR logs (oneDNN notices, grappler messages about nested Keras
+# models) bury autodeuq's own output; users can still set their own level.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 __version__ = "0.1.0"
 
