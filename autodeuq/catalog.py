@@ -836,12 +836,20 @@ class CatalogWriter(Catalog):
     >>> writer.record(entry_id, result)
     """
 
+    # results.csv is an export (the index is the truth): rewriting it for every result would put
+    # O(catalog) work on the driver's hot path, so it is refreshed at most this often and on close.
+    CSV_INTERVAL = 2.0
+
     def __init__(self, run_dir: Path, conn: sqlite3.Connection, info: dict[str, Any], lock_handle):
         self.run_dir = Path(run_dir)
         self._lock_handle = lock_handle
+        self._csv_written = 0.0
+        self._csv_stale = False
         self._setup(conn, info)
 
     def close(self) -> None:
+        if self._csv_stale and getattr(self, "_conn", None) is not None:
+            self._refresh_results_csv(force=True)
         super().close()
         _release_lock(self._lock_handle)
 
@@ -864,6 +872,16 @@ class CatalogWriter(Catalog):
         buf = io.StringIO()
         self.to_dataframe().to_csv(buf, index=False)
         _atomic_write(self.run_dir / CSV_NAME, buf.getvalue().encode())
+        self._csv_written, self._csv_stale = time.monotonic(), False
+
+    def _refresh_results_csv(self, force: bool = False) -> None:
+        self._csv_stale = True
+        if not force and time.monotonic() - self._csv_written < self.CSV_INTERVAL:
+            return
+        try:
+            self._write_results_csv()
+        except OSError as exc:  # the index holds the result; the export catches up next time
+            warnings.warn(f"could not rewrite {CSV_NAME}: {exc}", RuntimeWarning, stacklevel=3)
 
     # ----------------------------------------------------------------- driver API
     def submit(self, config: dict[str, Any]) -> int:
@@ -918,10 +936,7 @@ class CatalogWriter(Catalog):
                 _atomic_write(self.model_path(entry_id), bytes(result.model_bytes))
                 _atomic_write(self.predictions_path(entry_id), npz)
             self._commit_record(entry_id, result, status, reason, model_sha, predictions_sha)
-            try:
-                self._write_results_csv()
-            except OSError as exc:  # the index holds the result; the export catches up next time
-                warnings.warn(f"could not rewrite {CSV_NAME}: {exc}", RuntimeWarning, stacklevel=2)
+            self._refresh_results_csv()
 
     def _result_problem(self, result: TrainResult) -> str | None:
         if not isinstance(result.model_bytes, (bytes, bytearray)) or not result.model_bytes:

@@ -50,7 +50,8 @@ def objective_of(result: TrainResult) -> float | None:
 
 def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", search_options: dict | None = None,
                max_evals: int = 100, timeout: float | None = None, seed: int = 0, new_run: bool = False,
-               progress: bool = True, run_options: dict | None = None) -> SearchSummary:
+               progress: bool = True, run_options: dict | None = None,
+               prefetch: bool | None = None) -> SearchSummary:
     """Search until ``max_evals`` evaluations have finished (done or failed) or ``timeout`` s.
 
     Parameters
@@ -68,6 +69,9 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
         Wall-clock seconds for this call; running evaluations are cancelled (and stay resumable).
     run_options : dict, optional
         Extra facts to record in the run metadata (epochs override, evaluator resources).
+    prefetch : bool, optional
+        Ask the searcher for the next configurations while all workers are busy, so a freed
+        worker never waits for the searcher (default: on when the evaluator has several slots).
     """
     search_options = dict(search_options or {})
     writer = Catalog.create_or_resume(
@@ -90,34 +94,61 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
         configs[eval_id] = config
         evaluator.submit(eval_id, config)
 
+    unrecorded: list[tuple[int, TrainResult]] = []
+
+    ahead: list[dict] = []
+    if prefetch is None:
+        prefetch = evaluator.n_slots > 1
+
+    def budget_left():
+        return max_evals - writer.n_finished - len(unrecorded) - evaluator.n_running
+
+    def refill():
+        free = min(evaluator.n_slots - evaluator.n_running, budget_left())
+        if free > 0 and not _out_of_time(started, timeout):
+            batch = ahead[:free]
+            del ahead[:free]
+            batch += searcher.ask(free - len(batch)) if free > len(batch) else []
+            for config in batch:
+                submit(writer.submit(config), config)
+
+    def ask_ahead():
+        # While every worker is busy, prepare the next configurations, so a freed slot gets one
+        # without waiting for the searcher; they miss only the result that frees the slot.
+        wanted = min(evaluator.n_slots, budget_left()) - len(ahead)
+        if prefetch and wanted > 0:
+            ahead.extend(searcher.ask(wanted))
+
+    def record(eval_id, result):
+        nonlocal busy
+        writer.record(eval_id, result)
+        configs.pop(eval_id, None)
+        busy += max(0.0, result.end_time - result.start_time)
+        _update_bar(bar, writer, result, busy, evaluator.n_slots, started)
+
     try:
         for eval_id, config in writer.pending():
             if writer.n_finished + evaluator.n_running >= max_evals:
                 break
             submit(eval_id, config)
         while True:
-            budget_left = max_evals - writer.n_finished - evaluator.n_running
-            free = min(evaluator.n_slots - evaluator.n_running, budget_left)
-            if free > 0 and not _out_of_time(started, timeout):
-                for config in searcher.ask(free):
-                    submit(writer.submit(config), config)
-            if evaluator.n_running == 0:
+            refill()
+            if evaluator.n_running == 0 and not unrecorded:
                 break
-            wait_for = None if timeout is None else max(0.0, started + timeout - time.time())
-            finished = evaluator.wait(timeout=wait_for)
+            # Results wait in `unrecorded` while the catalog writes one of them at a time; between
+            # two writes the driver polls again, so a slot freed meanwhile is refilled at once.
+            if unrecorded:
+                wait_for = 0.0
+            else:
+                ask_ahead()
+                wait_for = None if timeout is None else max(0.0, started + timeout - time.time())
+            finished = evaluator.wait(timeout=wait_for) if evaluator.n_running else []
             if finished:
-                # Tell and refill first so the freed slots never wait on the catalog's disk writes.
                 searcher.tell([(configs[i], objective_of(r)) for i, r in finished])
-                budget_left = max_evals - writer.n_finished - len(finished) - evaluator.n_running
-                free = min(evaluator.n_slots - evaluator.n_running, budget_left)
-                if free > 0 and not _out_of_time(started, timeout):
-                    for config in searcher.ask(free):
-                        submit(writer.submit(config), config)
-                for eval_id, result in finished:
-                    writer.record(eval_id, result)
-                    configs.pop(eval_id, None)
-                    busy += max(0.0, result.end_time - result.start_time)
-                    _update_bar(bar, writer, result, busy, evaluator.n_slots, started)
+                unrecorded.extend(finished)
+                refill()
+            if unrecorded:
+                record(*unrecorded.pop(0))
             if _out_of_time(started, timeout):
                 stopped_by = "timeout"
                 evaluator.cancel_all()
@@ -126,12 +157,16 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
         interrupted, stopped_by = True, "interrupted"
         evaluator.cancel_all()
     finally:
+        # Whatever finished is paid for: record it even when stopping early.
+        while unrecorded:
+            record(*unrecorded.pop(0))
         if bar is not None:
             bar.close()
-    wall = time.time() - started
-    best = writer.best()
+        wall = time.time() - started
+        best, n_done, n_finished = writer.best(), writer.n_done, writer.n_finished
+        writer.close()
     return SearchSummary(
-        run_dir=Path(run_dir), n_done=writer.n_done, n_failed=writer.n_finished - writer.n_done,
+        run_dir=Path(run_dir), n_done=n_done, n_failed=n_finished - n_done,
         best_id=None if best is None else best[0], best_objective=math.inf if best is None else best[1],
         wall_time=wall, busy_time=busy, slots=evaluator.n_slots, interrupted=interrupted,
         stopped_by=stopped_by,

@@ -116,14 +116,14 @@ def child_main(run_dir: str, mode: str, k: int, budget: int, ready=None) -> None
             original_commit(self, *args)
 
         catalog_module.CatalogWriter._commit_record = commit
-    elif mode == "after_commit":  # index updated, results.csv not yet rewritten
-        original_csv = catalog_module.CatalogWriter._write_results_csv
+    elif mode == "after_commit":  # index updated, results.csv not yet refreshed
+        original_csv = catalog_module.CatalogWriter._refresh_results_csv
 
-        def write_csv(self):
+        def refresh_csv(self, force=False):
             at_point()
-            original_csv(self)
+            original_csv(self, force)
 
-        catalog_module.CatalogWriter._write_results_csv = write_csv
+        catalog_module.CatalogWriter._refresh_results_csv = refresh_csv
     elif mode != "random":
         raise ValueError(mode)
     writer = open_writer(run_dir)
