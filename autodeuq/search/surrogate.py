@@ -214,7 +214,8 @@ def make_surrogate(surrogate, seed: int | None = None):
     """An unfitted surrogate from a name of :data:`SURROGATES` or from a surrogate object.
 
     An object is cloned (``sklearn.base.clone``) when it is a scikit-learn estimator, so the
-    caller's instance is never fitted in place; other objects are used as they are.
+    caller's instance is never fitted in place, and given ``random_state=seed`` when it has none;
+    other objects are used as they are.
     """
     if isinstance(surrogate, str):
         factory = SURROGATES.get(surrogate.lower())
@@ -227,9 +228,13 @@ def make_surrogate(surrogate, seed: int | None = None):
             f"predict(X, return_std=True); got {surrogate!r}"
         )
     try:
-        return clone(surrogate)
+        model = clone(surrogate)
     except (TypeError, RuntimeError):
         return surrogate
+    # An unseeded estimator takes the searcher's seed, so a seeded search stays reproducible.
+    if seed is not None and model.get_params().get("random_state", 0) is None:
+        model.set_params(random_state=seed)
+    return model
 
 
 # --------------------------------------------------- fantasy observations
