@@ -14,7 +14,8 @@ Two models are involved:
   units. This is the model that is saved and handed to users.
 
 Every custom layer is a registered serializable layer with ``get_config`` (no ``Lambda``), so a
-saved ``.keras`` file reloads with ``keras.models.load_model(path)`` in safe mode.
+saved ``.keras`` file reloads with ``keras.models.load_model(path)`` in safe mode, once this
+module has been imported (importing it registers the layers).
 
 Merge rule (a choice the method leaves open): the merge activation (ReLU by default) is applied
 only to a cell that has at least one active skip. A cell without skips outputs its dense output
@@ -25,9 +26,11 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 
 import keras
 import numpy as np
+import tensorflow as tf
 from keras import layers, ops
 
 VARIANCE_FLOOR = 1e-6
@@ -64,6 +67,12 @@ class Standardize(layers.Layer):
         return {**super().get_config(), "mean": self.mean, "std": self.std}
 
 
+def gaussian_head(raw, n_targets: int, floor: float = VARIANCE_FLOOR):
+    """``[mu, softplus(raw_var) + floor]`` from a raw ``(n, 2T)`` output."""
+    mu, raw_var = raw[:, :n_targets], raw[:, n_targets:]
+    return ops.concatenate([mu, ops.softplus(raw_var) + floor], axis=-1)
+
+
 @keras.saving.register_keras_serializable(package="autodeuq")
 class GaussianHead(layers.Layer):
     """Raw ``(n, 2T)`` output -> ``[mu, softplus(raw_var) + floor]`` (positive variances).
@@ -82,9 +91,7 @@ class GaussianHead(layers.Layer):
         self.floor = float(floor)
 
     def call(self, raw):
-        t = self.n_targets
-        mu, raw_var = raw[:, :t], raw[:, t:]
-        return ops.concatenate([mu, ops.softplus(raw_var) + self.floor], axis=-1)
+        return gaussian_head(raw, self.n_targets, self.floor)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -122,6 +129,21 @@ class Unstandardize(layers.Layer):
         return {**super().get_config(), "mean": self.mean, "std": self.std}
 
 
+@keras.saving.register_keras_serializable(package="autodeuq", name="swish")
+def swish(x):
+    """``x * sigmoid(x)``, by plain ops.
+
+    Keras' ``swish`` calls ``tf.nn.silu``, a ``tf.custom_gradient``: every trace of its gradient
+    registers an entry in TensorFlow's process-global gradient registry that keeps the whole
+    traced graph alive, so a long-lived worker would grow with every network using it.
+    """
+    return x * ops.sigmoid(x)
+
+
+def _activation(name):
+    return swish if name in ("swish", "silu") else name
+
+
 def build_network(space, arch, n_features: int, n_targets: int, name: str = "autodeuq_core") -> keras.Model:
     """The core network of an architecture vector, in standardized units.
 
@@ -154,7 +176,7 @@ def build_network(space, arch, n_features: int, n_targets: int, name: str = "aut
         if dense.units is None:
             x, width = prev, widths[k - 1]
         else:
-            x = layers.Dense(dense.units, activation=dense.activation, name=f"cell{k}_dense")(prev)
+            x = layers.Dense(dense.units, activation=_activation(dense.activation), name=f"cell{k}_dense")(prev)
             width = dense.units
         if skips:
             terms = [x]
@@ -164,11 +186,64 @@ def build_network(space, arch, n_features: int, n_targets: int, name: str = "aut
                     s = layers.Dense(width, activation=None, name=f"cell{k}_skip_from{a}_proj")(s)
                 terms.append(s)
             x = layers.Add(name=f"cell{k}_add")(terms)
-            x = layers.Activation(space.merge_activation, name=f"cell{k}_merge")(x)
+            x = layers.Activation(_activation(space.merge_activation), name=f"cell{k}_merge")(x)
         outputs[k], widths[k] = x, width
     raw = layers.Dense(2 * int(n_targets), name="gaussian_raw")(outputs[len(outputs) - 1])
     out = GaussianHead(n_targets, name="gaussian_head")(raw)
     return keras.Model(inputs, out, name=name)
+
+
+def network_function(space, arch, model: keras.Model):
+    """The computation of ``build_network(space, arch, ...)`` as a plain function of its weights.
+
+    Returns ``forward(weights, x) -> (n, 2T)`` where ``weights`` lists tensors in the order of
+    ``model.trainable_variables``. It applies the same ops in the same order as the Keras layers
+    (matmul, bias add, the layer's own activation function, left-to-right sums), so it gives the
+    same numbers; it exists because tracing Keras layer calls costs ~10x more Python time than
+    tracing these few ops, and a compiled training loop traces the network twice per
+    architecture (training and validation passes).
+
+    Parameters
+    ----------
+    space : SearchSpace
+    arch : sequence of int
+    model : keras.Model
+        The core network built by :func:`build_network` from the same ``space`` and ``arch``.
+    """
+    index = {id(v): i for i, v in enumerate(model.trainable_variables)}
+
+    def dense_params(name):
+        layer = model.get_layer(name)
+        return index[id(layer.kernel)], index[id(layer.bias)], layer.activation
+
+    merge = keras.activations.get(_activation(space.merge_activation))
+    widths = {0: int(model.input_shape[-1])}
+    plan = []  # per cell: (dense params or None, [(anchor, projection params or None), ...])
+    for k, (choice, skips) in enumerate(space.cells(arch), start=1):
+        dense = dense_params(f"cell{k}_dense") if choice.units is not None else None
+        widths[k] = choice.units if choice.units is not None else widths[k - 1]
+        plan.append((dense, [(a, dense_params(f"cell{k}_skip_from{a}_proj") if widths[a] != widths[k] else None)
+                             for a in skips]))
+    head = dense_params("gaussian_raw")
+    n_targets, floor = model.get_layer("gaussian_head").n_targets, model.get_layer("gaussian_head").floor
+
+    def affine(h, params, weights):
+        kernel, bias, activation = params
+        return activation(ops.add(ops.matmul(h, weights[kernel]), weights[bias]))
+
+    @tf.autograph.experimental.do_not_convert  # a static Python loop: nothing for AutoGraph to do
+    def forward(weights, x):
+        outs = [x]
+        for dense, skips in plan:
+            h = outs[-1] if dense is None else affine(outs[-1], dense, weights)
+            if skips:
+                for a, proj in skips:
+                    h = ops.add(h, outs[a] if proj is None else affine(outs[a], proj, weights))
+                h = merge(h)
+            outs.append(h)
+        return gaussian_head(affine(outs[-1], head, weights), n_targets, floor)
+
+    return forward
 
 
 def with_scaling(core: keras.Model, scaler, name: str = "autodeuq_network") -> keras.Model:
@@ -211,7 +286,11 @@ def model_to_bytes(model: keras.Model) -> bytes:
     fd, path = tempfile.mkstemp(suffix=".keras")
     os.close(fd)
     try:
-        model.save(path)
+        with warnings.catch_warnings():
+            # Keras' saver calls np.array(tf.Variable), which numpy 2 flags; harmless.
+            warnings.filterwarnings("ignore", message="__array__ implementation doesn't accept a copy",
+                                    category=DeprecationWarning)
+            model.save(path)
         with open(path, "rb") as f:
             return f.read()
     finally:

@@ -1,0 +1,593 @@
+"""Train one configuration with the Gaussian NLL (SPEC.md section 2) on a compiled epoch loop.
+
+Why not ``model.fit``: for the small tabular networks of the search, Keras' per-step and
+per-epoch Python machinery (data adapters, callbacks, the validation pass) costs far more than
+the arithmetic. Here one ``tf.function`` runs a *whole epoch* (seeded shuffle, every mini-batch
+step, then the validation loss) on data held as tensors, and Python only does the per-epoch
+bookkeeping of :class:`EpochBookkeeper`, which reproduces Keras' ``ReduceLROnPlateau`` and
+``EarlyStopping(restore_best_weights=True)`` on the validation loss.
+
+Choices that keep tracing cheap and rare:
+
+* All trainable parameters live in one flat vector the optimizer updates, and the epoch runs the
+  network as plain ops on slices of it (:func:`~autodeuq.model.network_function`, checked
+  against the Keras model in the tests). Every optimizer of the space is elementwise, so this is
+  the same arithmetic as per-variable updates, with far fewer ops to trace and run, and the
+  best-weights snapshot is a single copy.
+* The compiled epoch, built for a (network structure, optimizer, input width, targets) key, is
+  kept in a small LRU cache (:data:`TRAINER_CACHE_SIZE`). A later training with the same key
+  (e.g. a search over training hyperparameters with a fixed architecture) reuses it after
+  resetting the weights, the optimizer state and the shuffle generator: no retrace.
+
+Long-lived workers: each training resets Keras' session state, full garbage collections run
+every :data:`FULL_GC_EVERY` trainings (one costs ~0.5 s with TensorFlow loaded), and two sources of
+per-training growth found in TF 2.21 / Keras 3.15 are avoided (Keras' gradient all-reduce and
+``tf.nn.silu`` both register a ``tf.custom_gradient`` that pins every traced graph forever; see
+:class:`CompiledTrainer` and :func:`autodeuq.model.swish`). Measured: RSS stays flat over 200
+trainings (``benchmarks/results/training_speed.md``).
+
+One training runs at a time per process (Keras' global seed and session state, and the Grappler
+switch of :func:`_graph_optimizer_off`, are per process).
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import math
+import os
+import socket
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from .model import build_network, count_params, model_to_bytes, network_function, split_output, with_scaling
+from .result import DONE, TrainResult
+
+LOG_2PI = math.log(2.0 * math.pi)
+OPTIMIZERS = {
+    "sgd": keras.optimizers.SGD,
+    "rmsprop": keras.optimizers.RMSprop,
+    "adagrad": keras.optimizers.Adagrad,
+    "adam": keras.optimizers.Adam,
+    "adadelta": keras.optimizers.Adadelta,
+    "adamax": keras.optimizers.Adamax,
+    "nadam": keras.optimizers.Nadam,
+}
+TRAINER_CACHE_SIZE = 4  # compiled epochs kept for reuse (each holds its graph and parameter vectors)
+FULL_GC_EVERY = 20  # trainings between full garbage collections
+GRAPPLER_IN_TRAINING = False  # see _graph_optimizer_off
+
+
+# --------------------------------------------------------------------------- threads
+def configure_threads(n: int, inter_op: int | None = None) -> bool:
+    """Limit TensorFlow's CPU thread pools (intra-op to ``n``, inter-op to ``inter_op or n``).
+
+    TensorFlow fixes its pools when it runs its first operation; after that this is a no-op with
+    a ``RuntimeWarning`` (unless the pools already have the requested sizes).
+
+    Returns
+    -------
+    bool
+        Whether the pools now have the requested sizes.
+    """
+    n = int(n)
+    inter = int(inter_op or n)
+    if n < 1 or inter < 1:
+        raise ValueError(f"thread counts must be >= 1, got intra={n}, inter={inter}")
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(n)
+        tf.config.threading.set_inter_op_parallelism_threads(inter)
+        return True
+    except RuntimeError:
+        warnings.warn(
+            f"configure_threads({n}) ignored: TensorFlow already runs with intra-op "
+            f"{tf.config.threading.get_intra_op_parallelism_threads()} / inter-op "
+            f"{tf.config.threading.get_inter_op_parallelism_threads()} threads (0 = all cores); "
+            "call it before any TensorFlow operation runs in this process",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
+
+
+# --------------------------------------------------------------------------- loss
+def gaussian_nll(y, mean, var):
+    """Mean Gaussian negative log-likelihood ``0.5 log(2 pi var) + (y - mean)^2 / (2 var)``.
+
+    Averaged over rows and targets; plain TF ops, usable inside ``tf.function``.
+    """
+    return tf.reduce_mean(0.5 * (LOG_2PI + tf.math.log(var)) + tf.square(y - mean) / (2.0 * var))
+
+
+@tf.autograph.experimental.do_not_convert
+def _output_nll(y, out):
+    t = tf.shape(y)[1]
+    return gaussian_nll(y, out[:, :t], out[:, t:])
+
+
+# --------------------------------------------------------------------------- per-epoch bookkeeping
+def _less32(a: float, b: float) -> bool:
+    # Keras compares monitored values as float32 tensors (keras.ops.less); so do we, so that
+    # near-ties go the same way.
+    return bool(np.float32(a) < np.float32(b))
+
+
+@dataclass(frozen=True)
+class EpochDecision:
+    """What to do after an epoch: keep its weights, change the learning rate, stop."""
+
+    is_best: bool
+    reduce_lr: bool
+    new_lr: float
+    stop: bool
+
+
+class EpochBookkeeper:
+    """Keras' ``ReduceLROnPlateau`` and ``EarlyStopping`` on the validation loss, in pure Python.
+
+    Same rules as Keras 3 (mode ``min``, comparisons in float32 like ``keras.ops.less``):
+
+    * learning rate: an epoch improves if ``val + min_delta_lr < best`` (or it is the first);
+      otherwise, outside cooldown, ``wait`` grows and at ``patience_reduce_lr`` the rate is
+      multiplied by ``factor`` (floored at ``min_lr``, only if still above it), ``wait`` resets
+      and the cooldown starts;
+    * early stopping: ``wait`` grows every epoch and resets when ``val < best`` (min_delta 0);
+      training stops when ``wait >= patience_early_stopping`` (never at the first epoch);
+    * best weights: those of the epoch early stopping last counted as an improvement, i.e. the
+      first epoch of minimum validation loss; they are restored at the end in every case.
+
+    Parameters
+    ----------
+    learning_rate : float
+        Initial rate (held as float32, like the optimizer's variable).
+    patience_reduce_lr, patience_early_stopping : int
+    factor, min_delta_lr, cooldown, min_lr :
+        Keras' ``ReduceLROnPlateau`` defaults.
+
+    Examples
+    --------
+    >>> book = EpochBookkeeper(1e-2, patience_reduce_lr=1, patience_early_stopping=2)
+    >>> [book.update(v).stop for v in (1.0, 1.0, 1.0)]
+    [False, False, True]
+    """
+
+    def __init__(self, learning_rate: float, patience_reduce_lr: int, patience_early_stopping: int, *,
+                 factor: float = 0.1, min_delta_lr: float = 1e-4, cooldown: int = 0, min_lr: float = 0.0):
+        if not 0 < factor < 1:
+            raise ValueError(f"factor must be in (0, 1), got {factor}")
+        self.lr = float(np.float32(learning_rate))
+        self.patience_reduce_lr = int(patience_reduce_lr)
+        self.patience_early_stopping = int(patience_early_stopping)
+        self.factor = float(factor)
+        self.min_delta_lr = float(min_delta_lr)
+        self.cooldown = int(cooldown)
+        self.min_lr = float(min_lr)
+        self.epoch = -1  # 0-based index of the last epoch seen
+        self.best = math.inf  # lowest validation loss (early-stopping rule)
+        self.best_epoch = -1  # 0-based
+        self.stopped_epoch = None
+        self.lr_reductions = 0
+        self._lr_best = None
+        self._lr_wait = 0
+        self._cooldown_counter = 0
+        self._es_wait = 0
+
+    def update(self, val_loss: float) -> EpochDecision:
+        """Record one epoch's validation loss and say what to do next."""
+        self.epoch += 1
+        current = float(val_loss)
+        reduce_lr = self._update_lr(current)
+        is_best, stop = self._update_early_stopping(current)
+        if stop:
+            self.stopped_epoch = self.epoch
+        return EpochDecision(is_best=is_best, reduce_lr=reduce_lr, new_lr=self.lr, stop=stop)
+
+    def _update_lr(self, current: float) -> bool:
+        if self._cooldown_counter > 0:
+            self._cooldown_counter -= 1
+            self._lr_wait = 0
+        if self._lr_best is None or _less32(current + self.min_delta_lr, self._lr_best):
+            self._lr_best = current
+            self._lr_wait = 0
+            return False
+        if self._cooldown_counter > 0:
+            return False
+        self._lr_wait += 1
+        if self._lr_wait < self.patience_reduce_lr or not self.lr > np.float32(self.min_lr):
+            return False
+        self.lr = float(np.float32(max(self.lr * self.factor, self.min_lr)))
+        self._cooldown_counter = self.cooldown
+        self._lr_wait = 0
+        self.lr_reductions += 1
+        return True
+
+    def _update_early_stopping(self, current: float) -> tuple[bool, bool]:
+        self._es_wait += 1
+        if self.best_epoch < 0 or _less32(current, self.best):
+            self.best, self.best_epoch, self._es_wait = current, self.epoch, 0
+            return True, False
+        return False, self._es_wait >= self.patience_early_stopping and self.epoch > 0
+
+
+# --------------------------------------------------------------------------- compiled trainer
+def make_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
+    """A Keras optimizer by its search-space name, with Keras' default settings."""
+    try:
+        cls = OPTIMIZERS[name]
+    except KeyError:
+        raise ValueError(f"unknown optimizer {name!r}; known: {sorted(OPTIMIZERS)}") from None
+    return cls(learning_rate=float(learning_rate))
+
+
+def _to_numpy(variable) -> np.ndarray:
+    # Keras' Variable.numpy() goes through np.array(tf.Variable), which warns under numpy 2.
+    return variable.value.numpy()
+
+
+def _identity_all_reduce(grads_and_vars):
+    return list(grads_and_vars)
+
+
+class CompiledTrainer:
+    """A traced whole-epoch training function for one network structure and optimizer.
+
+    It owns the flat parameter vector, its best-epoch copy, the optimizer and the shuffle
+    generator; the network enters only as ``forward(weights, x)`` (see
+    :func:`~autodeuq.model.network_function`), so no Keras model is kept. :meth:`reset` loads a
+    new training's initial weights, learning rate and seed, so one trace serves several trainings.
+
+    Parameters
+    ----------
+    model : keras.Model
+        A core network; only the shapes of its trainable variables are used.
+    forward : callable
+        ``forward(weights, x) -> (n, 2T)`` computing that network.
+    optimizer_name : str
+        A key of :data:`OPTIMIZERS`.
+    """
+
+    def __init__(self, model: keras.Model, forward, optimizer_name: str):
+        self.forward = forward
+        self.shapes = [tuple(int(s) for s in v.shape) for v in model.trainable_variables]
+        self.sizes = [int(np.prod(s)) for s in self.shapes]
+        size = int(sum(self.sizes))
+        self.params = keras.Variable(np.zeros(size, np.float32), name="params")
+        self.best_params = tf.Variable(tf.zeros([size], tf.float32), trainable=False, name="best_params")
+        self.optimizer = make_optimizer(optimizer_name, 1e-3)
+        if hasattr(self.optimizer, "_all_reduce_sum_gradients"):
+            # Keras' TF optimizer all-reduces gradients through the default replica context,
+            # which registers a tf.custom_gradient in TF's process-global gradient registry at
+            # every trace; that entry pins the whole traced graph forever (~10 MB a training).
+            # One device, one replica: the all-reduce is the identity, so skip it.
+            self.optimizer._all_reduce_sum_gradients = _identity_all_reduce
+        self.optimizer.build([self.params])
+        self._optimizer_init = [_to_numpy(v) for v in self.optimizer.variables]
+        self.generator = tf.random.Generator.from_seed(0)
+        self.traces = 0  # Python-side count of traces of the epoch function
+        spec = [tf.TensorSpec([None, None], tf.float32)] * 4 + [tf.TensorSpec([], tf.int32)]
+        self.run_epoch = tf.function(self._epoch, input_signature=spec)
+
+    @tf.autograph.experimental.do_not_convert
+    def _output(self, x):
+        pieces = tf.split(self.params.value, self.sizes)
+        return self.forward([tf.reshape(p, s) for p, s in zip(pieces, self.shapes)], x)
+
+    def _epoch(self, x, y, x_valid, y_valid, batch_size):
+        """One epoch: (mean training loss, validation loss, validation outputs)."""
+        self.traces += 1
+        n = tf.shape(x)[0]
+        order = tf.argsort(self.generator.uniform([n]))
+        x, y = tf.gather(x, order), tf.gather(y, order)
+        total = tf.constant(0.0)
+        for i in tf.range((n + batch_size - 1) // batch_size):
+            start = i * batch_size
+            stop = tf.minimum(start + batch_size, n)
+            with tf.GradientTape() as tape:
+                loss = _output_nll(y[start:stop], self._output(x[start:stop]))
+            grad = tape.gradient(loss, self.params)
+            self.optimizer.apply_gradients([(grad, self.params)])
+            total += loss * tf.cast(stop - start, tf.float32)
+        valid_out = self._output(x_valid)
+        return total / tf.cast(n, tf.float32), _output_nll(y_valid, valid_out), valid_out
+
+    def reset(self, initial_weights, learning_rate: float, seed: int):
+        flat = np.concatenate([np.asarray(w, np.float32).reshape(-1) for w in initial_weights])
+        self.params.assign(flat)
+        self.best_params.assign(flat)
+        for var, value in zip(self.optimizer.variables, self._optimizer_init):
+            var.assign(value)
+        self.optimizer.learning_rate = float(learning_rate)
+        self.generator.reset_from_seed(int(seed))
+
+    def set_learning_rate(self, lr: float):
+        self.optimizer.learning_rate = float(lr)
+
+    def snapshot(self):
+        self.best_params.assign(self.params)
+
+    def best_weights(self) -> list[np.ndarray]:
+        flat = self.best_params.numpy()
+        return [p.reshape(s) for p, s in zip(np.split(flat, np.cumsum(self.sizes)[:-1]), self.shapes)]
+
+
+_CACHE: OrderedDict[str, CompiledTrainer] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def _structure_key(space, arch, n_features, n_targets, optimizer_name) -> str:
+    cells = [[c.units, c.activation, list(skips)] for c, skips in space.cells(arch)]
+    return json.dumps([cells, space.merge_activation, int(n_features), int(n_targets), optimizer_name])
+
+
+def _checkout_trainer(key, space, arch, model, optimizer_name):
+    """A cached trainer for ``key`` (removed from the cache while in use), or a new one for ``model``."""
+    with _CACHE_LOCK:
+        trainer = _CACHE.pop(key, None)
+    if trainer is not None:
+        return trainer, True
+    return CompiledTrainer(model, network_function(space, arch, model), optimizer_name), False
+
+
+def _checkin_trainer(key, trainer):
+    with _CACHE_LOCK:
+        _CACHE[key] = trainer
+        _CACHE.move_to_end(key)
+        while len(_CACHE) > TRAINER_CACHE_SIZE:
+            _CACHE.popitem(last=False)
+
+
+def clear_trainer_cache():
+    """Drop every cached compiled trainer."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+
+
+# --------------------------------------------------------------------------- training
+def _check_config(config, space, dataset) -> str | None:
+    """Why this configuration cannot be trained on this data, or None."""
+    try:
+        arch, hp = space.split(config)
+    except (KeyError, TypeError) as exc:
+        return f"configuration must be a dict with 'arch' and 'hp': {exc!r}"
+    if len(arch) != len(space.arch_dims):
+        return f"arch has {len(arch)} variables, the space has {len(space.arch_dims)}"
+    for name, value, dim in zip(space.arch_names, arch, space.arch_dims):
+        if not 0 <= int(value) < dim:
+            return f"arch variable {name} = {value!r} is outside [0, {dim - 1}]"
+    missing = [k for k in ("learning_rate", "batch_size", "optimizer", "patience_reduce_lr",
+                           "patience_early_stopping") if k not in hp]
+    if missing:
+        return f"hp is missing {missing}"
+    if hp["optimizer"] not in OPTIMIZERS:
+        return f"unknown optimizer {hp['optimizer']!r}; known: {sorted(OPTIMIZERS)}"
+    lr = float(hp["learning_rate"])
+    if not (math.isfinite(lr) and lr > 0):
+        return f"learning_rate must be a positive finite number, got {hp['learning_rate']!r}"
+    if int(hp["batch_size"]) < 1:
+        return f"batch_size must be >= 1, got {hp['batch_size']!r}"
+    if len(dataset.x_train) < 1 or len(dataset.x_valid) < 1:
+        return "the dataset needs at least one training and one validation row"
+    y_std = np.asarray(dataset.scaler.y_std, dtype=float)
+    if not np.all(np.isfinite(y_std) & (y_std > 0)):
+        return (f"target standard deviation(s) {y_std.tolist()} on the training split: "
+                "a constant target cannot be standardized")
+    return None
+
+
+_trainings_since_gc = 0
+
+
+def _clear_state():
+    """Reset Keras' global state; collect garbage fully only every FULL_GC_EVERY trainings.
+
+    A full ``gc.collect()`` costs about half a second once TensorFlow is imported, more than many
+    whole trainings, so the cyclic garbage of old models is collected in batches.
+    """
+    global _trainings_since_gc
+    keras.backend.clear_session(free_memory=False)
+    _trainings_since_gc += 1
+    if _trainings_since_gc >= FULL_GC_EVERY:
+        gc.collect()
+        _trainings_since_gc = 0
+
+
+def _worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
+          threads: int | None = None) -> TrainResult:
+    """Train one configuration; never raises (problems become a failed :class:`TrainResult`).
+
+    Parameters
+    ----------
+    config : dict
+        ``{"arch": [...], "hp": {...}}`` (see :mod:`autodeuq.space`).
+    space : SearchSpace
+        Decodes the architecture; gives the default epoch budget.
+    dataset : Dataset
+        Original-unit arrays and the training-split ``scaler``.
+    seed : int
+        Seeds the initial weights and the per-epoch shuffles (reproducible on CPU). Through
+        ``keras.utils.set_random_seed`` this also reseeds Python's, NumPy's and TensorFlow's
+        global generators.
+    epochs : int, optional
+        Epoch budget; ``space.epochs`` when omitted (or 0).
+    threads : int, optional
+        Passed to :func:`configure_threads` (only effective before TensorFlow starts).
+
+    Returns
+    -------
+    TrainResult
+        ``objective`` = minimum validation NLL (standardized units) over the epochs,
+        ``best_epoch`` its 1-based epoch, ``model_bytes`` the original-unit model with the weights
+        of that epoch, ``valid_mean`` / ``valid_var`` its validation predictions (original units).
+        ``extra`` holds the effective batch size, early-stopping and learning-rate facts, the
+        number of traces this training caused, and a timing breakdown in seconds.
+
+    Examples
+    --------
+    >>> space, data = load_space("toy"), toy_sine()
+    >>> result = train(space.sample(np.random.default_rng(0)), space, data, epochs=5)
+    >>> result.status, len(result.history["val_loss"]) <= 5
+    ('done', True)
+    """
+    start_time = time.time()
+    t0 = time.perf_counter()
+    worker = _worker_name()
+    history: dict[str, list[float]] = {"loss": [], "val_loss": [], "lr": []}
+
+    def failure(reason, **kwargs):
+        return TrainResult.failure(reason=reason, epochs=len(history["loss"]), history=history,
+                                   wall_time=time.perf_counter() - t0, worker=worker,
+                                   start_time=start_time, end_time=time.time(), **kwargs)
+
+    try:
+        if threads:
+            configure_threads(threads)
+        reason = _check_config(config, space, dataset)
+        max_epochs = int(epochs or space.epochs)
+        if reason is None and max_epochs < 1:
+            reason = f"the epoch budget must be >= 1, got {max_epochs}"
+        if reason is not None:
+            return failure(reason)
+        arch, hp = space.split(config)
+        scaler = dataset.scaler
+        n_features, n_targets = dataset.x_train.shape[1], dataset.y_train.shape[1]
+        batch_size = min(int(hp["batch_size"]), len(dataset.x_train))
+
+        _clear_state()
+        keras.utils.set_random_seed(int(seed))
+        core = build_network(space, arch, n_features, n_targets)
+        n_params = count_params(core)
+        key = _structure_key(space, arch, n_features, n_targets, hp["optimizer"])
+        trainer, reused = _checkout_trainer(key, space, arch, core, hp["optimizer"])
+        traces_before = trainer.traces
+        trainer.reset([_to_numpy(v) for v in core.trainable_variables], hp["learning_rate"], seed)
+        tensors = tuple(tf.constant(np.asarray(a, dtype=np.float32)) for a in (
+            scaler.transform_x(dataset.x_train), scaler.transform_y(dataset.y_train),
+            scaler.transform_x(dataset.x_valid), scaler.transform_y(dataset.y_valid),
+        )) + (tf.constant(batch_size, tf.int32),)
+        book = EpochBookkeeper(hp["learning_rate"], hp["patience_reduce_lr"], hp["patience_early_stopping"])
+        t_setup = time.perf_counter()
+
+        with _graph_optimizer_off():
+            reason, t_first, best_out = _run_epochs(trainer, tensors, book, max_epochs, history)
+        traces = trainer.traces - traces_before
+        _checkin_trainer(key, trainer)  # reusable even after a failure: reset() starts it afresh
+        t_loop = time.perf_counter()
+        if reason is not None:
+            return failure(f"{reason} (optimizer={hp['optimizer']}, learning_rate={hp['learning_rate']:g})",
+                           n_params=n_params)
+
+        for var, value in zip(core.trainable_variables, trainer.best_weights()):
+            var.assign(value)
+        # the best epoch's validation pass ran with exactly the weights kept
+        valid_mean, valid_var = scaler.inverse_y(*split_output(best_out.astype(np.float64)))
+        model_bytes = model_to_bytes(with_scaling(core, scaler))
+        t_end = time.perf_counter()
+        return TrainResult(
+            status=DONE,
+            objective=float(book.best),
+            epochs=len(history["loss"]),
+            best_epoch=book.best_epoch + 1,
+            wall_time=t_end - t0,
+            n_params=n_params,
+            model_bytes=model_bytes,
+            valid_mean=valid_mean,
+            valid_var=valid_var,
+            history=history,
+            worker=worker,
+            start_time=start_time,
+            end_time=time.time(),
+            extra={
+                "batch_size": batch_size,
+                "stopped_early": book.stopped_epoch is not None,
+                "lr_reductions": book.lr_reductions,
+                "traces": traces,
+                "reused_trace": reused,
+                "timing": {"setup": t_setup - t0, "first_epoch": t_first - t_setup,
+                           "other_epochs": t_loop - t_first, "finish": t_end - t_loop},
+            },
+        )
+    except Exception as exc:  # noqa: BLE001 - a training never takes its worker down
+        return failure(f"{type(exc).__name__}: {exc}".strip())
+
+
+def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_epochs: int, history):
+    """The epoch loop.
+
+    Returns
+    -------
+    reason : str or None
+        Why training failed.
+    t_first : float
+        ``perf_counter`` at the end of the first epoch (the one that traces).
+    best_out : ndarray or None
+        Validation outputs (standardized units) of the best epoch.
+    """
+    t_first = time.perf_counter()
+    best_out = None
+    for epoch in range(max_epochs):
+        lr_used = book.lr
+        loss, val_loss, valid_out = trainer.run_epoch(*tensors)
+        loss, val_loss = float(loss), float(val_loss)
+        if epoch == 0:
+            t_first = time.perf_counter()
+        history["loss"].append(loss)
+        history["val_loss"].append(val_loss)
+        history["lr"].append(lr_used)
+        if not (math.isfinite(loss) and math.isfinite(val_loss)):
+            what = "training" if not math.isfinite(loss) else "validation"
+            return f"non-finite {what} loss at epoch {epoch + 1} (loss={loss}, val_loss={val_loss})", t_first, None
+        decision = book.update(val_loss)
+        if decision.is_best:
+            trainer.snapshot()
+            best_out = valid_out.numpy()
+        if decision.reduce_lr:
+            trainer.set_learning_rate(decision.new_lr)
+        if decision.stop:
+            break
+    return None, t_first, best_out
+
+
+@contextlib.contextmanager
+def _graph_optimizer_off():
+    """Run without Grappler while training (restoring the previous setting afterwards).
+
+    Grappler roughly doubles the first call of a freshly traced epoch (~0.1-0.2 s, a large share
+    of a short training) and brought no measurable per-epoch gain on these small networks.
+    The setting is process-wide: one training at a time per process.
+    """
+    if GRAPPLER_IN_TRAINING:
+        yield
+        return
+    previous = bool(tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer", False))
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    try:
+        yield
+    finally:
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": previous})
+
+
+def predict(model: keras.Model, x, batch_size: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+    """Means and variances of an original-unit model (see :func:`~autodeuq.model.with_scaling`).
+
+    Returns
+    -------
+    mean, var : ndarray of shape (n, T), float64, original units
+    """
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 1:
+        x = x[:, None]
+    chunks = [np.asarray(model(x[i:i + batch_size], training=False)) for i in range(0, len(x), batch_size)]
+    out = np.concatenate(chunks, axis=0) if chunks else np.zeros((0, model.output_shape[-1]), np.float32)
+    mean, var = split_output(out.astype(np.float64))
+    return mean, var

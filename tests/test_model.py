@@ -1,0 +1,228 @@
+"""Networks built from architecture vectors: structure, numerics, serialization."""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from autodeuq.data import Standardizer  # noqa: E402
+from autodeuq.model import (  # noqa: E402
+    GaussianHead,
+    Standardize,
+    Unstandardize,
+    build_network,
+    count_params,
+    model_from_bytes,
+    model_to_bytes,
+    network_function,
+    split_output,
+    with_scaling,
+)
+from autodeuq.space import SearchSpace  # noqa: E402
+
+ACTS = ["relu", "tanh", "linear", "swish"]
+NP_ACTS = {
+    "relu": lambda x: np.maximum(x, 0.0),
+    "tanh": np.tanh,
+    "linear": lambda x: x,
+    "swish": lambda x: x / (1.0 + np.exp(-x)),
+}
+
+
+def small_space(num_cells=3, units=(4, 8)):
+    return SearchSpace({
+        "architecture": {"num_cells": num_cells, "skip_window": 3, "units": list(units),
+                         "activations": ACTS, "merge_activation": "relu"},
+        "training": {
+            "learning_rate": {"low": 1e-4, "high": 1e-1, "log": True},
+            "batch_size": {"low": 1, "high": 32, "log": True},
+            "optimizer": ["adam"],
+            "patience_reduce_lr": {"low": 10, "high": 20},
+            "patience_early_stopping": {"low": 20, "high": 30},
+        },
+        "epochs": 5,
+    })
+
+
+def dense(space, units, act):
+    """The dense-decision value of Dense(units, act)."""
+    return 1 + space.units.index(units) * len(space.activations) + space.activations.index(act)
+
+
+def inbound(model, layer_name):
+    """Names of the layers feeding ``layer_name`` (input layer = 'features')."""
+    tensors = model.get_layer(layer_name).input
+    tensors = tensors if isinstance(tensors, (list, tuple)) else [tensors]
+    return [t._keras_history.operation.name for t in tensors]
+
+
+def numpy_forward(space, arch, model, x):
+    """Independent re-implementation of the cell semantics of SPEC.md section 3."""
+    w = {layer.name: layer.get_weights() for layer in model.layers if layer.get_weights()}
+    outs = {0: x}
+    for k, (choice, skips) in enumerate(space.cells(arch), start=1):
+        h = outs[k - 1]
+        if choice.units is not None:
+            kernel, bias = w[f"cell{k}_dense"]
+            h = NP_ACTS[choice.activation](h @ kernel + bias)
+        if skips:
+            total = h
+            for a in skips:
+                s = outs[a]
+                if s.shape[1] != h.shape[1]:
+                    kernel, bias = w[f"cell{k}_skip_from{a}_proj"]
+                    s = s @ kernel + bias
+                total = total + s
+            h = NP_ACTS[space.merge_activation](total)
+        outs[k] = h
+    kernel, bias = w["gaussian_raw"]
+    raw = outs[len(outs) - 1] @ kernel + bias
+    t = raw.shape[1] // 2
+    return np.concatenate([raw[:, :t], np.log1p(np.exp(raw[:, t:])) + 1e-6], axis=1)
+
+
+@pytest.fixture(scope="module")
+def space():
+    return small_space()
+
+
+def test_identity_cells_without_skips_leave_only_the_head(space):
+    arch = [0, 0, 0, 0, 0, 0, 0, 0, 0]
+    model = build_network(space, arch, n_features=3, n_targets=1)
+    assert model.output_shape == (None, 2)
+    assert [layer.name for layer in model.layers] == ["features", "gaussian_raw", "gaussian_head"]
+    assert inbound(model, "gaussian_raw") == ["features"]
+
+
+def test_dense_cell(space):
+    arch = [dense(space, 8, "tanh"), 0, 0, 0, 0, 0, 0, 0, 0]
+    model = build_network(space, arch, 3, 1)
+    layer = model.get_layer("cell1_dense")
+    assert layer.units == 8 and layer.activation.__name__ == "tanh"
+    assert inbound(model, "cell1_dense") == ["features"]
+    assert inbound(model, "gaussian_raw") == ["cell1_dense"]
+    assert not any("merge" in layer.name or "add" in layer.name for layer in model.layers)
+
+
+def test_skip_with_equal_widths_has_no_projection(space):
+    # cell1 Dense(8), cell2 Dense(8) with a skip from cell 1 (anchor order: 1, 0)
+    arch = [dense(space, 8, "relu"), 0, dense(space, 8, "tanh"), 1, 0, 0, 0, 0, 0]
+    model = build_network(space, arch, 3, 1)
+    names = [layer.name for layer in model.layers]
+    assert "cell2_add" in names and "cell2_merge" in names
+    assert not any("proj" in n for n in names)
+    assert inbound(model, "cell2_add") == ["cell2_dense", "cell1_dense"]
+    assert inbound(model, "cell2_merge") == ["cell2_add"]
+    assert model.get_layer("cell2_merge").activation.__name__ == "relu"
+    assert inbound(model, "gaussian_raw") == ["cell2_merge"]
+
+
+def test_skip_with_different_widths_is_projected(space):
+    # cell2 Dense(8) with a skip from the 3-wide input (cell 0)
+    arch = [0, 0, dense(space, 8, "relu"), 0, 1, 0, 0, 0, 0]
+    model = build_network(space, arch, 3, 1)
+    proj = model.get_layer("cell2_skip_from0_proj")
+    assert proj.units == 8 and proj.activation.__name__ == "linear"
+    assert inbound(model, "cell2_skip_from0_proj") == ["features"]
+    assert inbound(model, "cell2_add") == ["cell2_dense", "cell2_skip_from0_proj"]
+
+
+def test_identity_cell_with_skip_keeps_the_previous_width(space):
+    # cell1 Dense(4); cell2 identity (width 4) with skips from cell 1 (same width) and the input (3 wide)
+    arch = [dense(space, 4, "relu"), 0, 0, 1, 1, 0, 0, 0, 0]
+    model = build_network(space, arch, 3, 1)
+    assert inbound(model, "cell2_add") == ["cell1_dense", "cell1_dense", "cell2_skip_from0_proj"]
+    assert model.get_layer("cell2_skip_from0_proj").units == 4
+    assert "cell2_skip_from1_proj" not in [layer.name for layer in model.layers]
+
+
+@pytest.mark.parametrize("arch_seed", range(8))
+def test_network_matches_an_independent_numpy_forward(space, arch_seed):
+    arch = space.sample_arch(np.random.default_rng(arch_seed))
+    model = build_network(space, arch, 3, 2)
+    x = np.random.default_rng(1).normal(size=(5, 3)).astype(np.float32)
+    out = np.asarray(model(x))
+    assert out.shape == (5, 4)
+    np.testing.assert_allclose(out, numpy_forward(space, arch, model, x.astype(np.float64)), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch_seed", range(8))
+def test_plain_ops_forward_equals_the_keras_model(space, arch_seed):
+    arch = space.sample_arch(np.random.default_rng(100 + arch_seed))
+    model = build_network(space, arch, 3, 2)
+    forward = network_function(space, arch, model)
+    x = np.random.default_rng(2).normal(size=(6, 3)).astype(np.float32)
+    weights = [v.value for v in model.trainable_variables]
+    np.testing.assert_allclose(np.asarray(forward(weights, x)), np.asarray(model(x)), rtol=1e-6, atol=1e-7)
+
+
+def test_tabular_space_builds_its_five_cells():
+    from autodeuq.space import load_space
+
+    space = load_space("tabular")
+    arch = space.sample_arch(np.random.default_rng(0))
+    model = build_network(space, arch, 13, 1)
+    assert model.output_shape == (None, 2)
+    dense_cells = [k for k, (c, _) in enumerate(space.cells(arch), start=1) if c.units is not None]
+    assert {f"cell{k}_dense" for k in dense_cells} <= {layer.name for layer in model.layers}
+
+
+def test_gaussian_head_variance_is_positive_and_softplus():
+    raw = np.array([[0.5, -80.0], [1.0, 0.0], [2.0, 30.0]], dtype=np.float32)
+    out = np.asarray(GaussianHead(1)(raw))
+    np.testing.assert_allclose(out[:, 0], raw[:, 0])
+    assert np.all(out[:, 1] > 0)
+    np.testing.assert_allclose(out[:, 1], np.log1p(np.exp(raw[:, 1].astype(float))) + 1e-6, rtol=1e-5)
+
+
+def test_scaling_layers_round_trip_units(space):
+    rng = np.random.default_rng(0)
+    x = rng.normal(5.0, 3.0, size=(40, 3))
+    y = rng.normal(-2.0, 4.0, size=(40, 2))
+    scaler = Standardizer.fit(x, y)
+    core = build_network(space, space.sample_arch(rng), 3, 2)
+    model = with_scaling(core, scaler)
+    out = np.asarray(model(x.astype(np.float32)), dtype=np.float64)
+    z = np.asarray(core(scaler.transform_x(x).astype(np.float32)), dtype=np.float64)
+    mean, var = scaler.inverse_y(z[:, :2], z[:, 2:])
+    np.testing.assert_allclose(out[:, :2], mean, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out[:, 2:], var, rtol=1e-4)
+    assert Standardize(scaler.x_mean, scaler.x_std).get_config()["mean"] == pytest.approx(list(scaler.x_mean))
+    assert Unstandardize(scaler.y_mean, scaler.y_std).get_config()["std"] == pytest.approx(list(scaler.y_std))
+
+
+def test_split_output_and_count_params(space):
+    out = np.arange(12.0).reshape(3, 4)
+    mean, var = split_output(out)
+    np.testing.assert_array_equal(mean, out[:, :2])
+    np.testing.assert_array_equal(var, out[:, 2:])
+    arch = [dense(space, 8, "relu"), 0, 0, 0, 0, 0, 0, 0, 0]
+    model = build_network(space, arch, 3, 1)
+    assert count_params(model) == (3 * 8 + 8) + (8 * 2 + 2)
+
+
+@pytest.fixture(scope="module")
+def scaled_model(space):
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(30, 3)), rng.normal(size=(30, 2))
+    # every kind of cell: dense, projected skip, swish (our own serializable activation)
+    arch = [dense(space, 8, "swish"), 1, 0, 1, 1, dense(space, 4, "tanh"), 1, 1, 1]
+    return with_scaling(build_network(space, arch, 3, 2), Standardizer.fit(x, y)), x.astype(np.float32)
+
+
+def test_model_bytes_round_trip(scaled_model):
+    model, x = scaled_model
+    again = model_from_bytes(model_to_bytes(model))
+    np.testing.assert_allclose(np.asarray(again(x)), np.asarray(model(x)), rtol=1e-6)
+
+
+def test_keras_load_model_in_safe_mode(scaled_model, tmp_path):
+    model, x = scaled_model
+    path = tmp_path / "net.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path, safe_mode=True)
+    np.testing.assert_allclose(np.asarray(loaded(x)), np.asarray(model(x)), rtol=1e-6)
+    assert {type(layer).__name__ for layer in loaded.layers} >= {"Standardize", "Unstandardize"}
+    assert not any(type(layer).__name__ == "Lambda" for layer in loaded.layers)

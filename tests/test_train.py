@@ -1,0 +1,317 @@
+"""The compiled training loop: loss, bookkeeping semantics, results, failures, reproducibility."""
+import math
+import os
+import warnings
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from autodeuq import train as train_mod  # noqa: E402
+from autodeuq.data import from_arrays  # noqa: E402
+from autodeuq.model import model_from_bytes  # noqa: E402
+from autodeuq.space import SearchSpace  # noqa: E402
+from autodeuq.train import (  # noqa: E402
+    OPTIMIZERS,
+    EpochBookkeeper,
+    clear_trainer_cache,
+    configure_threads,
+    gaussian_nll,
+    predict,
+    train,
+)
+
+ACTS = ["relu", "tanh", "swish"]
+
+
+def small_space(epochs=12):
+    return SearchSpace({
+        "architecture": {"num_cells": 2, "skip_window": 3, "units": [8, 16], "activations": ACTS,
+                         "merge_activation": "relu"},
+        "training": {
+            "learning_rate": {"low": 1e-4, "high": 1e-1, "log": True},
+            "batch_size": {"low": 1, "high": 64, "log": True},
+            "optimizer": sorted(OPTIMIZERS),
+            "patience_reduce_lr": {"low": 10, "high": 20},
+            "patience_early_stopping": {"low": 20, "high": 30},
+        },
+        "epochs": epochs,
+    })
+
+
+def dense(space, units, act):
+    return 1 + space.units.index(units) * len(space.activations) + space.activations.index(act)
+
+
+def make_data(n=120, n_targets=1, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-3, 3, size=(n, 2))
+    noise = rng.normal(size=(n, n_targets)) * (0.2 + 0.3 * (x[:, :1] > 0))
+    y = np.sin(x[:, :1]) * np.arange(1, n_targets + 1) * 4.0 + x[:, 1:2] + 10.0 + noise
+    return from_arrays(x, y, valid_fraction=1 / 3, seed=seed)
+
+
+def config(space, *, optimizer="adam", lr=0.01, batch_size=16, p_lr=10, p_es=20, arch=None):
+    arch = arch or [dense(space, 16, "tanh"), 1, dense(space, 8, "swish"), 1, 0]
+    return {"arch": arch, "hp": {"learning_rate": lr, "batch_size": batch_size, "optimizer": optimizer,
+                                 "patience_reduce_lr": p_lr, "patience_early_stopping": p_es}}
+
+
+@pytest.fixture(scope="module")
+def space():
+    return small_space()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_data()
+
+
+@pytest.fixture(scope="module")
+def result(space, data):
+    # patience 3 with a largish rate: early stopping (and so a best epoch before the last) happens
+    res = train(config(space, lr=0.05, p_lr=1, p_es=3), space, data, seed=0, epochs=40)
+    assert res.ok, res.reason
+    return res
+
+
+# --------------------------------------------------------------------------- loss
+def test_gaussian_nll_closed_form():
+    rng = np.random.default_rng(0)
+    y, mu = rng.normal(size=(7, 2)), rng.normal(size=(7, 2))
+    var = rng.uniform(0.1, 3.0, size=(7, 2))
+    expected = np.mean(0.5 * np.log(2 * np.pi * var) + (y - mu) ** 2 / (2 * var))
+    got = float(gaussian_nll(tf.constant(y), tf.constant(mu), tf.constant(var)))
+    assert got == pytest.approx(expected, rel=1e-12)
+    # the standard normal at its mean: 0.5 log(2 pi)
+    assert float(gaussian_nll(tf.zeros((3, 1)), tf.zeros((3, 1)), tf.ones((3, 1)))) == pytest.approx(
+        0.5 * math.log(2 * math.pi), rel=1e-6)
+
+
+# --------------------------------------------------------------------------- bookkeeping vs Keras
+def keras_replay(val_losses, lr, p_lr, p_es, **lr_options):
+    """Run Keras' ReduceLROnPlateau + EarlyStopping(restore_best_weights) on a loss curve."""
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1, use_bias=False)])
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=lr), loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    reduce = keras.callbacks.ReduceLROnPlateau(monitor="val_loss", patience=p_lr, **lr_options)
+    stop = keras.callbacks.EarlyStopping(monitor="val_loss", patience=p_es, restore_best_weights=True)
+    callbacks = keras.callbacks.CallbackList([reduce, stop], model=model)
+    callbacks.on_train_begin()
+    model.stop_training = False
+    lrs = []
+    for epoch, v in enumerate(val_losses):
+        lrs.append(float(np.asarray(model.optimizer.learning_rate)))
+        model.layers[0].kernel.assign([[float(epoch)]])  # the weights "of" this epoch
+        callbacks.on_epoch_end(epoch, {"val_loss": v, "loss": v})
+        if model.stop_training:
+            break
+    callbacks.on_train_end()
+    restored_epoch = int(round(float(np.asarray(model.layers[0].kernel)[0, 0])))
+    return lrs, len(lrs), restored_epoch
+
+
+def book_replay(val_losses, lr, p_lr, p_es, **lr_options):
+    book = EpochBookkeeper(lr, p_lr, p_es, **lr_options)
+    lrs, best = [], None
+    for v in val_losses:
+        lrs.append(book.lr)
+        decision = book.update(v)
+        if decision.is_best:
+            best = book.epoch
+        if decision.stop:
+            break
+    return lrs, len(lrs), best
+
+
+CURVES = {
+    "decreasing": [1.0 / (k + 1) for k in range(30)],
+    "plateau": [1.0, 0.8, 0.7] + [0.7] * 30,
+    "tiny_gains": [1.0] + [1.0 - 5e-5 * k for k in range(1, 30)],  # below min_delta for the LR rule only
+    "bounce": [2.0, 1.5, 1.6, 1.4, 1.45, 1.41, 1.39, 1.5, 1.6, 1.7, 1.35, 1.8, 1.9, 2.0, 2.1, 2.2, 2.3] + [3.0] * 10,
+    "ties": [1.0, 0.5, 0.5, 0.5, 0.4, 0.4, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6],
+}
+
+
+@pytest.mark.parametrize("name", sorted(CURVES))
+@pytest.mark.parametrize("p_lr,p_es", [(1, 3), (2, 4), (3, 3), (5, 2)])
+def test_bookkeeper_matches_keras_callbacks(name, p_lr, p_es):
+    curve = CURVES[name]
+    lrs, n, best = book_replay(curve, 0.01, p_lr, p_es)
+    k_lrs, k_n, k_best = keras_replay(curve, 0.01, p_lr, p_es)
+    assert n == k_n
+    assert best == k_best
+    np.testing.assert_allclose(lrs, k_lrs, rtol=1e-6)
+
+
+def test_bookkeeper_matches_keras_on_random_walks():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        curve = list(np.cumsum(rng.normal(0, 0.05, size=40)) + 1.0)
+        p_lr, p_es = int(rng.integers(1, 6)), int(rng.integers(1, 8))
+        lrs, n, best = book_replay(curve, 0.1, p_lr, p_es)
+        k_lrs, k_n, k_best = keras_replay(curve, 0.1, p_lr, p_es)
+        assert (n, best) == (k_n, k_best)
+        np.testing.assert_allclose(lrs, k_lrs, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["plateau", "bounce", "tiny_gains"])
+def test_bookkeeper_matches_keras_with_cooldown_and_min_lr(name):
+    curve = CURVES[name]
+    ours = book_replay(curve, 0.01, 1, 8, cooldown=2, min_lr=5e-5)
+    theirs = keras_replay(curve, 0.01, 1, 8, cooldown=2, min_lr=5e-5)
+    assert ours[1:] == theirs[1:]
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6)
+
+
+def test_bookkeeper_by_hand():
+    book = EpochBookkeeper(0.1, patience_reduce_lr=2, patience_early_stopping=3)
+    decisions = [book.update(v) for v in (1.0, 0.9, 0.95, 0.96, 0.97)]
+    assert [d.is_best for d in decisions] == [True, True, False, False, False]
+    assert [d.reduce_lr for d in decisions] == [False, False, False, True, False]
+    assert [d.stop for d in decisions] == [False, False, False, False, True]
+    assert decisions[3].new_lr == pytest.approx(0.01)
+    assert (book.best, book.best_epoch, book.stopped_epoch) == (0.9, 1, 4)
+
+
+# --------------------------------------------------------------------------- training results
+def test_objective_is_min_of_history_and_best_epoch_its_argmin(result):
+    val = result.history["val_loss"]
+    assert len(val) == len(result.history["loss"]) == len(result.history["lr"]) == result.epochs
+    assert result.objective == min(val)
+    assert result.best_epoch == int(np.argmin(val)) + 1
+    assert result.extra["stopped_early"] and result.best_epoch < result.epochs
+
+
+def test_loop_replays_the_bookkeeper(result):
+    """The learning rates used and the stopping epoch are those the bookkeeper gives on the history."""
+    lrs, n, best = book_replay(result.history["val_loss"], 0.05, 1, 3)
+    assert n == result.epochs and best + 1 == result.best_epoch
+    np.testing.assert_allclose(result.history["lr"], lrs, rtol=1e-6)
+    assert result.extra["lr_reductions"] >= 1 and min(result.history["lr"]) < 0.05
+
+
+def test_kept_weights_are_the_best_epochs(result, data):
+    """Validation NLL of the returned predictions (standardized units) is the objective."""
+    s = data.scaler
+    mean = (result.valid_mean - s.y_mean) / s.y_std
+    var = result.valid_var / s.y_std**2
+    y = s.transform_y(data.y_valid)
+    nll = np.mean(0.5 * np.log(2 * np.pi * var) + (y - mean) ** 2 / (2 * var))
+    assert nll == pytest.approx(result.objective, rel=1e-4, abs=1e-4)
+    assert nll < result.history["val_loss"][-1]
+
+
+def test_saved_model_reproduces_validation_predictions(result, data, tmp_path):
+    assert result.valid_mean.shape == result.valid_var.shape == (len(data.x_valid), 1)
+    model = model_from_bytes(result.model_bytes)
+    mean, var = predict(model, data.x_valid)
+    # the training pass standardizes in float64, the saved model in float32: float32 agreement
+    np.testing.assert_allclose(mean, result.valid_mean, rtol=1e-5, atol=1e-6 * np.abs(result.valid_mean).max())
+    np.testing.assert_allclose(var, result.valid_var, rtol=1e-5)
+    path = tmp_path / "m.keras"
+    path.write_bytes(result.model_bytes)
+    loaded = keras.models.load_model(path, safe_mode=True)
+    mean2, _ = predict(loaded, data.x_valid)
+    np.testing.assert_allclose(mean2, mean, rtol=1e-6)
+
+
+def test_result_metadata(result):
+    assert result.status == "done" and result.reason is None
+    assert result.n_params > 0 and result.wall_time > 0
+    assert ":" in result.worker and result.end_time >= result.start_time
+    assert result.extra["traces"] == 1  # one trace for the whole training, not one per epoch
+
+
+def test_multi_output():
+    space = small_space()
+    data = make_data(n=90, n_targets=2, seed=1)
+    res = train(config(space, batch_size=8), space, data, seed=0, epochs=4)
+    assert res.ok, res.reason
+    assert res.valid_mean.shape == res.valid_var.shape == (len(data.x_valid), 2)
+    assert np.all(res.valid_var > 0)
+    # the two targets have different scales: predictions are in each target's own units
+    assert abs(res.valid_mean[:, 1].mean() - data.y_valid[:, 1].mean()) < 3 * data.y_valid[:, 1].std()
+
+
+def test_reproducible_and_seed_sensitive(space, data):
+    cfg = config(space, optimizer="rmsprop", lr=0.003, batch_size=8)
+    a = train(cfg, space, data, seed=7, epochs=5)
+    b = train(cfg, space, data, seed=7, epochs=5)  # reuses the traced epoch
+    c = train(cfg, space, data, seed=8, epochs=5)
+    assert b.extra["reused_trace"] and b.extra["traces"] == 0
+    assert a.objective == b.objective and a.history == b.history
+    assert c.objective != a.objective
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_reused_trainer_equals_a_fresh_one(space, data, optimizer):
+    """Optimizer state (moments, accumulators, iteration counts) is reset between trainings."""
+    cfg = config(space, optimizer=optimizer, lr=0.01, batch_size=32,
+                 arch=[dense(space, 8, "relu"), 0, 0, 1, 1])
+    clear_trainer_cache()
+    fresh = train(cfg, space, data, seed=3, epochs=3)
+    train(config(space, optimizer=optimizer, lr=0.05, batch_size=7, arch=cfg["arch"]), space, data, seed=1, epochs=2)
+    reused = train(cfg, space, data, seed=3, epochs=3)
+    assert fresh.ok and reused.ok and reused.extra["traces"] == 0
+    assert reused.history == fresh.history
+
+
+def test_batch_size_is_clipped_to_the_training_rows(space, data):
+    res = train(config(space, batch_size=10_000), space, data, epochs=2)
+    assert res.ok and res.extra["batch_size"] == len(data.x_train)
+
+
+# --------------------------------------------------------------------------- failures
+def test_exploding_learning_rate_is_a_failure(space, data):
+    res = train(config(space, optimizer="sgd", lr=1e4, batch_size=4), space, data, epochs=5)
+    assert res.status == "failed" and not res.ok
+    assert "non-finite" in res.reason and res.objective == math.inf
+    assert res.model_bytes is None and res.epochs >= 1
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"optimizer": "lbfgs"}, "optimizer"),
+    ({"learning_rate": float("nan")}, "learning_rate"),
+    ({"batch_size": 0}, "batch_size"),
+])
+def test_bad_configuration_is_a_failure_not_an_exception(space, data, change, words):
+    cfg = config(space)
+    cfg["hp"].update(change)
+    res = train(cfg, space, data, epochs=2)
+    assert res.status == "failed" and words in res.reason
+
+
+def test_non_positive_epoch_budget_fails(space, data):
+    res = train(config(space), space, data, epochs=-1)
+    assert res.status == "failed" and "epoch budget" in res.reason
+
+
+def test_wrong_arch_length_and_constant_target_fail(space, data):
+    res = train({"arch": [1, 0], "hp": config(space)["hp"]}, space, data, epochs=2)
+    assert res.status == "failed" and "arch" in res.reason
+    flat = make_data()
+    flat.scaler.y_std = np.zeros_like(flat.scaler.y_std)
+    res = train(config(space), space, flat, epochs=2)
+    assert res.status == "failed" and "constant" in res.reason
+
+
+def test_configure_threads_too_late_warns():
+    tf.constant(1.0) + 1.0  # TensorFlow is running
+    wanted = tf.config.threading.get_intra_op_parallelism_threads() + 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert configure_threads(wanted) is False
+    assert any(issubclass(w.category, RuntimeWarning) for w in caught)
+
+
+def test_trainer_cache_is_bounded(space, data):
+    clear_trainer_cache()
+    for units in (8, 16):
+        for act in ACTS:
+            arch = [dense(space, units, act), 0, 0, 0, 0]
+            assert train(config(space, arch=arch, batch_size=64), space, data, epochs=1).ok
+    assert len(train_mod._CACHE) == train_mod.TRAINER_CACHE_SIZE
