@@ -19,7 +19,7 @@ VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".autodeuq-installed"
 DEMO_ARGS = ["--dataset", "toy-sine", "--space", "toy", "--max-evals", "24", "--epochs", "100",
-             "--run-dir", "runs/demo", "--overwrite"]
+             "--run-dir", "runs/demo"]
 
 
 def ensure_env() -> None:
