@@ -18,8 +18,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / ".autodeuq-installed"
-DEMO_ARGS = ["--dataset", "toy-sine", "--space", "toy", "--max-evals", "24", "--epochs", "100",
-             "--run-dir", "runs/demo"]
+DEMO_ARGS = ["--dataset", "toy-sine", "--space", "toy", "--max-evals", "100", "--run-dir", "runs/demo"]
 
 
 def ensure_env() -> None:
