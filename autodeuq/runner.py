@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from autodeuq import search as searchers
@@ -31,7 +31,6 @@ class SearchSummary:
     slots: int
     interrupted: bool = False
     stopped_by: str = "max_evals"
-    failures: dict[str, int] = field(default_factory=dict)
 
     @property
     def utilization(self) -> float:
