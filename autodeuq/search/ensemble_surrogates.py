@@ -20,8 +20,8 @@ process and network depth; the deep ensemble's is also XLA-compiled, once per po
 padded data size (see :func:`_trainer`). TensorFlow is imported on the first fit, never at import.
 
 Measured on the 2-core dev machine (benchmarks/results/surrogates.md, 6 features, one thread):
-one warm refit at 100 / 500 observations takes 0.14 / 0.49 s for the deep ensemble (5 x (32, 32),
-1000 epochs) and 0.18 / 0.91 s for the ranking ensemble (10 x (32, 32, 32, 32), 300 epochs).
+one warm refit at 100 / 500 observations takes 0.14 / 0.58 s for the deep ensemble (5 x (32, 32),
+1000 epochs) and 0.22 / 0.74 s for the ranking ensemble (10 x (32, 32, 32, 32), 300 epochs).
 """
 from __future__ import annotations
 
