@@ -193,15 +193,55 @@ def build_network(space, arch, n_features: int, n_targets: int, name: str = "aut
     return keras.Model(inputs, out, name=name)
 
 
-def network_function(space, arch, model: keras.Model):
-    """The computation of ``build_network(space, arch, ...)`` as a plain function of its weights.
+# --------------------------------------------------------------------------- plain-ops network
+_SQRT_2PI = float(np.sqrt(2.0 * np.pi))
 
-    Returns ``forward(weights, x) -> (n, 2T)`` where ``weights`` lists tensors in the order of
-    ``model.trainable_variables``. It applies the same ops in the same order as the Keras layers
-    (matmul, bias add, the layer's own activation function, left-to-right sums), so it gives the
-    same numbers; it exists because tracing Keras layer calls costs ~10x more Python time than
-    tracing these few ops, and a compiled training loop traces the network twice per
-    architecture (training and validation passes).
+
+def _gelu_grad(dy, z, a):
+    # d/dz of Keras' exact gelu, 0.5 z (1 + erf(z / sqrt 2))
+    return dy * (0.5 * (1.0 + tf.math.erf(z / 1.4142135623730951)) + z * tf.exp(-0.5 * tf.square(z)) / _SQRT_2PI)
+
+
+def _swish_grad(dy, z, a):
+    s = tf.sigmoid(z)
+    return dy * s + tf.raw_ops.SigmoidGrad(y=s, dy=dy * z)
+
+
+# ``grad(dy, z, a) -> dL/dz`` for each activation of the space, from the upstream gradient
+# ``dy``, the pre-activation ``z`` and the activation ``a``: the kernels TensorFlow's own
+# gradients of Keras' activation functions use, so the numbers agree with automatic
+# differentiation (checked in the tests).
+ACTIVATION_GRADIENTS = {
+    "linear": lambda dy, z, a: dy,
+    "relu": lambda dy, z, a: tf.raw_ops.ReluGrad(gradients=dy, features=a),
+    "elu": lambda dy, z, a: tf.raw_ops.EluGrad(gradients=dy, outputs=a),
+    "selu": lambda dy, z, a: tf.raw_ops.SeluGrad(gradients=dy, outputs=a),
+    "sigmoid": lambda dy, z, a: tf.raw_ops.SigmoidGrad(y=a, dy=dy),
+    "tanh": lambda dy, z, a: tf.raw_ops.TanhGrad(y=a, dy=dy),
+    "softplus": lambda dy, z, a: dy * tf.sigmoid(z),
+    "softsign": lambda dy, z, a: tf.raw_ops.SoftsignGrad(gradients=dy, features=z),
+    "hard_sigmoid": lambda dy, z, a: tf.raw_ops.Relu6Grad(gradients=dy / 6.0, features=a * 6.0),  # relu6(z+3)/6
+    "gelu": _gelu_grad,
+    "swish": _swish_grad,
+    "silu": _swish_grad,
+}
+
+
+class NetworkProgram:
+    """The computation of ``build_network(space, arch, ...)`` as plain ops on a list of weights.
+
+    ``program(weights, x)`` gives the network's ``(n, 2T)`` output, where ``weights`` lists
+    tensors in the order of ``model.trainable_variables``. It applies the same ops in the same
+    order as the Keras layers (matmul, bias add, the layer's own activation function, sums of
+    skip terms), so it gives the same numbers.
+
+    :meth:`forward` and :meth:`backward` are the training pair: the forward pass keeps the
+    tensors the backward pass needs, and the backward pass is written out (matmuls,
+    bias-gradient sums, and the activation gradient kernels of :data:`ACTIVATION_GRADIENTS`).
+    Both exist for speed, in a compiled training loop: tracing Keras layer calls costs ~10x more
+    Python time than tracing these few ops, and ``tf.GradientTape`` adds broadcasting
+    bookkeeping (shape, reduce and reshape ops) to every step. The tests check the outputs
+    against the Keras model and the gradients against ``tf.GradientTape``.
 
     Parameters
     ----------
@@ -210,40 +250,115 @@ def network_function(space, arch, model: keras.Model):
     model : keras.Model
         The core network built by :func:`build_network` from the same ``space`` and ``arch``.
     """
-    index = {id(v): i for i, v in enumerate(model.trainable_variables)}
 
-    def dense_params(name):
-        layer = model.get_layer(name)
-        return index[id(layer.kernel)], index[id(layer.bias)], layer.activation
+    def __init__(self, space, arch, model: keras.Model):
+        index = {id(v): i for i, v in enumerate(model.trainable_variables)}
 
-    merge = keras.activations.get(_activation(space.merge_activation))
-    widths = {0: int(model.input_shape[-1])}
-    plan = []  # per cell: (dense params or None, [(anchor, projection params or None), ...])
-    for k, (choice, skips) in enumerate(space.cells(arch), start=1):
-        dense = dense_params(f"cell{k}_dense") if choice.units is not None else None
-        widths[k] = choice.units if choice.units is not None else widths[k - 1]
-        plan.append((dense, [(a, dense_params(f"cell{k}_skip_from{a}_proj") if widths[a] != widths[k] else None)
-                             for a in skips]))
-    head = dense_params("gaussian_raw")
-    n_targets, floor = model.get_layer("gaussian_head").n_targets, model.get_layer("gaussian_head").floor
+        def dense(name, activation):
+            layer = model.get_layer(name)
+            return index[id(layer.kernel)], index[id(layer.bias)], activation
 
-    def affine(h, params, weights):
+        widths = {0: int(model.input_shape[-1])}
+        self.plan = []  # per cell: (dense params or None, [(anchor, projection params or None), ...])
+        for k, (choice, skips) in enumerate(space.cells(arch), start=1):
+            layer = dense(f"cell{k}_dense", choice.activation) if choice.units is not None else None
+            widths[k] = choice.units if choice.units is not None else widths[k - 1]
+            projections = [(a, dense(f"cell{k}_skip_from{a}_proj", "linear") if widths[a] != widths[k] else None)
+                           for a in skips]
+            self.plan.append((layer, projections))
+        self.head = dense("gaussian_raw", "linear")
+        self.merge = space.merge_activation
+        head = model.get_layer("gaussian_head")
+        self.n_targets, self.floor = int(head.n_targets), float(head.floor)
+        self.n_weights = len(model.trainable_variables)
+
+    # ------------------------------------------------------------------ forward
+    @staticmethod
+    def _activate(name, z):
+        return z if name == "linear" else keras.activations.get(_activation(name))(z)
+
+    def _affine(self, params, h, weights, saved):
         kernel, bias, activation = params
-        return activation(ops.add(ops.matmul(h, weights[kernel]), weights[bias]))
+        z = tf.nn.bias_add(tf.matmul(h, weights[kernel]), weights[bias])
+        a = self._activate(activation, z)
+        if saved is not None:
+            saved[params] = (h, z, a)
+        return a
 
-    @tf.autograph.experimental.do_not_convert  # a static Python loop: nothing for AutoGraph to do
-    def forward(weights, x):
+    @tf.autograph.experimental.do_not_convert  # static Python loops: nothing for AutoGraph to do
+    def _raw(self, weights, x, saved=None):
         outs = [x]
-        for dense, skips in plan:
-            h = outs[-1] if dense is None else affine(outs[-1], dense, weights)
+        for k, (layer, skips) in enumerate(self.plan, start=1):
+            h = outs[-1] if layer is None else self._affine(layer, outs[-1], weights, saved)
             if skips:
-                for a, proj in skips:
-                    h = ops.add(h, outs[a] if proj is None else affine(outs[a], proj, weights))
-                h = merge(h)
+                terms = [h] + [outs[a] if proj is None else self._affine(proj, outs[a], weights, saved)
+                               for a, proj in skips]
+                total = tf.add_n(terms)
+                h = self._activate(self.merge, total)
+                if saved is not None:
+                    saved[("merge", k)] = (total, h)
             outs.append(h)
-        return gaussian_head(affine(outs[-1], head, weights), n_targets, floor)
+        return self._affine(self.head, outs[-1], weights, saved)
 
-    return forward
+    def __call__(self, weights, x):
+        return gaussian_head(self._raw(weights, x), self.n_targets, self.floor)
+
+    def forward(self, weights, x):
+        """``(mean, var, saved)``: the outputs, each ``(n, T)``, and what :meth:`backward` needs."""
+        saved = {"weights": weights}
+        mean, raw_var = tf.split(self._raw(weights, x, saved), 2, axis=1)
+        saved["raw_var"] = raw_var
+        return mean, tf.nn.softplus(raw_var) + self.floor, saved
+
+    # ------------------------------------------------------------------ backward
+    @tf.autograph.experimental.do_not_convert
+    def backward(self, saved, d_mean, d_var):
+        """Gradients of a loss w.r.t. every weight, from its gradients w.r.t. the outputs.
+
+        Parameters
+        ----------
+        saved : dict
+            From :meth:`forward`.
+        d_mean, d_var : tf.Tensor of shape (n, T)
+            Gradients of the loss w.r.t. the means and variances :meth:`forward` returned.
+
+        Returns
+        -------
+        list of tf.Tensor
+            One gradient per weight, in ``model.trainable_variables`` order.
+        """
+        weights, grads = saved["weights"], [None] * self.n_weights
+
+        def affine_back(params, dy, need_input):
+            kernel, bias, activation = params
+            h, z, a = saved[params]
+            dz = ACTIVATION_GRADIENTS[activation](dy, z, a)
+            grads[kernel] = tf.matmul(h, dz, transpose_a=True)
+            grads[bias] = tf.raw_ops.BiasAddGrad(out_backprop=dz)
+            return tf.matmul(dz, weights[kernel], transpose_b=True) if need_input else None
+
+        d_raw = tf.concat([d_mean, d_var * tf.sigmoid(saved["raw_var"])], axis=1)  # softplus' = sigmoid
+        n = len(self.plan)
+        upstream = {k: [] for k in range(n + 1)}  # gradients reaching each cell's output
+        upstream[n].append(affine_back(self.head, d_raw, need_input=True))
+        for k in range(n, 0, -1):
+            layer, skips = self.plan[k - 1]
+            dy = upstream[k][0] if len(upstream[k]) == 1 else tf.add_n(upstream[k])
+            if skips:
+                total, out = saved[("merge", k)]
+                dy = ACTIVATION_GRADIENTS[self.merge](dy, total, out)
+                for a, proj in skips:
+                    if a > 0:
+                        upstream[a].append(dy if proj is None else affine_back(proj, dy, need_input=True))
+                    elif proj is not None:
+                        affine_back(proj, dy, need_input=False)
+            if layer is not None:
+                d_in = affine_back(layer, dy, need_input=k > 1)
+                if k > 1:
+                    upstream[k - 1].append(d_in)
+            elif k > 1:
+                upstream[k - 1].append(dy)
+        return grads
 
 
 def with_scaling(core: keras.Model, scaler, name: str = "autodeuq_network") -> keras.Model:

@@ -9,22 +9,24 @@ bookkeeping of :class:`EpochBookkeeper`, which reproduces Keras' ``ReduceLROnPla
 
 Choices that keep tracing cheap and rare:
 
-* All trainable parameters live in one flat vector the optimizer updates, and the epoch runs the
-  network as plain ops on slices of it (:func:`~autodeuq.model.network_function`, checked
-  against the Keras model in the tests). Every optimizer of the space is elementwise, so this is
-  the same arithmetic as per-variable updates, with far fewer ops to trace and run, and the
-  best-weights snapshot is a single copy.
+* All trainable parameters live in one flat vector, and the epoch runs the network as plain ops
+  on slices of it, with its backward pass written out (:class:`~autodeuq.model.NetworkProgram`,
+  checked against the Keras model and ``tf.GradientTape`` in the tests). Every optimizer of the
+  space is elementwise, so one fused update of the vector
+  (:class:`~autodeuq.optimizers.FlatOptimizer`) is the same arithmetic as Keras' per-variable
+  updates, with far fewer ops to trace and run, and the best-weights snapshot is a single copy.
 * The compiled epoch, built for a (network structure, optimizer, input width, targets) key, is
   kept in a small LRU cache (:data:`TRAINER_CACHE_SIZE`). A later training with the same key
   (e.g. a search over training hyperparameters with a fixed architecture) reuses it after
   resetting the weights, the optimizer state and the shuffle generator: no retrace.
 
-Long-lived workers: each training resets Keras' session state, full garbage collections run
-every :data:`FULL_GC_EVERY` trainings (one costs ~0.5 s with TensorFlow loaded), and two sources of
-per-training growth found in TF 2.21 / Keras 3.15 are avoided (Keras' gradient all-reduce and
-``tf.nn.silu`` both register a ``tf.custom_gradient`` that pins every traced graph forever; see
-:class:`CompiledTrainer` and :func:`autodeuq.model.swish`). Measured: RSS stays flat over 200
-trainings (``benchmarks/results/training_speed.md``).
+Long-lived workers: each training resets Keras' session state; the objects alive after the first
+training's imports are moved out of the garbage collector's sight (``gc.freeze``), and full
+collections run every :data:`FULL_GC_EVERY` trainings, so that collecting the cyclic garbage of
+old models does not rescan TensorFlow's own objects each time (~0.45 s a collection otherwise,
+~0.1 s frozen). Keras' ``swish`` (``tf.nn.silu``, a ``tf.custom_gradient`` that pins every traced
+graph forever in TF 2.21) is replaced by :func:`autodeuq.model.swish`. Measured: RSS stays flat
+over 200 trainings (``benchmarks/results/training_speed.md``).
 
 One training runs at a time per process (Keras' global seed and session state, and the Grappler
 switch of :func:`_graph_optimizer_off`, are per process).
@@ -47,7 +49,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .model import build_network, count_params, model_to_bytes, network_function, split_output, with_scaling
+from .model import NetworkProgram, build_network, count_params, model_to_bytes, split_output, with_scaling
+from .optimizers import FlatOptimizer
 from .result import DONE, TrainResult
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -107,9 +110,15 @@ def gaussian_nll(y, mean, var):
 
 
 @tf.autograph.experimental.do_not_convert
-def _output_nll(y, out):
-    t = tf.shape(y)[1]
-    return gaussian_nll(y, out[:, :t], out[:, t:])
+def gaussian_nll_and_gradients(y, mean, var):
+    """:func:`gaussian_nll` and its gradients w.r.t. ``mean`` and ``var``, written out.
+
+    With ``N`` the number of entries and ``d = mean - y``: ``dL/dmean = d / (N var)`` and
+    ``dL/dvar = (1 - d^2 / var) / (2 N var)``.
+    """
+    diff = mean - y
+    scaled = 1.0 / (tf.cast(tf.size(y), var.dtype) * var)
+    return gaussian_nll(y, mean, var), diff * scaled, 0.5 * scaled * (1.0 - tf.square(diff) / var)
 
 
 # --------------------------------------------------------------------------- per-epoch bookkeeping
@@ -231,53 +240,41 @@ def _to_numpy(variable) -> np.ndarray:
     return variable.value.numpy()
 
 
-def _identity_all_reduce(grads_and_vars):
-    return list(grads_and_vars)
-
-
 class CompiledTrainer:
     """A traced whole-epoch training function for one network structure and optimizer.
 
-    It owns the flat parameter vector, its best-epoch copy, the optimizer and the shuffle
-    generator; the network enters only as ``forward(weights, x)`` (see
-    :func:`~autodeuq.model.network_function`), so no Keras model is kept. :meth:`reset` loads a
-    new training's initial weights, learning rate and seed, so one trace serves several trainings.
+    It owns the flat parameter vector, its best-epoch copy, the optimizer (a
+    :class:`~autodeuq.optimizers.FlatOptimizer`) and the shuffle generator; the network enters only as a :class:`~autodeuq.model.NetworkProgram` (plain ops,
+    with its backward pass written out), so no Keras model is kept. :meth:`reset` loads a new
+    training's initial weights, learning rate and seed, so one trace serves several trainings.
 
     Parameters
     ----------
     model : keras.Model
         A core network; only the shapes of its trainable variables are used.
-    forward : callable
-        ``forward(weights, x) -> (n, 2T)`` computing that network.
+    program : NetworkProgram
+        That network's computation.
     optimizer_name : str
         A key of :data:`OPTIMIZERS`.
     """
 
-    def __init__(self, model: keras.Model, forward, optimizer_name: str):
-        self.forward = forward
+    def __init__(self, model: keras.Model, program: NetworkProgram, optimizer_name: str):
+        self.program = program
         self.shapes = [tuple(int(s) for s in v.shape) for v in model.trainable_variables]
         self.sizes = [int(np.prod(s)) for s in self.shapes]
         size = int(sum(self.sizes))
-        self.params = keras.Variable(np.zeros(size, np.float32), name="params")
+        self.params = tf.Variable(tf.zeros([size], tf.float32), trainable=False, name="params")
         self.best_params = tf.Variable(tf.zeros([size], tf.float32), trainable=False, name="best_params")
-        self.optimizer = make_optimizer(optimizer_name, 1e-3)
-        if hasattr(self.optimizer, "_all_reduce_sum_gradients"):
-            # Keras' TF optimizer all-reduces gradients through the default replica context,
-            # which registers a tf.custom_gradient in TF's process-global gradient registry at
-            # every trace; that entry pins the whole traced graph forever (~10 MB a training).
-            # One device, one replica: the all-reduce is the identity, so skip it.
-            self.optimizer._all_reduce_sum_gradients = _identity_all_reduce
-        self.optimizer.build([self.params])
-        self._optimizer_init = [_to_numpy(v) for v in self.optimizer.variables]
+        self.optimizer = FlatOptimizer(optimizer_name, size)
         self.generator = tf.random.Generator.from_seed(0)
         self.traces = 0  # Python-side count of traces of the epoch function
         spec = [tf.TensorSpec([None, None], tf.float32)] * 4 + [tf.TensorSpec([], tf.int32)]
         self.run_epoch = tf.function(self._epoch, input_signature=spec)
 
     @tf.autograph.experimental.do_not_convert
-    def _output(self, x):
-        pieces = tf.split(self.params.value, self.sizes)
-        return self.forward([tf.reshape(p, s) for p, s in zip(pieces, self.shapes)], x)
+    def _weights(self):
+        pieces = tf.split(self.params.read_value(), self.sizes)
+        return [tf.reshape(p, s) for p, s in zip(pieces, self.shapes)]
 
     def _epoch(self, x, y, x_valid, y_valid, batch_size):
         """One epoch: (mean training loss, validation loss, validation outputs)."""
@@ -289,25 +286,25 @@ class CompiledTrainer:
         for i in tf.range((n + batch_size - 1) // batch_size):
             start = i * batch_size
             stop = tf.minimum(start + batch_size, n)
-            with tf.GradientTape() as tape:
-                loss = _output_nll(y[start:stop], self._output(x[start:stop]))
-            grad = tape.gradient(loss, self.params)
-            self.optimizer.apply_gradients([(grad, self.params)])
+            mean, var, saved = self.program.forward(self._weights(), x[start:stop])
+            loss, d_mean, d_var = gaussian_nll_and_gradients(y[start:stop], mean, var)
+            grads = self.program.backward(saved, d_mean, d_var)
+            grad = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
+            self.optimizer.apply(grad, self.params)
             total += loss * tf.cast(stop - start, tf.float32)
-        valid_out = self._output(x_valid)
-        return total / tf.cast(n, tf.float32), _output_nll(y_valid, valid_out), valid_out
+        mean, var, _ = self.program.forward(self._weights(), x_valid)
+        valid_loss, _, _ = gaussian_nll_and_gradients(y_valid, mean, var)
+        return total / tf.cast(n, tf.float32), valid_loss, tf.concat([mean, var], axis=1)
 
     def reset(self, initial_weights, learning_rate: float, seed: int):
         flat = np.concatenate([np.asarray(w, np.float32).reshape(-1) for w in initial_weights])
         self.params.assign(flat)
         self.best_params.assign(flat)
-        for var, value in zip(self.optimizer.variables, self._optimizer_init):
-            var.assign(value)
-        self.optimizer.learning_rate = float(learning_rate)
+        self.optimizer.reset(learning_rate)
         self.generator.reset_from_seed(int(seed))
 
     def set_learning_rate(self, lr: float):
-        self.optimizer.learning_rate = float(lr)
+        self.optimizer.set_learning_rate(lr)
 
     def snapshot(self):
         self.best_params.assign(self.params)
@@ -332,7 +329,7 @@ def _checkout_trainer(key, space, arch, model, optimizer_name):
         trainer = _CACHE.pop(key, None)
     if trainer is not None:
         return trainer, True
-    return CompiledTrainer(model, network_function(space, arch, model), optimizer_name), False
+    return CompiledTrainer(model, NetworkProgram(space, arch, model), optimizer_name), False
 
 
 def _checkin_trainer(key, trainer):
@@ -381,17 +378,22 @@ def _check_config(config, space, dataset) -> str | None:
     return None
 
 
-_trainings_since_gc = 0
+_trainings_since_gc = -1  # -1: nothing frozen yet
 
 
 def _clear_state():
     """Reset Keras' global state; collect garbage fully only every FULL_GC_EVERY trainings.
 
     A full ``gc.collect()`` costs about half a second once TensorFlow is imported, more than many
-    whole trainings, so the cyclic garbage of old models is collected in batches.
+    whole trainings, so the cyclic garbage of old models is collected in batches, and the objects
+    that exist before the first training (modules, TensorFlow's registries) are frozen once, so
+    that collections, the automatic ones included, skip them.
     """
     global _trainings_since_gc
     keras.backend.clear_session(free_memory=False)
+    if _trainings_since_gc < 0:
+        gc.freeze()
+        _trainings_since_gc = 0
     _trainings_since_gc += 1
     if _trainings_since_gc >= FULL_GC_EVERY:
         gc.collect()

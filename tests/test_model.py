@@ -9,18 +9,19 @@ import pytest  # noqa: E402
 
 from autodeuq.data import Standardizer  # noqa: E402
 from autodeuq.model import (  # noqa: E402
+    ACTIVATION_GRADIENTS,
     GaussianHead,
+    NetworkProgram,
     Standardize,
     Unstandardize,
     build_network,
     count_params,
     model_from_bytes,
     model_to_bytes,
-    network_function,
     split_output,
     with_scaling,
 )
-from autodeuq.space import SearchSpace  # noqa: E402
+from autodeuq.space import ACTIVATIONS, SearchSpace  # noqa: E402
 
 ACTS = ["relu", "tanh", "linear", "swish"]
 NP_ACTS = {
@@ -31,10 +32,10 @@ NP_ACTS = {
 }
 
 
-def small_space(num_cells=3, units=(4, 8)):
+def small_space(num_cells=3, units=(4, 8), activations=ACTS, merge="relu"):
     return SearchSpace({
         "architecture": {"num_cells": num_cells, "skip_window": 3, "units": list(units),
-                         "activations": ACTS, "merge_activation": "relu"},
+                         "activations": list(activations), "merge_activation": merge},
         "training": {
             "learning_rate": {"low": 1e-4, "high": 1e-1, "log": True},
             "batch_size": {"low": 1, "high": 32, "log": True},
@@ -152,10 +153,51 @@ def test_network_matches_an_independent_numpy_forward(space, arch_seed):
 def test_plain_ops_forward_equals_the_keras_model(space, arch_seed):
     arch = space.sample_arch(np.random.default_rng(100 + arch_seed))
     model = build_network(space, arch, 3, 2)
-    forward = network_function(space, arch, model)
+    forward = NetworkProgram(space, arch, model)
     x = np.random.default_rng(2).normal(size=(6, 3)).astype(np.float32)
     weights = [v.value for v in model.trainable_variables]
     np.testing.assert_allclose(np.asarray(forward(weights, x)), np.asarray(model(x)), rtol=1e-6, atol=1e-7)
+
+
+def test_every_space_activation_has_a_gradient():
+    assert set(ACTIVATIONS) <= set(ACTIVATION_GRADIENTS)
+
+
+def every_cell(space, act):
+    """Every cell Dense(act), widths alternating so some skips need a projection, all skips on."""
+    arch = []
+    for cell in range(1, space.num_cells + 1):
+        arch += [dense(space, space.units[cell % 2], act)] + [1] * len(space.anchors(cell))
+    return arch
+
+
+@pytest.mark.parametrize("case", [f"act={a}" for a in ACTIVATIONS] + [f"seed={i}" for i in range(4)])
+def test_written_out_backward_equals_gradient_tape(case):
+    """Each activation in every cell and as the merge activation; then random architectures."""
+    import tensorflow as tf
+
+    kind, value = case.split("=")
+    space = small_space(num_cells=4, units=(3, 5), activations=ACTIVATIONS,
+                        merge=value if kind == "act" else "relu")
+    rng = np.random.default_rng(7)
+    arch = every_cell(space, value) if kind == "act" else space.sample_arch(np.random.default_rng(int(value)))
+    model = build_network(space, arch, 3, 2)
+    program = NetworkProgram(space, arch, model)
+    weights = [tf.constant(v.value) for v in model.trainable_variables]
+    x = tf.constant(rng.normal(size=(7, 3)) * 2, tf.float32)  # wide enough to cross the kinks
+    c_mean = tf.constant(rng.normal(size=(7, 2)), tf.float32)
+    c_var = tf.constant(rng.normal(size=(7, 2)), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(weights)
+        mean, var, saved = program.forward(weights, x)
+        loss = tf.reduce_sum(c_mean * mean) + tf.reduce_sum(c_var * var)
+    expected = tape.gradient(loss, weights)
+    np.testing.assert_allclose(np.concatenate([mean, var], axis=1), np.asarray(model(x)), rtol=1e-6, atol=1e-7)
+    got = program.backward(saved, c_mean, c_var)
+    assert len(got) == len(expected) == len(model.trainable_variables)
+    for g, e, v in zip(got, expected, model.trainable_variables):
+        assert g.shape == v.shape, v.path
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-4, atol=1e-5, err_msg=v.path)
 
 
 def test_tabular_space_builds_its_five_cells():

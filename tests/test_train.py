@@ -20,6 +20,7 @@ from autodeuq.train import (  # noqa: E402
     clear_trainer_cache,
     configure_threads,
     gaussian_nll,
+    gaussian_nll_and_gradients,
     predict,
     train,
 )
@@ -89,6 +90,20 @@ def test_gaussian_nll_closed_form():
     # the standard normal at its mean: 0.5 log(2 pi)
     assert float(gaussian_nll(tf.zeros((3, 1)), tf.zeros((3, 1)), tf.ones((3, 1)))) == pytest.approx(
         0.5 * math.log(2 * math.pi), rel=1e-6)
+
+
+def test_written_out_nll_gradients_equal_gradient_tape():
+    rng = np.random.default_rng(1)
+    y, mu = tf.constant(rng.normal(size=(9, 2))), tf.constant(rng.normal(size=(9, 2)))
+    var = tf.constant(rng.uniform(0.05, 3.0, size=(9, 2)))
+    with tf.GradientTape() as tape:
+        tape.watch([mu, var])
+        loss = gaussian_nll(y, mu, var)
+    d_mu, d_var = tape.gradient(loss, [mu, var])
+    got = gaussian_nll_and_gradients(y, mu, var)
+    assert float(got[0]) == float(loss)
+    np.testing.assert_allclose(got[1], d_mu, rtol=1e-12)
+    np.testing.assert_allclose(got[2], d_var, rtol=1e-10)
 
 
 # --------------------------------------------------------------------------- bookkeeping vs Keras
