@@ -244,9 +244,10 @@ class CompiledTrainer:
     """A traced whole-epoch training function for one network structure and optimizer.
 
     It owns the flat parameter vector, its best-epoch copy, the optimizer (a
-    :class:`~autodeuq.optimizers.FlatOptimizer`) and the shuffle generator; the network enters only as a :class:`~autodeuq.model.NetworkProgram` (plain ops,
-    with its backward pass written out), so no Keras model is kept. :meth:`reset` loads a new
-    training's initial weights, learning rate and seed, so one trace serves several trainings.
+    :class:`~autodeuq.optimizers.FlatOptimizer`) and the shuffle generator; the network enters
+    only as a :class:`~autodeuq.model.NetworkProgram` (plain ops, with its backward pass written
+    out), so no Keras model is kept. :meth:`reset` loads a new training's initial weights,
+    learning rate and seed, so one trace serves several trainings.
 
     Parameters
     ----------
