@@ -301,7 +301,8 @@ class NetworkProgram:
         return self._affine(self.head, outs[-1], weights, saved)
 
     def __call__(self, weights, x):
-        return gaussian_head(self._raw(weights, x), self.n_targets, self.floor)
+        mean, var, _ = self.forward(weights, x)
+        return tf.concat([mean, var], axis=1)
 
     def forward(self, weights, x):
         """``(mean, var, saved)``: the outputs, each ``(n, T)``, and what :meth:`backward` needs."""

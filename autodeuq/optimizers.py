@@ -91,7 +91,8 @@ class FlatOptimizer:
     def apply(self, grad, params: tf.Variable):
         """One update of ``params`` (a flat float32 variable) with gradient ``grad``."""
         lr = self.learning_rate.read_value()
-        step = tf.cast(self.iterations.read_value() + 1, tf.float32)
+        if self.name in ("adam", "adamax", "nadam"):  # the rules with bias corrections
+            step = tf.cast(self.iterations.read_value() + 1, tf.float32)
         s = self.slots
         if self.name == "sgd":
             tf.raw_ops.ResourceApplyGradientDescent(var=params.handle, alpha=lr, delta=grad)

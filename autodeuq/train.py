@@ -294,8 +294,7 @@ class CompiledTrainer:
             self.optimizer.apply(grad, self.params)
             total += loss * tf.cast(stop - start, tf.float32)
         mean, var, _ = self.program.forward(self._weights(), x_valid)
-        valid_loss, _, _ = gaussian_nll_and_gradients(y_valid, mean, var)
-        return total / tf.cast(n, tf.float32), valid_loss, tf.concat([mean, var], axis=1)
+        return total / tf.cast(n, tf.float32), gaussian_nll(y_valid, mean, var), tf.concat([mean, var], axis=1)
 
     def reset(self, initial_weights, learning_rate: float, seed: int):
         flat = np.concatenate([np.asarray(w, np.float32).reshape(-1) for w in initial_weights])
