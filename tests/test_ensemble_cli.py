@@ -116,3 +116,59 @@ def test_help_documents_every_option(capsys):
                    "--max-evals", "--timeout", "--eval-timeout", "--workers", "--ray-address", "--cpus-per-eval",
                    "--gpus-per-eval", "--seed", "--run-dir"):
         assert option in text, option
+
+
+def test_default_ensemble_has_k_distinct_members_or_says_why(run_dir):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a full ensemble warns nothing
+        ens = Ensemble.from_catalog(run_dir, size=3)
+    assert len(ens.member_ids) == 3 and ens.selection["shortfall"] is None
+    n_done = len(ens.catalog.ids("done"))
+    with pytest.warns(UserWarning, match=f"{n_done} distinct member.*only {n_done} usable model"):
+        big = Ensemble.from_catalog(run_dir, size=n_done + 2)
+    assert len(big.member_ids) == n_done
+    assert "usable" in big.selection["shortfall"]
+
+
+@pytest.mark.parametrize("diversity", ["architecture", "activations"])
+def test_diverse_selection_keeps_members_apart(run_dir, diversity):
+    from autodeuq.ensemble.predictive import member_groups
+
+    catalog = Ensemble.from_catalog(run_dir, size=1).catalog
+    done = catalog.ids("done")
+    labels = dict(zip(done, member_groups(catalog, done, diversity)))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ens = Ensemble.from_catalog(run_dir, size=3, diversity=diversity)
+    chosen = [labels[i] for i in ens.member_ids]
+    assert len(set(chosen)) == len(chosen) == min(3, len(set(labels.values())))
+    if diversity == "activations":
+        space = catalog.space
+        for i in ens.member_ids:
+            acts = {d.activation for d, _ in space.cells(catalog.config(i)["arch"]) if d.activation}
+            assert labels[i] == ("+".join(sorted(acts)) or "identity")
+
+
+def test_recalibrated_ensemble_scales_both_parts_and_round_trips(run_dir):
+    ens = Ensemble.from_catalog(run_dir, size=3, calibrate="scale")
+    scale = np.asarray(ens.calibration["scale"])
+    assert scale.shape == (1,) and np.all(scale > 0)
+    for key in ("validation_coverage_before", "validation_coverage_after"):
+        assert set(ens.calibration[key]) == {"0.5", "0.9", "0.95"}
+    x = np.linspace(-40, 40, 30)[:, None]
+    pred = ens.predict(x)
+    raw_means, raw_vars = ens.member_predictions(x)
+    from autodeuq.metrics import mixture_moments
+
+    mean, ale, epi = mixture_moments(raw_means, raw_vars, ens.weights)
+    np.testing.assert_allclose(pred.mean, mean, rtol=1e-10)
+    np.testing.assert_allclose(pred.aleatoric, ale * scale**2, rtol=1e-10)
+    np.testing.assert_allclose(pred.epistemic, epi * scale**2, rtol=1e-8, atol=1e-12)
+    again = load_ensemble(ens.save(run_dir / "calibrated.json"))
+    assert again.calibration == json.loads(json.dumps(ens.calibration))
+    np.testing.assert_array_equal(again.predict(x).total, pred.total)
+    np.testing.assert_allclose(again.distribution(x).variance().numpy(), pred.total, rtol=1e-4, atol=1e-5)
