@@ -172,3 +172,14 @@ def test_recalibrated_ensemble_scales_both_parts_and_round_trips(run_dir):
     assert again.calibration == json.loads(json.dumps(ens.calibration))
     np.testing.assert_array_equal(again.predict(x).total, pred.total)
     np.testing.assert_allclose(again.distribution(x).variance().numpy(), pred.total, rtol=1e-4, atol=1e-5)
+
+
+def test_ensemble_pickles_and_predicts_identically(run_dir):
+    import pickle
+
+    ens = load_ensemble(run_dir / "ensemble.json")
+    x = np.linspace(-30, 30, 9)[:, None]
+    before = ens.predict(x)  # models loaded and the graph compiled before pickling
+    again = pickle.loads(pickle.dumps(ens))
+    np.testing.assert_array_equal(again.predict(x).total, before.total)
+    assert again.member_ids == ens.member_ids

@@ -90,6 +90,13 @@ class Ensemble:
         self._models = None
         self._predict_fn = None
 
+    def __getstate__(self):
+        # Loaded Keras models and the compiled prediction graph are rebuilt on first use after
+        # unpickling; the catalog pickles as its run directory.
+        state = dict(self.__dict__)
+        state["_models"] = state["_predict_fn"] = None
+        return state
+
     # ------------------------------------------------------------------ building
     @classmethod
     def from_catalog(cls, run_dir, size: int = 5, method: str = "greedy", objective: str = "mixture", *,
