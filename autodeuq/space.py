@@ -33,6 +33,12 @@ OPTIMIZERS = ("sgd", "rmsprop", "adagrad", "adam", "adadelta", "adamax", "nadam"
 HP_NAMES = (
     "learning_rate", "batch_size", "optimizer", "patience_reduce_lr", "patience_early_stopping",
 )
+# Widest Dense cell a space may ask for. Far beyond what tabular regression needs, yet it keeps a
+# typo (an extra zero or three) from allocating the list of every width before any training.
+MAX_UNITS = 16384
+# Smallest legal value of each integer hyperparameter: a batch holds at least one row; a patience
+# of 0 epochs is meaningful (act at the first epoch without improvement).
+HP_MINIMUM = {"batch_size": 1, "patience_reduce_lr": 0, "patience_early_stopping": 0}
 
 
 class SpaceError(ValueError):
@@ -114,10 +120,15 @@ class SearchSpace:
                 self._fail("architecture.units", "expected {min, max, step} integers or a list")
             if not 1 <= lo <= hi or step < 1:
                 self._fail("architecture.units", f"need 1 <= min <= max and step >= 1, got {units}")
+            if hi > MAX_UNITS:
+                self._fail("architecture.units", f"max {hi} is above the largest supported width {MAX_UNITS}")
             return list(range(lo, hi + 1, step))
         if isinstance(units, list) and units and all(
             isinstance(u, int) and not isinstance(u, bool) and u > 0 for u in units
         ):
+            if max(units) > MAX_UNITS:
+                self._fail("architecture.units",
+                           f"width {max(units)} is above the largest supported width {MAX_UNITS}")
             return list(units)
         self._fail("architecture.units", f"expected {{min, max, step}} or a list of positive integers, got {units!r}")
 
@@ -150,8 +161,9 @@ class SearchSpace:
                 low, high = (float(low), float(high)) if is_float else (int(low), int(high))
             except (TypeError, ValueError):
                 self._fail(where, f"low/high must be numbers, got {entry}")
-            if not (0 < low < high if (log or is_float) else 0 <= low < high):
-                self._fail(where, f"need 0 < low < high, got low={low}, high={high}")
+            if not (0 < low < high if (log or is_float) else HP_MINIMUM[name] <= low < high):
+                bound = "0 <" if (log or is_float) else f"{HP_MINIMUM[name]} <="
+                self._fail(where, f"need {bound} low < high, got low={low}, high={high}")
             kind = CS.Float if is_float else CS.Integer
             cs.add(kind(name, (low, high), log=log))
         return cs
