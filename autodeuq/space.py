@@ -10,7 +10,8 @@ decision per anchor (the outputs of the up-to-``skip_window`` previous cells, ne
 first; cell 0 is the input). ``hp`` holds the training hyperparameters, described by a
 ConfigSpace ``ConfigurationSpace`` (priors, sampling and the [0, 1] vector encoding).
 
-Spaces are read from YAML or JSON files; ``search_spaces/`` ships ``toy`` and ``tabular``.
+Spaces are read from YAML or JSON files; ``search_spaces/`` ships ``toy`` and ``tabular`` (installed
+as the package data of ``autodeuq.search_spaces``).
 """
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from typing import Any
 import ConfigSpace as CS
 import numpy as np
 
-SHIPPED_SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+# The repository's search_spaces/ folder, used when autodeuq runs from a checkout that was not
+# installed (PYTHONPATH=.); installs carry the same files as the package autodeuq.search_spaces.
+SOURCE_SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 
 ACTIVATIONS = (
     "elu", "gelu", "hard_sigmoid", "linear", "relu", "selu",
@@ -342,6 +345,23 @@ class SearchSpace:
                 f"arch_vars={len(self.arch_dims)}, epochs={self.epochs})")
 
 
+def shipped_spaces() -> dict:
+    """The spaces shipped with autodeuq: name -> file (a path-like ``Traversable``).
+
+    They are package data of ``autodeuq.search_spaces`` (so a plain, non-editable install has
+    them), or, in a source checkout that was not installed, the repository's ``search_spaces/``.
+    """
+    from importlib.resources import files
+
+    try:
+        folder = files("autodeuq.search_spaces")
+    except ModuleNotFoundError:
+        folder = SOURCE_SPACES_DIR
+    if not folder.is_dir():
+        return {}
+    return {Path(f.name).stem: f for f in folder.iterdir() if f.name.endswith(".yaml")}
+
+
 def load_space(name_or_path: str | Path | dict | SearchSpace) -> SearchSpace:
     """Load a shipped space by name (``toy``, ``tabular``) or a YAML/JSON space file."""
     if isinstance(name_or_path, SearchSpace):
@@ -349,12 +369,13 @@ def load_space(name_or_path: str | Path | dict | SearchSpace) -> SearchSpace:
     if isinstance(name_or_path, dict):
         return SearchSpace(name_or_path)
     path = Path(name_or_path)
-    if not path.suffix and not path.exists():
-        shipped = sorted(p.stem for p in SHIPPED_SPACES_DIR.glob("*.yaml"))
-        path = SHIPPED_SPACES_DIR / f"{name_or_path}.yaml"
-        if not path.exists():
-            raise SpaceError(f"unknown search space {name_or_path!r}; shipped: {shipped}, or give a .yaml/.json file")
-    if not path.exists():
+    if not path.suffix and not path.is_file():
+        shipped = shipped_spaces()
+        if str(name_or_path) not in shipped:
+            raise SpaceError(f"unknown search space {name_or_path!r}; shipped: {sorted(shipped)}, "
+                             f"or give a .yaml/.json file")
+        path = shipped[str(name_or_path)]
+    elif not path.exists():
         raise SpaceError(f"{path}: search-space file not found")
     text = path.read_text()
     try:
