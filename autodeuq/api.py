@@ -87,7 +87,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            A DataFrame's column names are kept.
+            At least 3 rows without ``X_valid`` (2 with); a DataFrame's column names are kept.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
         X_valid, y_valid : array-like, optional
             Validation data; default: a seeded random split of (X, y).
@@ -97,13 +97,19 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self
         """
         from autodeuq import evaluator as evaluators
-        from autodeuq.data import from_arrays
+        from autodeuq.data import MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_arrays
         from autodeuq.ensemble import Ensemble
         from autodeuq.runner import run_search
         from autodeuq.space import load_space
 
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))
+                                      or self.seed < 0):
+            raise ValueError(f"AutoDEUQRegressor: seed must be None or a non-negative integer, got {self.seed!r}")
         target_names = _target_names(y)
-        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64)
+        # At least a training and a validation row; scikit-learn's message says "1 sample(s)".
+        min_rows = MIN_TRAIN_ROWS + (MIN_VALID_ROWS if X_valid is None else 0)
+        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64,
+                             ensure_min_samples=min_rows)
         self._y_1d = np.ndim(y) == 1
         y2 = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
         if X_valid is not None:

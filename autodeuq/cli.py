@@ -111,6 +111,8 @@ def _load_dataset(args):
 
     if args.dataset and args.data:
         raise CLIError("give either --data FILE or --dataset NAME, not both")
+    if args.seed < 0:
+        raise CLIError(f"--seed must be a non-negative integer, got {args.seed}")
     if args.dataset:
         test_fraction = None if args.dataset == "toy-sine" else 0.1
         return load_builtin(args.dataset, seed=args.seed, valid_fraction=args.valid_fraction,

@@ -116,3 +116,9 @@ def test_help_documents_every_option(capsys):
                    "--max-evals", "--timeout", "--eval-timeout", "--workers", "--ray-address", "--cpus-per-eval",
                    "--gpus-per-eval", "--seed", "--run-dir"):
         assert option in text, option
+
+
+def test_negative_seed_names_the_option(tmp_path, capsys):
+    err = one_line_error(capsys, ["search", "--dataset", "toy-sine", "--seed", "-1", "--evaluator", "serial",
+                                  "--run-dir", str(tmp_path / "run")])
+    assert "--seed" in err and "-1" in err
