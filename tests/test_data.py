@@ -181,6 +181,8 @@ def test_duplicate_column_names_are_refused(tmp_path):
     frame = pd.DataFrame([[1.0, 2.0, 3.0]] * 4, columns=["a", "a", "y"])
     with pytest.raises(DataError, match="duplicate column.*'a'"):
         feature_matrix(frame, ["a"], "X")
+    with pytest.raises(DataError, match="duplicate column.*'a'"):
+        from_arrays(np.arange(30.0).reshape(15, 2), np.arange(15.0), feature_names=["a", "a"])
 
 
 def test_validation_and_test_files_are_matched_by_column_name(tmp_path, table):
