@@ -30,7 +30,9 @@ def ensure_env() -> None:
         venv.EnvBuilder(with_pip=True).create(VENV)
     print("installing autodeuq and its dependencies into .venv (first run only) ...", flush=True)
     pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    subprocess.run(pip + ["--upgrade", "pip"], check=True)
+    # setuptools and wheel in the environment itself: the packaging test builds with --no-build-isolation
+    # (Python 3.12's venv has no setuptools).
+    subprocess.run(pip + ["--upgrade", "pip", "setuptools>=68", "wheel"], check=True)
     subprocess.run(pip + ["-e", f"{ROOT}[test,benchmarks]"], check=True)
     STAMP.write_text(wanted)
 

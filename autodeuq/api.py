@@ -48,6 +48,10 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     run_dir_ : Path
     search_summary_ : SearchSummary
     n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Set when ``X`` is a DataFrame with string column names; recorded in the catalog with the
+        target's name(s) (a named Series or a DataFrame ``y``), so ``autodeuq predict`` reads the
+        original table.
     n_targets_ : int
 
     Examples
@@ -83,6 +87,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            At least 3 rows without ``X_valid`` (2 with); a DataFrame's column names are kept.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
         X_valid, y_valid : array-like, optional
             Validation data; default: a seeded random split of (X, y).
@@ -92,20 +97,31 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self
         """
         from autodeuq import evaluator as evaluators
-        from autodeuq.data import from_arrays
+        from autodeuq.data import MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_arrays
         from autodeuq.ensemble import Ensemble
         from autodeuq.runner import run_search
         from autodeuq.space import load_space
 
-        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64)
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))
+                                      or self.seed < 0):
+            raise ValueError(f"AutoDEUQRegressor: seed must be None or a non-negative integer, got {self.seed!r}")
+        target_names = _target_names(y)
+        # At least a training and a validation row; scikit-learn's message says "1 sample(s)".
+        min_rows = MIN_TRAIN_ROWS + (MIN_VALID_ROWS if X_valid is None else 0)
+        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64,
+                             ensure_min_samples=min_rows)
         self._y_1d = np.ndim(y) == 1
         y2 = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
         if X_valid is not None:
-            X_valid = validate_data(self, X_valid, reset=False, dtype=np.float64)
+            X_valid = validate_data(self, self._by_name(X_valid), reset=False, dtype=np.float64)
             y_valid = np.asarray(y_valid, dtype=np.float64).reshape(len(X_valid), -1)
         seed = 0 if self.seed is None else int(self.seed)
+        # The catalog records the real column names, so `autodeuq predict --data table.csv` works.
+        names = getattr(self, "feature_names_in_", None)
         dataset = from_arrays(X, y2, X_valid, y_valid, valid_fraction=self.valid_fraction, seed=seed,
-                              name="<fit arrays>")
+                              feature_names=None if names is None else list(names),
+                              target_names=target_names if target_names and len(target_names) == y2.shape[1]
+                              else None, name="<fit arrays>")
         self.n_targets_ = y2.shape[1]
         space = load_space(self.space)
         self.run_dir_ = Path(self.run_dir) if self.run_dir is not None else Path(tempfile.mkdtemp(prefix="autodeuq-"))
@@ -126,10 +142,24 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     def _shape(self, a):
         return a[:, 0] if self._y_1d else a
 
+    def _by_name(self, X):
+        """A DataFrame holding the fit's feature names in another order, put in the fit's order."""
+        names = getattr(self, "feature_names_in_", None)
+        if names is None or not hasattr(X, "columns"):
+            return X
+        columns = list(X.columns)
+        if columns != list(names) and len(columns) == len(names) and set(columns) == set(names):
+            return X[list(names)]
+        return X  # other mismatches: scikit-learn's own error names the unseen / missing columns
+
     def predict_uncertainty(self, X):
-        """The decomposed prediction (mean, aleatoric, epistemic, total, std), shape (n, n_targets)."""
+        """The decomposed prediction (mean, aleatoric, epistemic, total, std), shape (n, n_targets).
+
+        A DataFrame is matched to the fit's columns by name (``feature_names_in_``), whatever
+        its column order; an array by position.
+        """
         check_is_fitted(self, "ensemble_")
-        X = validate_data(self, X, reset=False, dtype=np.float64)
+        X = validate_data(self, self._by_name(X), reset=False, dtype=np.float64)
         return self.ensemble_.predict(X)
 
     def predict(self, X, return_std=False):
@@ -144,3 +174,14 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         tags.target_tags.single_output = False
         tags.non_deterministic = False
         return tags
+
+
+def _target_names(y):
+    """Column names of a pandas target (a named Series or a DataFrame with string columns), else None."""
+    if hasattr(y, "columns"):
+        names = list(y.columns)
+    elif getattr(y, "name", None) is not None and hasattr(y, "to_numpy"):
+        names = [y.name]
+    else:
+        return None
+    return [str(n) for n in names] if all(isinstance(n, str) for n in names) else None

@@ -111,6 +111,8 @@ def _load_dataset(args):
 
     if args.dataset and args.data:
         raise CLIError("give either --data FILE or --dataset NAME, not both")
+    if args.seed < 0:
+        raise CLIError(f"--seed must be a non-negative integer, got {args.seed}")
     if args.dataset:
         test_fraction = None if args.dataset == "toy-sine" else 0.1
         return load_builtin(args.dataset, seed=args.seed, valid_fraction=args.valid_fraction,
@@ -174,12 +176,13 @@ def cmd_ensemble(args, run_dir=None):
 def cmd_predict(args):
     import pandas as pd
 
-    from autodeuq.data import load_test_file
+    from autodeuq.data import read_table
     from autodeuq.ensemble import load_ensemble
 
     ensemble = load_ensemble(args.ensemble)
-    x, _ = load_test_file(args.data, ensemble.feature_names, ensemble.target_names, require_targets=False)
-    result = ensemble.predict(x)
+    # Columns are matched by name; target columns, when present, are ignored.
+    x = read_table(args.data)
+    result = ensemble.predict(x, source=str(args.data))
     columns = {}
     for j, t in enumerate(ensemble.target_names):
         columns[f"{t}_mean"] = result.mean[:, j]

@@ -18,6 +18,8 @@ DEFAULT_VALID_FRACTION = 1.0 / 3.0
 MIN_TRAIN_ROWS = 2
 MIN_VALID_ROWS = 1
 BUILTIN_DATASETS = ("toy-sine", "boston", "concrete")
+# The networks are trained in float32: a larger magnitude becomes inf there.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class DataError(ValueError):
@@ -140,8 +142,13 @@ def read_table(path: str | Path):
             return _npz_frame(path)
         if suffix in (".parquet", ".pq"):
             frame = pd.read_parquet(path)
+            header = [str(c) for c in frame.columns]
         else:
             frame = pd.read_csv(path)
+            # read_csv renames a repeated name 'a' to 'a.1'; the raw header shows the repeat.
+            # (Empty names are left to read_csv, which makes them distinct: 'Unnamed: 3'.)
+            header = [c for c in pd.read_csv(path, header=None, nrows=1, dtype=str,
+                                             keep_default_na=False).iloc[0].tolist() if c != ""]
     except DataError:
         raise
     except pd.errors.EmptyDataError:
@@ -150,7 +157,19 @@ def read_table(path: str | Path):
         raise DataError(f"{path}: cannot read file: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     if frame.shape[0] == 0:
         raise DataError(f"{path}: file has no data rows")
+    _check_unique_names(header, str(path))
     return frame
+
+
+def _check_unique_names(columns, source: str) -> None:
+    columns = [str(c) for c in columns]
+    seen = {}
+    for i, c in enumerate(columns):
+        seen.setdefault(c, []).append(i + 1)
+    repeated = {c: where for c, where in seen.items() if len(where) > 1}
+    if repeated:
+        shown = "; ".join(f"{c!r} is columns {', '.join(map(str, where))}" for c, where in repeated.items())
+        raise DataError(f"{source}: duplicate column name(s): {shown}; every column needs its own name")
 
 
 def _npz_frame(path: Path):
@@ -181,9 +200,12 @@ def _npz_frame(path: Path):
 
 
 def _frame_arrays(frame, targets: Sequence[str] | None, source: str, features: Sequence[str] | None = None):
-    """Split a DataFrame into validated float arrays (X, y) and column names."""
-    import pandas as pd
+    """Split a DataFrame into validated float arrays (X, y) and column names.
 
+    With ``features`` (a validation or test table), the feature columns are taken by name, in
+    that order, whatever the table's column order.
+    """
+    _check_unique_names(frame.columns, source)
     columns = [str(c) for c in frame.columns]
     frame.columns = columns
     if not targets:
@@ -202,30 +224,107 @@ def _frame_arrays(frame, targets: Sequence[str] | None, source: str, features: S
         hints = [hint(t) for t in missing]
         raise DataError(f"{source}: target column {', '.join(hints)} not found; columns are {columns}")
     feature_cols = [c for c in columns if c not in targets]
-    if features is not None and feature_cols != list(features):
-        raise DataError(
-            f"{source}: feature columns {feature_cols} do not match the training data's {list(features)}"
-        )
+    if features is not None:
+        if sorted(feature_cols) != sorted(features):
+            raise DataError(
+                f"{source}: feature columns {feature_cols} do not match the training data's {list(features)}: "
+                f"missing {[f for f in features if f not in feature_cols]}, "
+                f"unexpected {[c for c in feature_cols if c not in features]}"
+            )
+        feature_cols = list(features)
     if not feature_cols:
         raise DataError(f"{source}: no feature columns besides the target(s) {list(targets)}")
-    for role, cols in (("feature", feature_cols), ("target", list(targets))):
-        bad = [c for c in cols if not pd.api.types.is_numeric_dtype(frame[c]) or pd.api.types.is_bool_dtype(frame[c])]
-        if bad:
-            kinds = ", ".join(f"{c!r} ({frame[c].dtype})" for c in bad)
-            raise DataError(f"{source}: non-numeric {role} column(s) {kinds}; encode them as numbers first")
-    x = frame[feature_cols].to_numpy(dtype=np.float64)
-    y = frame[list(targets)].to_numpy(dtype=np.float64)
-    for name, arr, cols in (("feature", x, feature_cols), ("target", y, list(targets))):
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            col = int(np.argmax(bad.any(axis=0)))
-            row = int(np.argmax(bad[:, col]))
-            what = "NaN" if np.isnan(arr[row, col]) else "infinite value"
-            raise DataError(
-                f"{source}: {name} column {cols[col]!r} has {int(bad[:, col].sum())} NaN/inf value(s) "
-                f"(first: {what} at data row {row + 1})"
-            )
+    x = _numeric_block(frame, feature_cols, source, "feature")
+    y = _numeric_block(frame, list(targets), source, "target")
     return x, y, feature_cols, list(targets)
+
+
+def _numeric_block(frame, cols: list[str], source: str, role: str) -> np.ndarray:
+    """Columns ``cols`` of ``frame`` as float64, refusing non-numeric, NaN/inf and out-of-float32 values."""
+    import pandas as pd
+
+    bad = [c for c in cols if not pd.api.types.is_numeric_dtype(frame[c]) or pd.api.types.is_bool_dtype(frame[c])]
+    if bad:
+        kinds = ", ".join(f"{c!r} ({frame[c].dtype})" for c in bad)
+        raise DataError(f"{source}: non-numeric {role} column(s) {kinds}; encode them as numbers first")
+    arr = frame[cols].to_numpy(dtype=np.float64)
+    _check_values(arr, cols, source, role)
+    return arr
+
+
+def _check_values(arr: np.ndarray, cols, source: str, role: str) -> None:
+    """Refuse NaN/inf and magnitudes beyond float32, naming the column and the first (1-based) data row."""
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        col = int(np.argmax(bad.any(axis=0)))
+        row = int(np.argmax(bad[:, col]))
+        what = "NaN" if np.isnan(arr[row, col]) else "infinite value"
+        raise DataError(
+            f"{source}: {role} column {cols[col]!r} has {int(bad[:, col].sum())} NaN/inf value(s) "
+            f"(first: {what} at data row {row + 1})"
+        )
+    big = np.abs(arr) > FLOAT32_MAX
+    if big.any():
+        col = int(np.argmax(big.any(axis=0)))
+        row = int(np.argmax(big[:, col]))
+        raise DataError(
+            f"{source}: {role} column {cols[col]!r} has {int(big[:, col].sum())} value(s) beyond the float32 "
+            f"range the networks are trained in (first: {arr[row, col]:g} at data row {row + 1})"
+        )
+
+
+def feature_matrix(table, features: Sequence[str], source: str = "X", ignore: Sequence[str] = ()) -> np.ndarray:
+    """The feature columns of a table, taken by name, as a validated float64 array.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame or mapping of column name -> 1-D values
+        Its column order does not matter.
+    features : sequence of str
+        The model's feature names, in the model's order (the order of the returned columns).
+    source : str
+        Names the table in error messages (a file path, ``"X"``).
+    ignore : sequence of str
+        Columns allowed in the table and left out (the model's targets); any other column that
+        is not a feature is refused, so a misnamed column cannot pass unnoticed.
+
+    Returns
+    -------
+    ndarray of shape (n, len(features)), float64
+
+    Raises
+    ------
+    DataError
+        Duplicate, missing or unexpected columns, columns of different lengths, non-numeric
+        columns, NaN/inf values or magnitudes beyond float32 (naming the first data row).
+    """
+    import pandas as pd
+
+    if not hasattr(table, "columns"):
+        columns = {}
+        for name, values in dict(table).items():
+            values = np.asarray(values)
+            if values.ndim != 1:
+                raise DataError(f"{source}: column {name!r} must be 1-D, got shape {values.shape}")
+            columns[name] = values
+        lengths = {str(name): len(v) for name, v in columns.items()}
+        if len(set(lengths.values())) > 1:
+            (a, na), *others = lengths.items()
+            b, nb = next((k, n) for k, n in others if n != na)
+            raise DataError(f"{source}: column {a!r} has {na} rows, column {b!r} {nb}")
+        table = pd.DataFrame(columns)
+    _check_unique_names(table.columns, source)
+    names = [str(c) for c in table.columns]
+    missing = [f for f in features if f not in names]
+    if missing:
+        raise DataError(f"{source}: columns do not match the model's features {list(features)}: "
+                        f"missing feature column(s) {missing}")
+    unexpected = [c for c in names if c not in features and c not in ignore]
+    if unexpected:
+        raise DataError(f"{source}: columns do not match the model's features {list(features)}: "
+                        f"unexpected column(s) {unexpected}")
+    frame = table.set_axis(names, axis=1)
+    return _numeric_block(frame, list(features), source, "feature")
 
 
 def _check_targets_vary(y, targets, source):
@@ -244,8 +343,14 @@ def random_split(n: int, fraction: float, seed: int):
             f"{n} rows are too few for a train/validation split with fraction {fraction:.3g} "
             f"(need at least {MIN_TRAIN_ROWS} training and {MIN_VALID_ROWS} validation rows)"
         )
-    perm = np.random.default_rng(seed).permutation(n)
+    perm = np.random.default_rng(_check_seed(seed)).permutation(n)
     return np.sort(perm[n_valid:]), np.sort(perm[:n_valid])
+
+
+def _check_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise DataError(f"seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
 
 
 def from_arrays(x, y, x_valid=None, y_valid=None, *, valid_fraction=DEFAULT_VALID_FRACTION, seed=0,
@@ -255,13 +360,19 @@ def from_arrays(x, y, x_valid=None, y_valid=None, *, valid_fraction=DEFAULT_VALI
     y = _as_2d(y, "y")
     if len(x) != len(y):
         raise DataError(f"X has {len(x)} rows but y has {len(y)}")
-    feature_names = list(feature_names or [f"x{i}" for i in range(x.shape[1])])
-    target_names = list(target_names or (["y"] if y.shape[1] == 1 else [f"y{j}" for j in range(y.shape[1])]))
-    for label, arr in (("X", x), ("y", y)):
+    if feature_names is None:
+        feature_names = [f"x{i}" for i in range(x.shape[1])]
+    if target_names is None:
+        target_names = ["y"] if y.shape[1] == 1 else [f"y{j}" for j in range(y.shape[1])]
+    feature_names, target_names = [str(c) for c in feature_names], [str(c) for c in target_names]
+    for label, names, arr in (("feature", feature_names, x), ("target", target_names, y)):
+        if len(names) != arr.shape[1]:
+            raise DataError(f"{len(names)} {label} names {names} for {arr.shape[1]} {label} column(s)")
+    _check_unique_names(feature_names + target_names, name)
+    for label, arr, names in (("X", x, feature_names), ("y", y, target_names)):
         if len(arr) == 0:
             raise DataError(f"{label} is empty")
-        if not np.isfinite(arr).all():
-            raise DataError(f"{label} has NaN or infinite values")
+        _check_values(arr, names, label, "feature" if label == "X" else "target")
     if x_valid is None:
         tr, va = random_split(len(x), valid_fraction, seed)
         x, x_valid, y, y_valid = x[tr], x[va], y[tr], y[va]
@@ -271,8 +382,8 @@ def from_arrays(x, y, x_valid=None, y_valid=None, *, valid_fraction=DEFAULT_VALI
         if x_valid.shape[1] != x.shape[1] or y_valid.shape[1] != y.shape[1]:
             raise DataError(f"validation data has {x_valid.shape[1]} features / {y_valid.shape[1]} targets, "
                             f"training data {x.shape[1]} / {y.shape[1]}")
-        if not (np.isfinite(x_valid).all() and np.isfinite(y_valid).all()):
-            raise DataError("validation data has NaN or infinite values")
+        _check_values(x_valid, feature_names, "X_valid", "feature")
+        _check_values(y_valid, target_names, "y_valid", "target")
         split = {"kind": "given"}
     _check_targets_vary(y, target_names, name)
     if x_test is not None:
@@ -318,23 +429,16 @@ def load_files(train: str | Path, targets: Sequence[str] | None = None, *, valid
 
 
 def load_test_file(path, features: Sequence[str], targets: Sequence[str], require_targets: bool = True):
-    """Read a test/prediction file whose columns must match the training features (targets optional)."""
+    """Read a test/prediction table; its feature columns are matched to ``features`` by name.
+
+    With ``require_targets`` (a test set) the table needs the target columns and returns them;
+    without (new data to predict), target columns may be present and are ignored, and ``y`` is None.
+    """
     frame = read_table(path)
-    columns = [str(c) for c in frame.columns]
-    present = [t for t in targets if t in columns]
-    if require_targets or present:
+    if require_targets:
         x, y, _, _ = _frame_arrays(frame, list(targets), str(path), features)
         return x, y
-    frame.columns = columns
-    missing = [f for f in features if f not in columns]
-    extra = [c for c in columns if c not in features]
-    if missing or extra:
-        raise DataError(f"{path}: columns do not match the model's features {list(features)}: "
-                        f"missing {missing}, unexpected {extra}")
-    dummy = frame[list(features)].copy()
-    dummy["__target__"] = 0.0
-    x, _, _, _ = _frame_arrays(dummy, ["__target__"], str(path), features)
-    return x, None
+    return feature_matrix(frame, features, str(path), ignore=targets), None
 
 
 # --------------------------------------------------------------------------- built-in datasets
@@ -345,7 +449,7 @@ def toy_sine(seed: int = 0, valid_fraction: float = DEFAULT_VALID_FRACTION) -> D
     variance 1; random 2/3 train, 1/3 validation; test = 200 noiseless points evenly spaced on
     [-40, 40].
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(_check_seed(seed))
     x_left = rng.uniform(-30, -20, 200)
     x_right = rng.uniform(20, 30, 200)
     x = np.concatenate([x_left, x_right])

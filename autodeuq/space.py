@@ -10,7 +10,8 @@ decision per anchor (the outputs of the up-to-``skip_window`` previous cells, ne
 first; cell 0 is the input). ``hp`` holds the training hyperparameters, described by a
 ConfigSpace ``ConfigurationSpace`` (priors, sampling and the [0, 1] vector encoding).
 
-Spaces are read from YAML or JSON files; ``search_spaces/`` ships ``toy`` and ``tabular``.
+Spaces are read from YAML or JSON files; ``search_spaces/`` ships ``toy`` and ``tabular`` (installed
+as the package data of ``autodeuq.search_spaces``).
 """
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from typing import Any
 import ConfigSpace as CS
 import numpy as np
 
-SHIPPED_SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+# The repository's search_spaces/ folder, used when autodeuq runs from a checkout that was not
+# installed (PYTHONPATH=.); installs carry the same files as the package autodeuq.search_spaces.
+SOURCE_SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 
 ACTIVATIONS = (
     "elu", "gelu", "hard_sigmoid", "linear", "relu", "selu",
@@ -33,6 +36,12 @@ OPTIMIZERS = ("sgd", "rmsprop", "adagrad", "adam", "adadelta", "adamax", "nadam"
 HP_NAMES = (
     "learning_rate", "batch_size", "optimizer", "patience_reduce_lr", "patience_early_stopping",
 )
+# Widest Dense cell a space may ask for. Far beyond what tabular regression needs, yet it keeps a
+# typo (an extra zero or three) from allocating the list of every width before any training.
+MAX_UNITS = 16384
+# Smallest legal value of each integer hyperparameter: a batch holds at least one row; a patience
+# of 0 epochs is meaningful (act at the first epoch without improvement).
+HP_MINIMUM = {"batch_size": 1, "patience_reduce_lr": 0, "patience_early_stopping": 0}
 
 
 class SpaceError(ValueError):
@@ -114,10 +123,15 @@ class SearchSpace:
                 self._fail("architecture.units", "expected {min, max, step} integers or a list")
             if not 1 <= lo <= hi or step < 1:
                 self._fail("architecture.units", f"need 1 <= min <= max and step >= 1, got {units}")
+            if hi > MAX_UNITS:
+                self._fail("architecture.units", f"max {hi} is above the largest supported width {MAX_UNITS}")
             return list(range(lo, hi + 1, step))
         if isinstance(units, list) and units and all(
             isinstance(u, int) and not isinstance(u, bool) and u > 0 for u in units
         ):
+            if max(units) > MAX_UNITS:
+                self._fail("architecture.units",
+                           f"width {max(units)} is above the largest supported width {MAX_UNITS}")
             return list(units)
         self._fail("architecture.units", f"expected {{min, max, step}} or a list of positive integers, got {units!r}")
 
@@ -150,8 +164,9 @@ class SearchSpace:
                 low, high = (float(low), float(high)) if is_float else (int(low), int(high))
             except (TypeError, ValueError):
                 self._fail(where, f"low/high must be numbers, got {entry}")
-            if not (0 < low < high if (log or is_float) else 0 <= low < high):
-                self._fail(where, f"need 0 < low < high, got low={low}, high={high}")
+            if not (0 < low < high if (log or is_float) else HP_MINIMUM[name] <= low < high):
+                bound = "0 <" if (log or is_float) else f"{HP_MINIMUM[name]} <="
+                self._fail(where, f"need {bound} low < high, got low={low}, high={high}")
             kind = CS.Float if is_float else CS.Integer
             cs.add(kind(name, (low, high), log=log))
         return cs
@@ -330,6 +345,23 @@ class SearchSpace:
                 f"arch_vars={len(self.arch_dims)}, epochs={self.epochs})")
 
 
+def shipped_spaces() -> dict:
+    """The spaces shipped with autodeuq: name -> file (a path-like ``Traversable``).
+
+    They are package data of ``autodeuq.search_spaces`` (so a plain, non-editable install has
+    them), or, in a source checkout that was not installed, the repository's ``search_spaces/``.
+    """
+    from importlib.resources import files
+
+    try:
+        folder = files("autodeuq.search_spaces")
+    except ModuleNotFoundError:
+        folder = SOURCE_SPACES_DIR
+    if not folder.is_dir():
+        return {}
+    return {Path(f.name).stem: f for f in folder.iterdir() if f.name.endswith(".yaml")}
+
+
 def load_space(name_or_path: str | Path | dict | SearchSpace) -> SearchSpace:
     """Load a shipped space by name (``toy``, ``tabular``) or a YAML/JSON space file."""
     if isinstance(name_or_path, SearchSpace):
@@ -337,12 +369,13 @@ def load_space(name_or_path: str | Path | dict | SearchSpace) -> SearchSpace:
     if isinstance(name_or_path, dict):
         return SearchSpace(name_or_path)
     path = Path(name_or_path)
-    if not path.suffix and not path.exists():
-        shipped = sorted(p.stem for p in SHIPPED_SPACES_DIR.glob("*.yaml"))
-        path = SHIPPED_SPACES_DIR / f"{name_or_path}.yaml"
-        if not path.exists():
-            raise SpaceError(f"unknown search space {name_or_path!r}; shipped: {shipped}, or give a .yaml/.json file")
-    if not path.exists():
+    if not path.suffix and not path.is_file():
+        shipped = shipped_spaces()
+        if str(name_or_path) not in shipped:
+            raise SpaceError(f"unknown search space {name_or_path!r}; shipped: {sorted(shipped)}, "
+                             f"or give a .yaml/.json file")
+        path = shipped[str(name_or_path)]
+    elif not path.exists():
         raise SpaceError(f"{path}: search-space file not found")
     text = path.read_text()
     try:

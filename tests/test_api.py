@@ -7,10 +7,12 @@ from autodeuq import AutoDEUQRegressor
 
 TINY = dict(space="toy", search="random", max_evals=2, ensemble_size=2, epochs=3, evaluator="serial", seed=0)
 
-# Checks that cannot apply to a search-based estimator with a random validation split, and why.
+# Checks that cannot apply, and why.
 NOT_APPLICABLE = {
-    # A training on 1 sample has no validation split: we refuse it with a clear error on purpose.
-    "check_fit2d_1sample": "a train/validation split needs at least 3 rows",
+    # It requires predict(DataFrame with the fit's columns in reverse order) to raise; autodeuq
+    # matches DataFrame columns by name instead (so the reversed frame is predicted correctly).
+    # Unseen and missing column names are still refused: test_frame_columns_are_matched_by_name.
+    "check_dataframe_column_names_consistency": "DataFrame columns are matched by name, not refused when reordered",
 }
 
 
@@ -41,3 +43,28 @@ def test_check_estimator():
     results = check_estimator(AutoDEUQRegressor(**TINY), on_fail=None)
     failed = [r for r in results if r["status"] == "failed" and r["check_name"] not in NOT_APPLICABLE]
     assert not failed, [(r["check_name"], str(r["exception"])[:300]) for r in failed]
+
+
+def test_one_sample_is_refused_with_a_message_naming_it():
+    with pytest.raises(ValueError, match="1 sample"):
+        AutoDEUQRegressor(**TINY).fit(np.ones((1, 3)), np.ones(1))
+
+
+def test_negative_seed_is_refused_naming_the_parameter():
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    with pytest.raises(ValueError, match="seed must be None or a non-negative integer, got -1"):
+        AutoDEUQRegressor(**{**TINY, "seed": -1}).fit(X, X[:, 0])
+
+
+def test_frame_columns_are_matched_by_name(tmp_path):
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(2)
+    X = pd.DataFrame(rng.normal(size=(40, 3)) * [1.0, 10.0, 100.0], columns=["a", "b", "c"])
+    y = pd.Series(X["a"] - X["b"] / 10 + rng.normal(0, 0.1, 40), name="target")
+    model = AutoDEUQRegressor(**TINY, run_dir=tmp_path / "run").fit(X, y)
+    assert model.ensemble_.feature_names == ["a", "b", "c"] and model.ensemble_.target_names == ["target"]
+    np.testing.assert_array_equal(model.predict(X[["c", "a", "b"]]), model.predict(X.to_numpy()))
+    with pytest.raises(ValueError, match="Feature names unseen at fit time:\n- d"):
+        model.predict(X.rename(columns={"c": "d"}))
+    with pytest.raises(ValueError, match="Feature names seen at fit time, yet now missing:\n- c"):
+        model.predict(X[["a", "b"]])

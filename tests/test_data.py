@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from autodeuq.data import (
-    DataError, Standardizer, from_arrays, load_builtin, load_files, load_test_file, toy_sine,
+    DataError, Standardizer, feature_matrix, from_arrays, load_builtin, load_files, load_test_file, toy_sine,
 )
 
 
@@ -164,3 +164,68 @@ def test_arrays_are_validated():
         from_arrays(np.zeros((4, 2)), np.zeros(3))
     ds = from_arrays(np.arange(30.0).reshape(15, 2), np.arange(15.0))
     assert ds.n_features == 2 and ds.n_targets == 1 and len(ds.x_valid) == 5
+
+
+def test_a_negative_seed_is_named():
+    with pytest.raises(DataError, match="seed must be a non-negative integer, got -1"):
+        from_arrays(np.arange(30.0).reshape(15, 2), np.arange(15.0), seed=-1)
+    with pytest.raises(DataError, match="seed must be a non-negative integer, got -1"):
+        toy_sine(seed=-1)
+
+
+# ----------------------------------------------------------------------------- columns by name, ranges
+def test_duplicate_column_names_are_refused(tmp_path):
+    # pandas would silently rename the second 'a' to 'a.1'
+    (tmp_path / "dup.csv").write_text("a,b,a,y\n1,2,3,4\n2,3,4,5\n3,4,5,7\n4,5,6,6\n")
+    check_error(tmp_path / "dup.csv", ["y"], "dup.csv", "duplicate column", "'a'")
+    frame = pd.DataFrame([[1.0, 2.0, 3.0]] * 4, columns=["a", "a", "y"])
+    with pytest.raises(DataError, match="duplicate column.*'a'"):
+        feature_matrix(frame, ["a"], "X")
+    with pytest.raises(DataError, match="duplicate column.*'a'"):
+        from_arrays(np.arange(30.0).reshape(15, 2), np.arange(15.0), feature_names=["a", "a"])
+
+
+def test_validation_and_test_files_are_matched_by_column_name(tmp_path, table):
+    train = write_csv(tmp_path / "train.csv", table.iloc[:20])
+    shuffled = ["y2", "y1", "b", "a"]
+    valid = write_csv(tmp_path / "valid.csv", table.iloc[20:][shuffled])
+    test = write_csv(tmp_path / "test.csv", table.iloc[20:][shuffled])
+    ds = load_files(train, ["y1"], valid=valid, test=test)
+    assert ds.feature_names == ["a", "b", "y2"]
+    expected = table.iloc[20:][["a", "b", "y2"]].to_numpy()
+    np.testing.assert_array_equal(ds.x_valid, expected)
+    np.testing.assert_array_equal(ds.x_test, expected)
+    x, _ = load_test_file(test, ["a", "b", "y2"], ["y1"], require_targets=False)
+    np.testing.assert_array_equal(x, expected)
+
+
+def test_prediction_tables_ignore_target_columns_and_name_missing_or_unknown_ones(tmp_path, table):
+    path = write_csv(tmp_path / "new.csv", table[["b", "y1", "a"]].assign(y1=np.nan))
+    x, y = load_test_file(path, ["a", "b"], ["y1"], require_targets=False)
+    np.testing.assert_array_equal(x, table[["a", "b"]].to_numpy())
+    assert y is None
+    with pytest.raises(DataError, match=r"new\.csv: .*missing feature column\(s\) \['c'\]"):
+        load_test_file(path, ["a", "b", "c"], ["y1"], require_targets=False)
+    with pytest.raises(DataError, match=r"unexpected column\(s\) \['b'\]"):
+        load_test_file(path, ["a"], ["y1"], require_targets=False)
+
+
+def test_feature_matrix_takes_frames_and_mappings_by_name(table):
+    expected = table[["a", "b"]].to_numpy()
+    np.testing.assert_array_equal(feature_matrix(table[["b", "a"]], ["a", "b"], "X"), expected)
+    np.testing.assert_array_equal(feature_matrix({"b": table["b"].tolist(), "a": table["a"].to_numpy()},
+                                                 ["a", "b"], "X"), expected)
+    with pytest.raises(DataError, match="X: column 'a' has 30 rows, column 'b' 2"):
+        feature_matrix({"a": table["a"], "b": [1.0, 2.0]}, ["a", "b"], "X")
+    with pytest.raises(DataError, match="X: feature column 'b' has 1 NaN/inf value.*data row 3"):
+        feature_matrix({"a": [1.0, 2.0, 3.0], "b": [1.0, 2.0, np.inf]}, ["a", "b"], "X")
+
+
+def test_values_beyond_float32_range_are_refused_with_row_and_column(tmp_path, table):
+    bad = table.copy()
+    bad.loc[6, "b"] = -1e300
+    check_error(write_csv(tmp_path / "big.csv", bad), ["y1"], "big.csv", "'b'", "float32", "data row 7")
+    with pytest.raises(DataError, match="float32"):
+        from_arrays(np.arange(30.0).reshape(15, 2) * 1e300, np.arange(15.0))
+    with pytest.raises(DataError, match="X: feature column 'a'.*float32.*data row 2"):
+        feature_matrix({"a": [1.0, 4e38]}, ["a"], "X")

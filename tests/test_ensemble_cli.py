@@ -183,3 +183,9 @@ def test_ensemble_pickles_and_predicts_identically(run_dir):
     again = pickle.loads(pickle.dumps(ens))
     np.testing.assert_array_equal(again.predict(x).total, before.total)
     assert again.member_ids == ens.member_ids
+
+
+def test_negative_seed_names_the_option(tmp_path, capsys):
+    err = one_line_error(capsys, ["search", "--dataset", "toy-sine", "--seed", "-1", "--evaluator", "serial",
+                                  "--run-dir", str(tmp_path / "run")])
+    assert "--seed" in err and "-1" in err

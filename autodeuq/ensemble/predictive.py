@@ -4,13 +4,14 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from autodeuq.catalog import Catalog
-from autodeuq.data import DataError
+from autodeuq.data import FLOAT32_MAX, DataError, feature_matrix
 from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage
 from autodeuq.ensemble.selection import select
 from autodeuq.metrics import mixture_moments
@@ -184,54 +185,103 @@ class Ensemble:
     # ------------------------------------------------------------------ predicting
     def _load(self):
         if self._models is None:
-            self._models = [self.catalog.load_model(i) for i in self.member_ids]
+            self._models = [_float64_copy(self.catalog.load_model(i)) for i in self.member_ids]
         return self._models
 
-    def _check_x(self, x) -> np.ndarray:
-        x = np.asarray(x, dtype=np.float64)
-        if x.ndim == 1 and len(self.feature_names) == 1:
-            x = x[:, None]
-        if x.ndim != 2 or (self.feature_names and x.shape[1] != len(self.feature_names)):
-            raise DataError(f"the ensemble expects {len(self.feature_names)} feature column(s) "
-                            f"{self.feature_names}, got an array of shape {x.shape}")
-        if not np.isfinite(x).all():
-            raise DataError("inputs contain NaN or infinite values")
+    def _check_x(self, x, source: str = "X") -> np.ndarray:
+        """Validated float64 inputs in the order of ``feature_names``.
+
+        A DataFrame or a mapping of columns is matched by column name (target columns are
+        ignored, any other unknown column is refused); an array is taken by position.
+        """
+        if hasattr(x, "columns") or isinstance(x, Mapping):
+            x = feature_matrix(x, self.feature_names, source, ignore=self.target_names)
+        else:
+            try:
+                x = np.asarray(x, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise DataError(f"{source}: inputs must be numeric") from None
+            if x.ndim == 1 and len(self.feature_names) == 1:
+                x = x[:, None]
+            if x.ndim != 2 or x.shape[1] != len(self.feature_names):
+                raise DataError(f"{source}: the ensemble expects {len(self.feature_names)} feature column(s) "
+                                f"{self.feature_names}, got an array of shape {x.shape}")
+            x = feature_matrix(dict(zip(self.feature_names, x.T)), self.feature_names, source)
+        scaling = self.catalog.meta.get("data", {}).get("standardization")
+        if scaling and len(x):
+            # The networks were trained in float32 on standardized inputs of order 1; a value whose
+            # standardized form is beyond float32's range was infinite in their arithmetic.
+            z = np.abs((x - np.asarray(scaling["x_mean"])) / np.asarray(scaling["x_std"]))
+            big = z > FLOAT32_MAX
+            if big.any():
+                row, col = np.argwhere(big)[0]
+                raise DataError(
+                    f"{source}: feature column {self.feature_names[col]!r} at data row {row + 1} is {x[row, col]:g}, "
+                    f"whose standardized value ({z[row, col]:.3g} training standard deviations from the "
+                    f"training mean) is beyond the float32 range the networks are trained in"
+                )
         return x
 
-    def member_predictions(self, x) -> tuple[np.ndarray, np.ndarray]:
-        """Every member's (means, variances), shape (n_members, n, n_targets), original units."""
+    def member_predictions(self, x, *, source: str = "X") -> tuple[np.ndarray, np.ndarray]:
+        """Every member's (means, variances), shape (n_members, n, n_targets), original units.
+
+        Parameters
+        ----------
+        x : array-like of shape (n, n_features), DataFrame or mapping of columns
+            Arrays are taken by position; a DataFrame or a mapping by column name (the
+            ensemble's ``feature_names``; its ``target_names`` may be present and are ignored).
+        source : str
+            Names the inputs in error messages (the file they were read from, say).
+
+        Raises
+        ------
+        DataError
+            Missing, unknown or non-numeric columns, NaN/inf values, values beyond float32 (also
+            once standardized), or a member predicting a non-finite value; the message names the
+            first offending data row (1-based) or the rows and the member.
+        """
         import tensorflow as tf
 
-        x = self._check_x(x)
+        x = self._check_x(x, source)
         models = self._load()
         if self._predict_fn is None:
             # One graph runs all members on the same batch, so TensorFlow executes them together.
             self._predict_fn = tf.function(lambda batch: tf.stack([m(batch, training=False) for m in models]),
                                            reduce_retracing=True)
-        outputs = [self._predict_fn(tf.constant(x[i:i + 8192], dtype=tf.float32)).numpy()
+        # float64 arithmetic: with float32, a row's prediction changed in its last digits with
+        # its position in the batch (vectorized kernels round tail rows differently).
+        outputs = [self._predict_fn(tf.constant(x[i:i + 8192], dtype=tf.float64)).numpy()
                    for i in range(0, len(x), 8192)]
         out = np.concatenate(outputs, axis=1).astype(np.float64)
+        bad = ~np.isfinite(out).all(axis=-1)
+        if bad.any():
+            member = int(np.argmax(bad.any(axis=1)))
+            rows = np.flatnonzero(bad[member]) + 1
+            shown = ", ".join(map(str, rows[:10])) + (f" and {len(rows) - 10} more" if len(rows) > 10 else "")
+            raise DataError(f"{source}: ensemble member {self.member_ids[member]} (catalog entry) predicts "
+                            f"non-finite values for data row(s) {shown}; no prediction is returned")
         t = out.shape[-1] // 2
         return out[..., :t], out[..., t:]
 
-    def components(self, x) -> tuple[np.ndarray, np.ndarray]:
+    def components(self, x, *, source: str = "X") -> tuple[np.ndarray, np.ndarray]:
         """The predictive mixture's component (means, variances), recalibrated when the ensemble is.
 
-        Without calibration these are :meth:`member_predictions`.
+        Without calibration these are :meth:`member_predictions`; ``x`` and ``source`` as there.
         """
-        means, variances = self.member_predictions(x)
+        means, variances = self.member_predictions(x, source=source)
         if self.scale is not None:
             means, variances = apply_scale(means, variances, self.weights, self.scale)
         return means, variances
 
-    def predict(self, x) -> UncertaintyPrediction:
+    def predict(self, x, *, source: str = "X") -> UncertaintyPrediction:
         """Mixture mean and the aleatoric / epistemic / total variances.
 
         ``mean = sum_i w_i mu_i``, ``aleatoric = sum_i w_i s2_i``,
-        ``epistemic = sum_i w_i (mu_i - mean)**2`` (Egele et al. 2022); a recalibrated ensemble
-        multiplies both variance parts by the square of its scale.
+        ``epistemic = sum_i w_i (mu_i - mean)**2`` (Egele et al. 2022), whose sum is the mixture's
+        variance (law of total variance); a recalibrated ensemble multiplies both variance parts
+        by the square of its scale. ``x`` and ``source`` are as in :meth:`member_predictions`.
         """
-        means, variances = self.components(x)
+        means, variances = self.components(x, source=source)
         mean, aleatoric, epistemic = mixture_moments(means, variances, self.weights)
         total = aleatoric + epistemic
         return UncertaintyPrediction(mean, aleatoric, epistemic, total, np.sqrt(total))
@@ -253,6 +303,20 @@ class Ensemble:
     def __repr__(self):
         members = ", ".join(f"{i}:{w:.2f}" for i, w in zip(self.member_ids, self.weights))
         return f"Ensemble({str(self.run_dir)!r}, members=[{members}])"
+
+
+def _float64_copy(model):
+    """The same network (same weights) computing in float64: every layer's dtype set to float64."""
+    def retyped(config):
+        if isinstance(config, dict):
+            return {k: ("float64" if k == "dtype" else retyped(v)) for k, v in config.items()}
+        if isinstance(config, list):
+            return [retyped(v) for v in config]
+        return config
+
+    copy = model.__class__.from_config(retyped(model.get_config()))
+    copy.set_weights([np.asarray(w, dtype=np.float64) for w in model.get_weights()])
+    return copy
 
 
 def load_ensemble(path) -> Ensemble:

@@ -1,0 +1,68 @@
+"""Search-space files: validation of their values, and the shipped spaces."""
+import copy
+
+import pytest
+
+from autodeuq.space import SearchSpace, SpaceError, load_space
+
+SPEC = {
+    "architecture": {"num_cells": 2, "skip_window": 3, "units": {"min": 8, "max": 32, "step": 8},
+                     "activations": ["relu", "tanh"]},
+    "training": {
+        "learning_rate": {"low": 1e-4, "high": 1e-1, "log": True},
+        "batch_size": {"low": 1, "high": 32},
+        "optimizer": ["adam"],
+        "patience_reduce_lr": {"low": 0, "high": 20},
+        "patience_early_stopping": {"low": 0, "high": 30},
+    },
+    "epochs": 5,
+}
+
+
+def spec_with(path, value):
+    spec = copy.deepcopy(SPEC)
+    *keys, last = path
+    node = spec
+    for key in keys:
+        node = node[key]
+    node[last] = value
+    return spec
+
+
+def refused(spec, *fragments):
+    with pytest.raises(SpaceError) as info:
+        SearchSpace(spec, source="my.yaml")
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def test_a_valid_spec_with_zero_patience_is_accepted():
+    space = SearchSpace(SPEC)
+    assert space.units == [8, 16, 24, 32] and space.configspace["patience_reduce_lr"].lower == 0
+
+
+@pytest.mark.parametrize("low", [0, -4])
+def test_batch_size_below_one_is_refused(low):
+    refused(spec_with(("training", "batch_size"), {"low": low, "high": 32}),
+            "my.yaml", "training.batch_size", "batch_size")
+
+
+@pytest.mark.parametrize("units", [
+    {"min": 8, "max": 10**6},
+    {"min": 8, "max": 10**9, "step": 8},   # would build a list of 10**8 widths if not refused first
+    [8, 10**9],
+])
+def test_absurd_layer_widths_are_refused(units):
+    refused(spec_with(("architecture", "units"), units), "my.yaml", "architecture.units", "16384")
+
+
+def test_shipped_spaces_load_by_name():
+    for name in ("toy", "tabular"):
+        assert load_space(name).name == name
+
+
+def test_unknown_space_lists_the_shipped_ones():
+    with pytest.raises(SpaceError, match=r"shipped: \['tabular', 'toy'\]"):
+        load_space("tabluar")
