@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
