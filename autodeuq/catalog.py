@@ -32,10 +32,25 @@ Crash safety (SIGKILL or power loss at any instant):
   writer reopens the run.
 - The index keeps each file's SHA-256, so a file damaged or replaced later is reported as
   corrupt, naming its entry, instead of being used.
+
+A run directory is untrusted input (it may be shared, copied from elsewhere or tampered with):
+
+- Every file is written through :func:`atomic_write`: a temporary name created exclusively
+  (``O_EXCL | O_NOFOLLOW``), renamed over the final name, so a symbolic link planted at either
+  name is replaced, never written through; the lock file is opened with ``O_NOFOLLOW`` and a
+  writer refuses linked ``models/``, ``predictions/`` or database files.
+- Model and predictions files must be regular files inside the run directory and match the
+  checksum in the index (an entry without one is refused); archives are checked against size
+  caps before anything is decompressed.
+- The index must have the expected tables and columns (no view stands in for a table, a writer
+  refuses triggers), and every query is aborted after :data:`QUERY_TIME_LIMIT` seconds.
+- The test set and, for one-feature problems, the training points are stored in the index at
+  creation, so reports never re-read the user's data files.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import importlib
 import io
@@ -43,8 +58,12 @@ import json
 import math
 import os
 import platform
+import re
+import secrets
 import socket
 import sqlite3
+import stat
+import tempfile
 import threading
 import time
 import warnings
@@ -71,6 +90,19 @@ CSV_NAME = "results.csv"
 MODELS_DIR = "models"
 PREDICTIONS_DIR = "predictions"
 TEMP_SUFFIX = ".tmp"
+# Files SQLite keeps next to the index: a planted link there would make SQLite write elsewhere.
+DB_FILES = (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", f"{DB_NAME}-journal")
+
+# Limits on what a run directory may make autodeuq read (a crafted file must not exhaust memory).
+# Models of the shipped spaces are kilobytes to a few megabytes.
+MAX_MODEL_BYTES = 1 << 30  #: a model file, and the sum of its decompressed members
+MAX_MODEL_JSON_BYTES = 16 << 20  #: one JSON member of a model archive, decompressed
+MAX_ARRAY_BYTES = 1 << 30  #: arrays stored in the index (validation targets, test set, training points)
+QUERY_TIME_LIMIT = 60.0  #: seconds after which a query on the index is aborted
+_PROGRESS_STEPS = 10_000  # SQLite virtual-machine steps between two checks of the time limit
+_KERAS_MEMBERS = ("metadata.json", "config.json", "model.weights.h5")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_MAX_ID = 2**63 - 1  # SQLite's largest integer
 
 # Columns of to_dataframe() / results.csv; the training hyperparameters follow "arch".
 LEADING_COLUMNS = ("id", "status", "objective", "reason", "arch")
@@ -118,6 +150,13 @@ CREATE TABLE IF NOT EXISTS sessions (
     versions_json TEXT
 );
 """
+# The columns each table must have (checked on open: the index is read, never trusted).
+_TABLES = {
+    name: tuple(re.findall(r"^\s{4}(\w+)\s", body, flags=re.MULTILINE))
+    for name, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\);", _SCHEMA, flags=re.DOTALL)
+}
+# Run-table keys holding arrays that are read only when asked for (they may be large).
+_ARRAY_KEYS = ("x_test", "y_test", "x_train", "y_train")
 
 
 class CatalogError(RuntimeError):
@@ -170,7 +209,14 @@ def _sha256(data: bytes) -> str:
 
 
 def _temp_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
+    # Random, so a name cannot be planted in advance; a dot-name ending in .tmp, so a writer
+    # reopening the run knows it for a leftover.
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -184,14 +230,33 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _write_temp(path: Path, data: bytes) -> Path:
-    """Write ``data`` to a temporary file next to ``path`` and fsync it."""
-    tmp = _temp_path(path)
+    """Write ``data`` to a new temporary file next to ``path`` and fsync it.
+
+    The name is created exclusively and without following links: a file or link already there
+    (planted, say) is never opened, another random name is tried instead.
+    """
+    for _ in range(16):
+        tmp = _temp_path(path)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -200,13 +265,57 @@ def _write_temp(path: Path, data: bytes) -> Path:
 
 
 def _publish(tmp: Path, path: Path) -> None:
-    """Atomically give the complete temporary file its final name, durably."""
+    """Atomically give the complete temporary file its final name, durably.
+
+    A rename replaces a link at ``path`` itself, never the file it points to.
+    """
     os.replace(tmp, path)
     _fsync_dir(path.parent)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    _publish(_write_temp(path, data), path)
+    tmp = _write_temp(path, data)
+    try:
+        _publish(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # gone already when the rename itself succeeded
+            tmp.unlink()
+        raise
+
+
+def _os_reason(exc: OSError) -> str:
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+def atomic_write(path: str | Path, data: bytes) -> Path:
+    """Replace ``path`` with ``data`` atomically and durably, never writing through a link.
+
+    The bytes go to a new temporary file in the same folder (created with ``O_EXCL |
+    O_NOFOLLOW``), which is fsynced and renamed over ``path``; on any failure the temporary file
+    is removed and ``path`` is left as it was. Every file autodeuq writes into a run directory or
+    next to an ensemble manifest goes through here.
+
+    Parameters
+    ----------
+    path : str or Path
+    data : bytes
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    CatalogError
+        The file cannot be written (disk full, read-only folder, ``path`` is a folder, ...);
+        the message names it and says why.
+    """
+    path = Path(path)
+    try:
+        _atomic_write(path, bytes(data))
+    except OSError as exc:
+        raise CatalogError(f"cannot write {path}: {_os_reason(exc)}") from None
+    return path
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
@@ -219,6 +328,42 @@ def _npz_bytes(mean: np.ndarray, var: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.savez(buf, mean=mean, var=var)
     return buf.getvalue()
+
+
+def _load_npy(data: bytes, ndim: int = 2) -> np.ndarray:
+    """A float array from ``.npy`` bytes, checked before anything is allocated.
+
+    Raises ValueError when the header is not that of a ``ndim``-D float array whose data is
+    exactly the rest of ``data`` (a header declaring a huge shape is refused, not allocated).
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueError(f"not .npy bytes but {type(data).__name__}")
+    buf = io.BytesIO(data)
+    version = np.lib.format.read_magic(buf)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(buf)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(buf)
+    else:
+        raise ValueError(f"unsupported .npy version {version}")
+    if dtype.kind != "f" or dtype.hasobject or len(shape) != ndim:
+        raise ValueError(f"expected a {ndim}-D float array, found dtype {dtype} and shape {shape}")
+    size = math.prod(shape) * dtype.itemsize
+    if size != len(data) - buf.tell():
+        raise ValueError(f"shape {shape} needs {size} bytes of data, the file has {len(data) - buf.tell()}")
+    return np.asarray(np.lib.format.read_array(io.BytesIO(data), allow_pickle=False), dtype=np.float64)
+
+
+def _load_npz(data: bytes, names: Iterable[str], max_bytes: int) -> dict[str, np.ndarray]:
+    """Named float arrays of an ``.npz`` archive, each member's declared size checked first."""
+    out = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for name in names:
+            info = archive.getinfo(f"{name}.npy")
+            if info.file_size > max_bytes:
+                raise ValueError(f"{name} would decompress to {info.file_size} bytes (at most {max_bytes} expected)")
+            out[name] = _load_npy(archive.read(info))
+    return out
 
 
 def _package_versions() -> dict[str, str]:
@@ -279,6 +424,34 @@ def _lambda_layers(config: Any) -> list[str]:
     return found
 
 
+def _keras_config(data: bytes, where: str) -> Any:
+    """The config of a ``.keras`` archive, after checking what it would decompress to."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = archive.infolist()
+            names = [m.filename for m in members]
+            unexpected = sorted(set(names) - set(_KERAS_MEMBERS))
+            if unexpected or len(set(names)) != len(names):
+                raise CatalogError(f"{where}: refusing to load it: it holds member(s) {unexpected or names} that a "
+                                   f"model saved by autodeuq does not have")
+            for member in members:
+                cap = MAX_MODEL_JSON_BYTES if member.filename.endswith(".json") else MAX_MODEL_BYTES
+                if member.file_size > cap:
+                    raise CatalogError(f"{where}: refusing to load it: {member.filename} would decompress to "
+                                       f"{member.file_size} bytes, more than the {cap} allowed")
+            total = sum(m.file_size for m in members)
+            if total > MAX_MODEL_BYTES:
+                raise CatalogError(f"{where}: refusing to load it: its members would decompress to {total} bytes, "
+                                   f"more than the {MAX_MODEL_BYTES} allowed")
+            # zipfile stops at the declared size, so the caps above bound what this reads.
+            return json.loads(archive.read("config.json"))
+    except CatalogError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, KeyError, ValueError, RecursionError, EOFError,
+            NotImplementedError, RuntimeError) as exc:
+        raise CatalogError(f"{where} is not a valid .keras archive: {exc}") from None
+
+
 def _import_custom_layers() -> None:
     """Register autodeuq's serializable layers with Keras before a model is deserialized."""
     try:
@@ -288,30 +461,156 @@ def _import_custom_layers() -> None:
             raise
 
 
-def _connect_readonly(db: Path) -> sqlite3.Connection:
+class _Connection(sqlite3.Connection):
+    """A connection whose statements can be bounded in time (:meth:`limited`).
+
+    A crafted index (a recursive view in place of a table, say) must not hang its reader: while
+    a limit is set, SQLite's progress handler aborts any statement that runs past it.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._deadline = None
+        self.set_progress_handler(self._over_time, _PROGRESS_STEPS)
+
+    def _over_time(self) -> bool:
+        return self._deadline is not None and time.monotonic() > self._deadline
+
+    @contextlib.contextmanager
+    def limited(self, where):
+        """Run the enclosed statements under :data:`QUERY_TIME_LIMIT`; SQLite errors become
+        :class:`CatalogError` naming ``where``."""
+        outer = self._deadline
+        if outer is None:
+            self._deadline = time.monotonic() + QUERY_TIME_LIMIT
+        try:
+            yield self
+        except sqlite3.DatabaseError as exc:
+            if "interrupted" in str(exc) and self._over_time():
+                raise CatalogError(f"{where}: a query on the catalog ran longer than {QUERY_TIME_LIMIT:g} s and "
+                                   f"was stopped; the catalog is damaged or was crafted") from None
+            raise CatalogError(f"{where}: cannot read the catalog: {exc}") from None
+        except (OverflowError, MemoryError) as exc:
+            raise CatalogError(f"{where}: cannot read the catalog: {type(exc).__name__}: {exc}") from None
+        finally:
+            self._deadline = outer
+
+
+def _connect(db, **kwargs) -> _Connection:
+    conn = sqlite3.connect(db, check_same_thread=False, factory=_Connection, **kwargs)
+    try:
+        # Functions with side effects may not run from inside the schema (views, triggers, defaults).
+        conn.execute("PRAGMA trusted_schema = OFF")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _connect_readonly(db: Path) -> _Connection:
     uri = db.resolve().as_uri()
     try:
-        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
-        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-        return conn
+        return _probe(_connect(f"{uri}?mode=ro", uri=True))
     except sqlite3.OperationalError:
         # A WAL database in a folder we may not write (no -shm can be made): only a frozen
         # copy can be read, and immutable=1 is how SQLite is told so.
-        conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False)
-        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-        return conn
+        return _probe(_connect(f"{uri}?mode=ro&immutable=1", uri=True))
 
 
-def _read_run_info(conn: sqlite3.Connection) -> dict[str, Any] | None:
-    """The committed run metadata, or None when the catalog's creation never committed."""
+def _probe(conn: _Connection) -> _Connection:
     try:
-        rows = conn.execute("SELECT key, value FROM run").fetchall()
-    except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
-            return None
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except BaseException:
+        conn.close()
         raise
+    return conn
+
+
+def _check_schema(conn: sqlite3.Connection, where) -> bool:
+    """Whether the catalog's tables exist; raises CatalogError when they exist but are not the
+    expected tables with the expected columns (False: none exists, its creation never committed)."""
+    kinds = dict(conn.execute(
+        f"SELECT name, type FROM sqlite_master WHERE name IN ({', '.join('?' * len(_TABLES))})", tuple(_TABLES),
+    ).fetchall())
+    if not kinds:
+        return False
+    for name, columns in _TABLES.items():
+        kind = kinds.get(name)
+        if kind is None:
+            raise CatalogError(f"{where}: damaged catalog: it has no table {name!r}")
+        if kind != "table":
+            raise CatalogError(f"{where}: not an autodeuq catalog: {name!r} is a {kind}, not a table")
+        info = conn.execute(f"PRAGMA table_info({name})").fetchall()  # name: one of ours, not input
+        have = {row[1] for row in info}
+        missing = [c for c in columns if c not in have]
+        if missing:
+            raise CatalogError(f"{where}: damaged catalog: table {name!r} lacks column(s) {', '.join(missing)}")
+        if name == "evaluations" and [(r[1], str(r[2]).upper()) for r in info if r[5]] != [("id", "INTEGER")]:
+            raise CatalogError(f"{where}: damaged catalog: evaluations.id is not its INTEGER PRIMARY KEY")
+    return True
+
+
+def _read_run_info(conn: sqlite3.Connection, where) -> dict[str, Any] | None:
+    """The committed run metadata, or None when the catalog's creation never committed."""
+    if not _check_schema(conn, where):
+        return None
+    rows = conn.execute(
+        f"SELECT key, value FROM run WHERE key NOT IN ({', '.join('?' * len(_ARRAY_KEYS))})", _ARRAY_KEYS,
+    ).fetchall()
     info = dict(rows)
     return info if "meta_json" in info else None
+
+
+def _decode_run_info(where: Path, info: dict[str, Any]) -> tuple[dict[str, Any], np.ndarray, str]:
+    """(metadata, validation targets, data fingerprint) of the run table, checked."""
+    version = info.get("format_version")
+    if (info.get("format") != FORMAT or not isinstance(version, int) or isinstance(version, bool)
+            or version > FORMAT_VERSION):
+        raise CatalogError(
+            f"{where}: catalog format {info.get('format')!r} version {version!r} "
+            f"is not one this autodeuq reads ({FORMAT!r} <= {FORMAT_VERSION})"
+        )
+    meta = _decode_json(info.get("meta_json"), str(where), "run metadata (meta_json)")
+    if not isinstance(meta, dict) or not isinstance(meta.get("space"), dict):
+        raise CatalogError(f"{where}: damaged catalog: run metadata (meta_json) has no search space")
+    value = info.get("valid_targets")
+    try:
+        if isinstance(value, (bytes, bytearray)) and len(value) > MAX_ARRAY_BYTES:
+            raise ValueError(f"{len(value)} bytes")
+        targets = _load_npy(value)
+    except ValueError as exc:
+        raise CatalogError(f"{where}: damaged catalog: validation targets (valid_targets) cannot be read: "
+                           f"{exc}") from None
+    fingerprint = info.get("fingerprint")
+    if not isinstance(fingerprint, str):
+        raise CatalogError(f"{where}: damaged catalog: the data fingerprint is {fingerprint!r}")
+    return meta, targets, fingerprint
+
+
+def _refuse_links(run_dir: Path, names: Iterable[str]) -> None:
+    """Refuse files and folders of a run that are symbolic links: writing there (SQLite writes its
+    -wal and -shm files, even for readers) would write wherever the link points."""
+    for name in names:
+        path = run_dir / name
+        if path.is_symlink():
+            raise CatalogError(f"{path}: is a symbolic link; the files and folders of a run directory may not be "
+                               f"links (remove it)")
+
+
+def _decode_json(text, where: str, column: str):
+    """A JSON column's value; CatalogError naming the column when it is damaged."""
+    try:
+        if not isinstance(text, str):
+            raise ValueError(f"{type(text).__name__} instead of text")
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise CatalogError(f"{where}: damaged catalog: {column} is not valid JSON ({exc})") from None
+
+
+def _checked_objective(value, where: str):
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    raise CatalogError(f"{where}: damaged catalog: objective {value!r} is not a number")
 
 
 # --------------------------------------------------------------------------- predictions
@@ -367,34 +666,36 @@ class Catalog:
         db = self.run_dir / DB_NAME
         if not self.run_dir.is_dir():
             raise CatalogError(f"{self.run_dir}: no such run directory, so no catalog to read")
+        _refuse_links(self.run_dir, DB_FILES)
         if not db.is_file():
             raise CatalogError(f"{self.run_dir}: not an autodeuq run directory (no {DB_NAME})")
         conn = None
         try:
             conn = _connect_readonly(db)
-            info = _read_run_info(conn)
+            with conn.limited(db):
+                info = _read_run_info(conn, db)
         except sqlite3.DatabaseError as exc:
             if conn is not None:
                 conn.close()
             raise CatalogError(f"{db}: cannot read the catalog: {exc}") from None
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
         if info is None:
             conn.close()
             raise CatalogError(f"{db}: incomplete catalog (its creation did not finish); nothing was recorded in it")
         self._setup(conn, info)
 
     def _setup(self, conn: sqlite3.Connection, info: dict[str, Any]) -> None:
-        if info.get("format") != FORMAT or int(info.get("format_version", 0)) > FORMAT_VERSION:
+        try:
+            self._meta, self._valid_targets, self.fingerprint = _decode_run_info(self.run_dir / DB_NAME, info)
+        except BaseException:
             conn.close()
-            raise CatalogError(
-                f"{self.run_dir}: catalog format {info.get('format')!r} version {info.get('format_version')} "
-                f"is not one this autodeuq reads ({FORMAT!r} <= {FORMAT_VERSION})"
-            )
+            raise
         self._conn = conn
         self._conn.row_factory = sqlite3.Row
         self._lock = threading.RLock()
-        self.fingerprint = str(info["fingerprint"])
-        self._meta = json.loads(info["meta_json"])
-        self._valid_targets = np.load(io.BytesIO(info["valid_targets"]), allow_pickle=False)
         self._space = None
 
     # ----------------------------------------------------------------- lifecycle
@@ -422,16 +723,19 @@ class Catalog:
         with self._lock:
             if self._conn is None:
                 raise CatalogError(f"{self.run_dir}: catalog is closed")
-            return self._conn.execute(sql, tuple(params)).fetchall()
+            with self._conn.limited(self.run_dir / DB_NAME):
+                return self._conn.execute(sql, tuple(params)).fetchall()
 
     # ----------------------------------------------------------------- run metadata
     @property
     def meta(self) -> dict[str, Any]:
         """Search space, search options, data description, seed, versions, and the sessions."""
         meta = json.loads(json.dumps(self._meta))
+        where = f"{self.run_dir / DB_NAME}: session"
         meta["sessions"] = [
             {"start_time": r["start_time"], "host": r["host"], "pid": r["pid"], "seed": r["seed"],
-             "search": json.loads(r["search_json"] or "null"), "versions": json.loads(r["versions_json"] or "null")}
+             "search": _decode_json(r["search_json"] or "null", f"{where} {r['n']}", "search_json"),
+             "versions": _decode_json(r["versions_json"] or "null", f"{where} {r['n']}", "versions_json")}
             for r in self._query("SELECT * FROM sessions ORDER BY n")
         ]
         return meta
@@ -445,6 +749,38 @@ class Catalog:
     def validation_targets(self) -> np.ndarray:
         """The validation targets, shape (n_valid, n_targets), original units."""
         return self._valid_targets.copy()
+
+    def test_data(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The test set the run was created with, ``(x_test, y_test)`` in original units.
+
+        Stored in the index at creation, so reports need no data file. None when the run had no
+        test set (or was created by an autodeuq that did not store it).
+        """
+        return self._stored_pair(("x_test", "y_test"), "test set")
+
+    def training_data(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The training points ``(x_train, y_train)``, kept for one-feature problems only.
+
+        They are what the 1-D uncertainty plot shows; None for several features (or a run created
+        by an autodeuq that did not store them).
+        """
+        return self._stored_pair(("x_train", "y_train"), "training points")
+
+    def _stored_pair(self, keys: tuple[str, str], what: str) -> tuple[np.ndarray, np.ndarray] | None:
+        found = {r["key"]: r["value"] for r in self._query("SELECT key, value FROM run WHERE key IN (?, ?)", keys)}
+        if len(found) < 2:
+            return None
+        try:
+            for key in keys:
+                if isinstance(found[key], (bytes, bytearray)) and len(found[key]) > MAX_ARRAY_BYTES:
+                    raise ValueError(f"{key} has {len(found[key])} bytes")
+            x, y = (_load_npy(found[key]) for key in keys)
+            if len(x) != len(y):
+                raise ValueError(f"{keys[0]} has {len(x)} rows, {keys[1]} {len(y)}")
+        except ValueError as exc:
+            raise CatalogError(f"{self.run_dir / DB_NAME}: damaged catalog: stored {what} cannot be read: "
+                               f"{exc}") from None
+        return x, y
 
     # ----------------------------------------------------------------- entries
     @property
@@ -467,18 +803,23 @@ class Catalog:
         return [int(r[0]) for r in rows]
 
     def _row(self, entry_id: int) -> sqlite3.Row:
-        rows = self._query("SELECT * FROM evaluations WHERE id = ?", (int(entry_id),))
+        entry_id = int(entry_id)
+        rows = self._query("SELECT * FROM evaluations WHERE id = ?", (entry_id,)) if 0 <= entry_id <= _MAX_ID else []
         if not rows:
             raise CatalogError(f"{self.run_dir}: no entry {entry_id}")
         return rows[0]
 
-    @staticmethod
-    def _entry_dict(row: sqlite3.Row) -> dict[str, Any]:
+    def _where(self, row: sqlite3.Row) -> str:
+        return f"{self.run_dir}: entry {row['id']}"
+
+    def _entry_dict(self, row: sqlite3.Row) -> dict[str, Any]:
+        where = self._where(row)
         out = {k: row[k] for k in ("id", "status", "objective", "reason", "epochs", "best_epoch", "wall_time",
                                    "n_params", "worker", "submit_time", "start_time", "end_time")}
-        out["config"] = json.loads(row["config_json"])
-        out["history"] = json.loads(row["history_json"] or "{}")
-        out["extra"] = json.loads(row["extra_json"] or "{}")
+        _checked_objective(out["objective"], where)
+        out["config"] = _decode_json(row["config_json"], where, "config_json")
+        out["history"] = _decode_json(row["history_json"] or "{}", where, "history_json")
+        out["extra"] = _decode_json(row["extra_json"] or "{}", where, "extra_json")
         return out
 
     def entry(self, entry_id: int) -> dict[str, Any]:
@@ -486,14 +827,17 @@ class Catalog:
         return self._entry_dict(self._row(entry_id))
 
     def config(self, entry_id: int) -> dict[str, Any]:
-        return json.loads(self._row(entry_id)["config_json"])
+        row = self._row(entry_id)
+        return _decode_json(row["config_json"], self._where(row), "config_json")
 
     def best(self) -> tuple[int, float] | None:
         """(id, objective) of the done entry of lowest objective, or None when none is done."""
         rows = self._query(
             "SELECT id, objective FROM evaluations WHERE status = ? ORDER BY objective ASC, id ASC LIMIT 1", (DONE,)
         )
-        return (int(rows[0]["id"]), float(rows[0]["objective"])) if rows else None
+        if not rows:
+            return None
+        return int(rows[0]["id"]), float(_checked_objective(rows[0]["objective"], self._where(rows[0])))
 
     def history(self) -> list[tuple[dict[str, Any], float | None]]:
         """(config, objective) of finished entries in the order their results were recorded.
@@ -502,10 +846,11 @@ class Catalog:
         (the aging-evolution FIFO included). Failures have objective ``None``.
         """
         rows = self._query(
-            "SELECT config_json, status, objective FROM evaluations WHERE status IN (?, ?) "
+            "SELECT id, config_json, status, objective FROM evaluations WHERE status IN (?, ?) "
             "ORDER BY finish_order, id", (DONE, FAILED),
         )
-        return [(json.loads(r["config_json"]), float(r["objective"]) if r["status"] == DONE else None)
+        return [(_decode_json(r["config_json"], self._where(r), "config_json"),
+                 float(_checked_objective(r["objective"], self._where(r))) if r["status"] == DONE else None)
                 for r in rows]
 
     # ----------------------------------------------------------------- tables
@@ -525,7 +870,10 @@ class Catalog:
         hp_names = self.space.hp_names
         records = []
         for row in self._query("SELECT * FROM evaluations ORDER BY id"):
-            hp = json.loads(row["hp_json"])
+            hp = _decode_json(row["hp_json"], self._where(row), "hp_json")
+            if not isinstance(hp, dict):
+                raise CatalogError(f"{self._where(row)}: damaged catalog: hp_json is not a JSON object")
+            _checked_objective(row["objective"], self._where(row))
             rec = {c: row[c] for c in LEADING_COLUMNS if c != "arch"}
             rec["arch"] = row["arch_json"]
             rec.update({name: hp.get(name) for name in hp_names})
@@ -554,28 +902,51 @@ class Catalog:
             raise CatalogError(f"{self.run_dir}: entry {entry_id} is {row['status']}: it has no {what}")
         return row
 
-    def _read_checked(self, entry_id: int, path: Path, sha: str | None, what: str) -> bytes:
-        if not path.is_file():
-            raise CatalogError(f"{self.run_dir}: entry {entry_id}: {what} file {path} is missing")
+    def _read_checked(self, entry_id: int, path: Path, sha, what: str, limit: int) -> bytes:
+        """The bytes of an entry's file, refused unless it is a regular file inside the run
+        directory, at most ``limit`` bytes, matching the checksum the index holds."""
+        where = f"{self.run_dir}: entry {entry_id}: {what} file {path}"
+        if not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
+            state = "missing" if sha is None else "damaged"
+            raise CatalogError(f"{where}: the catalog holds no valid checksum for it ({what}_sha256 is {state}); "
+                               f"refusing to use it")
         try:
-            data = path.read_bytes()
+            real = path.resolve(strict=True)
+        except FileNotFoundError:
+            raise CatalogError(f"{self.run_dir}: entry {entry_id}: {what} file {path} is missing") from None
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+            raise CatalogError(f"{where}: cannot read it: {exc}") from None
+        if not real.is_relative_to(self.run_dir.resolve()):
+            raise CatalogError(f"{where}: resolves to {real}, outside the run directory; refusing to read it")
+        try:
+            fd = os.open(real, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                info = os.fstat(f.fileno())
+                if not stat.S_ISREG(info.st_mode):
+                    raise CatalogError(f"{where}: not a regular file")
+                data = f.read(limit + 1) if info.st_size <= limit else b""
+        except FileNotFoundError:
+            raise CatalogError(f"{self.run_dir}: entry {entry_id}: {what} file {path} is missing") from None
         except OSError as exc:
-            raise CatalogError(f"{self.run_dir}: entry {entry_id}: cannot read {what} file {path}: {exc}") from None
-        if sha and _sha256(data) != sha:
+            raise CatalogError(f"{where}: cannot read it: {_os_reason(exc)}") from None
+        if info.st_size > limit or len(data) > limit:
+            raise CatalogError(f"{where}: is larger than the {limit} bytes a {what} file may have; refusing to read it")
+        if _sha256(data) != sha:
             raise CatalogError(f"{self.run_dir}: entry {entry_id}: {what} file {path} is corrupt (checksum mismatch)")
         return data
 
     def _read_predictions(self, entry_id: int) -> tuple[np.ndarray, np.ndarray]:
         row = self._done_row(entry_id, "predictions")
         path = self.predictions_path(entry_id)
-        data = self._read_checked(entry_id, path, row["predictions_sha256"], "predictions")
+        expected = self._valid_targets.shape
+        array_bytes = math.prod(expected) * 8 + 4096  # float64 data and its .npy header
+        data = self._read_checked(entry_id, path, row["predictions_sha256"], "predictions",
+                                  2 * array_bytes + (1 << 16))
         try:
-            with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-                mean = np.asarray(npz["mean"], dtype=np.float64)
-                var = np.asarray(npz["var"], dtype=np.float64)
+            arrays = _load_npz(data, ("mean", "var"), array_bytes)
         except Exception as exc:  # noqa: BLE001 - any decoding failure means a corrupt file
             raise CatalogError(f"{self.run_dir}: entry {entry_id}: predictions file {path} is corrupt: {exc}") from None
-        expected = self._valid_targets.shape
+        mean, var = arrays["mean"], arrays["var"]
         if mean.shape != expected or var.shape != expected:
             raise CatalogError(
                 f"{self.run_dir}: entry {entry_id}: predictions file {path} has shapes {mean.shape}/{var.shape}, "
@@ -631,20 +1002,22 @@ class Catalog:
     def load_model(self, entry_id: int):
         """The trained Keras model of a done entry (inputs and outputs in original units).
 
-        Refuses, with a :class:`CatalogError`, a model file that is missing, corrupt, or that
-        holds a Lambda layer (which would run code stored in the file); Keras loads with
-        ``safe_mode=True`` as a second guard. The model is not compiled (inference only).
+        Refuses, with a :class:`CatalogError`, a model file that is missing, outside the run
+        directory, without a recorded checksum or not matching it, larger than
+        :data:`MAX_MODEL_BYTES` (decompressed members included), holding members a saved model
+        does not have, or holding a Lambda layer (which would run code stored in the file);
+        Keras loads the checked bytes with ``safe_mode=True`` as a second guard. The model is
+        not compiled (inference only).
         """
         row = self._done_row(entry_id, "model")
         path = self.model_path(entry_id)
-        data = self._read_checked(entry_id, path, row["model_sha256"], "model")
+        data = self._read_checked(entry_id, path, row["model_sha256"], "model", MAX_MODEL_BYTES)
+        where = f"{self.run_dir}: entry {entry_id}: model file {path}"
+        config = _keras_config(data, where)
         try:
-            with zipfile.ZipFile(io.BytesIO(data)) as archive:
-                config = json.loads(archive.read("config.json"))
-        except (zipfile.BadZipFile, KeyError, ValueError) as exc:
-            raise CatalogError(f"{self.run_dir}: entry {entry_id}: model file {path} is not a valid "
-                               f".keras archive: {exc}") from None
-        lambdas = _lambda_layers(config)
+            lambdas = _lambda_layers(config)
+        except RecursionError:
+            raise CatalogError(f"{where}: refusing to load it: its config is nested too deeply") from None
         if lambdas:
             raise CatalogError(
                 f"{self.run_dir}: entry {entry_id}: refusing to load model file {path}: it contains Lambda "
@@ -653,14 +1026,20 @@ class Catalog:
         import keras
 
         _import_custom_layers()
-        try:
-            return keras.models.load_model(path, safe_mode=True, compile=False)
-        except Exception as exc:  # noqa: BLE001 - every loading failure names the entry
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            if "safe_mode" in str(exc):
-                raise CatalogError(f"{self.run_dir}: entry {entry_id}: refusing to load model file {path}: it holds "
-                                   f"code (e.g. a Lambda layer) that safe_mode will not run: {message}") from None
-            raise CatalogError(f"{self.run_dir}: entry {entry_id}: cannot load model file {path}: {message}") from None
+        # Keras reads the very bytes that were checked (a private copy), not the run's file again.
+        with tempfile.TemporaryDirectory(prefix="autodeuq-model-") as folder:
+            copy = Path(folder) / f"{int(entry_id)}.keras"
+            copy.write_bytes(data)
+            try:
+                return keras.models.load_model(copy, safe_mode=True, compile=False)
+            except Exception as exc:  # noqa: BLE001 - every loading failure names the entry
+                message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                if "safe_mode" in str(exc):
+                    raise CatalogError(f"{self.run_dir}: entry {entry_id}: refusing to load model file {path}: "
+                                       f"it holds code (e.g. a Lambda layer) that safe_mode will not run: "
+                                       f"{message}") from None
+                raise CatalogError(f"{self.run_dir}: entry {entry_id}: cannot load model file {path}: "
+                                   f"{message}") from None
 
     # ----------------------------------------------------------------- writing
     @classmethod
@@ -709,17 +1088,27 @@ class Catalog:
         lock = _acquire_lock(run_dir)
         conn = None
         try:
-            conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
-            # WAL + synchronous=FULL: every commit fsyncs the WAL before returning, so a recorded
-            # result survives power loss as well as a killed process (NORMAL could lose the last
-            # commits on power loss). One fsync per evaluation is nothing next to a training.
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            info = _read_run_info(conn)
+            _refuse_links(run_dir, (*DB_FILES, MODELS_DIR, PREDICTIONS_DIR))
+            try:
+                conn = _connect(db, isolation_level=None)
+                with conn.limited(db):
+                    # WAL + synchronous=FULL: every commit fsyncs the WAL before returning, so a recorded
+                    # result survives power loss as well as a killed process (NORMAL could lose the last
+                    # commits on power loss). One fsync per evaluation is nothing next to a training.
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    conn.execute("PRAGMA synchronous=FULL")
+                    info = _read_run_info(conn, db)
+                    triggers = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")]
+            except sqlite3.DatabaseError as exc:
+                raise CatalogError(f"{db}: cannot open the catalog: {exc}") from None
+            if triggers:
+                raise CatalogError(f"{db}: the catalog holds trigger(s) {', '.join(map(str, triggers))}, which an "
+                                   f"autodeuq catalog never has; refusing to write it")
             versions = _package_versions()
             if info is None:
                 info = _initialize(conn, space, dataset, search_options, seed, versions)
             else:
+                _decode_run_info(db, info)
                 _check_matches(run_dir, info, space, dataset)
             conn.execute(
                 "INSERT INTO sessions (start_time, host, pid, seed, search_json, versions_json) VALUES (?,?,?,?,?,?)",
@@ -759,17 +1148,37 @@ def _initialize(conn, space, dataset, search_options, seed, versions) -> dict[st
         "meta_json": _dumps(meta, indent=2),
         "valid_targets": _npy_bytes(dataset.y_valid),
     }
+    arrays = _arrays_to_store(dataset)
     conn.execute("BEGIN IMMEDIATE")
     try:
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 conn.execute(statement)
-        conn.executemany("INSERT OR REPLACE INTO run (key, value) VALUES (?, ?)", list(info.items()))
+        conn.executemany("INSERT OR REPLACE INTO run (key, value) VALUES (?, ?)",
+                         [*info.items(), *arrays.items()])
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     return info
+
+
+def _arrays_to_store(dataset) -> dict[str, bytes]:
+    """The test set and, for one feature, the training points, as ``.npy`` bytes: what a report
+    needs besides the index, so that it never re-reads the user's (moved, relative) data files."""
+    pairs = {"test set": ("x_test", "y_test"), "training points": ("x_train", "y_train")}
+    out = {}
+    for what, keys in pairs.items():
+        x, y = (getattr(dataset, key, None) for key in keys)
+        if x is None or y is None or (keys[0] == "x_train" and np.shape(x)[1] != 1):
+            continue
+        stored = {key: _npy_bytes(value) for key, value in zip(keys, (x, y))}
+        if sum(map(len, stored.values())) > MAX_ARRAY_BYTES:
+            warnings.warn(f"the {what} is too large to keep in the catalog ({MAX_ARRAY_BYTES} bytes at most); "
+                          f"reports will not show it unless given again (--test)", RuntimeWarning, stacklevel=4)
+            continue
+        out.update(stored)
+    return out
 
 
 def _check_matches(run_dir: Path, info: dict[str, Any], space: SearchSpace, dataset) -> None:
@@ -793,9 +1202,22 @@ def _check_matches(run_dir: Path, info: dict[str, Any], space: SearchSpace, data
 
 
 def _acquire_lock(run_dir: Path):
-    """Exclusive advisory lock so that one process at a time writes a run (freed if it dies)."""
+    """Exclusive advisory lock so that one process at a time writes a run (freed if it dies).
+
+    The lock file is opened without following links (a link planted there would make the
+    holder's line overwrite whatever it points to) and must be a regular file.
+    """
     path = run_dir / LOCK_NAME
-    handle = open(path, "a+")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            raise CatalogError(f"{path}: is a symbolic link; refusing to follow it (remove it)") from None
+        raise CatalogError(f"{path}: cannot open the lock file: {_os_reason(exc)}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CatalogError(f"{path}: not a regular file; remove it")
+    handle = os.fdopen(fd, "r+")
     try:
         import fcntl
     except ImportError:  # not POSIX: no advisory locks, rely on the one-driver convention
@@ -906,7 +1328,7 @@ class CatalogWriter(Catalog):
     def pending(self) -> list[tuple[int, dict[str, Any]]]:
         """(id, config) of submitted entries without a result, by id: train them again on resume."""
         rows = self._query("SELECT id, config_json FROM evaluations WHERE status = ? ORDER BY id", (RUNNING,))
-        return [(int(r["id"]), json.loads(r["config_json"])) for r in rows]
+        return [(int(r["id"]), _decode_json(r["config_json"], self._where(r), "config_json")) for r in rows]
 
     def record(self, entry_id: int, result: TrainResult) -> None:
         """Store the result of a submitted entry, atomically.

@@ -159,13 +159,33 @@ def cmd_search(args):
     return run_dir
 
 
+def _check_out(path: Path, flag: str) -> None:
+    """Refuse, before any work, an output path that can never be written as a file."""
+    if path.is_dir():
+        raise CLIError(f"{flag} {path}: is a directory; give a file name")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise CLIError(f"{flag} {path}: {parent} is not a directory")
+            break
+
+
+def _os_error(exc: OSError) -> CLIError:
+    where = f"{exc.filename}: " if exc.filename else ""
+    return CLIError(f"{where}{exc.strerror or exc}")
+
+
 def cmd_ensemble(args, run_dir=None):
     from autodeuq.report import build_and_report
 
     run_dir = Path(run_dir or args.run_dir)
     out = Path(args.out) if args.out else run_dir / "ensemble.json"
-    report = build_and_report(run_dir, size=args.size, method=args.selector, objective=args.objective,
-                              test_file=getattr(args, "test", None), manifest=out)
+    _check_out(out, "--out")
+    try:
+        report = build_and_report(run_dir, size=args.size, method=args.selector, objective=args.objective,
+                                  test_file=getattr(args, "test", None), manifest=out)
+    except OSError as exc:  # FileNotFoundError of a --test file included
+        raise _os_error(exc) from None
     print(report.table())
     print(f"ensemble: {report.ensemble}")
     print(f"wrote {out}, {run_dir / 'metrics.json'}")
@@ -176,26 +196,38 @@ def cmd_ensemble(args, run_dir=None):
 def cmd_predict(args):
     import pandas as pd
 
+    from autodeuq.catalog import atomic_write
     from autodeuq.data import read_table
     from autodeuq.ensemble import load_ensemble
 
-    ensemble = load_ensemble(args.ensemble)
-    # Columns are matched by name; target columns, when present, are ignored.
-    x = read_table(args.data)
-    result = ensemble.predict(x, source=str(args.data))
+    if Path(args.ensemble).is_dir():
+        raise CLIError(f"--ensemble {args.ensemble}: is a directory; give the manifest file (ensemble.json)")
+    out = Path(args.out)
+    _check_out(out, "--out")
+    try:
+        ensemble = load_ensemble(args.ensemble)
+        # Columns are matched by name; target columns, when present, are ignored.
+        x = read_table(args.data)
+        result = ensemble.predict(x, source=str(args.data))
+    except OSError as exc:
+        raise _os_error(exc) from None
     columns = {}
     for j, t in enumerate(ensemble.target_names):
         columns[f"{t}_mean"] = result.mean[:, j]
         columns[f"{t}_std"] = result.std[:, j]
         columns[f"{t}_aleatoric_std"] = np.sqrt(result.aleatoric[:, j])
         columns[f"{t}_epistemic_std"] = np.sqrt(result.epistemic[:, j])
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(columns).to_csv(out, index=False)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CLIError(f"--out {out}: cannot create its folder: {exc.strerror or exc}") from None
+    atomic_write(out, pd.DataFrame(columns).to_csv(index=False).encode())
     print(f"wrote {len(x)} predictions to {out}")
 
 
 def cmd_run(args):
+    if args.out:  # before the search, not after hours of it
+        _check_out(Path(args.out), "--out")
     run_dir = cmd_search(args)
     cmd_ensemble(args, run_dir=run_dir)
 

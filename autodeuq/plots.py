@@ -1,6 +1,12 @@
-"""Figures: the 1-D uncertainty plot, the calibration curve and the search trace (PNG files)."""
+"""Figures: the 1-D uncertainty plot, the calibration curve and the search trace (PNG files).
+
+Each function writes its figure to ``path`` (atomically, never through a link: see
+:func:`autodeuq.catalog.atomic_write`) and returns the path, or returns the PNG bytes when
+``path`` is None, so a caller can render every figure before it writes any.
+"""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +22,7 @@ def _pyplot():
 
 
 def plot_uncertainty_1d(x_grid, prediction, path, *, x_train=None, y_train=None, y_true=None,
-                        target: int = 0, title: str = "Ensemble prediction") -> Path:
+                        target: int = 0, title: str = "Ensemble prediction") -> Path | bytes:
     """Mean with aleatoric and epistemic +-2 std bands over a 1-D grid (like thesis Fig. 6.2).
 
     ``prediction`` is an :class:`~autodeuq.ensemble.UncertaintyPrediction`.
@@ -45,7 +51,7 @@ def plot_uncertainty_1d(x_grid, prediction, path, *, x_train=None, y_train=None,
     return _save(fig, path)
 
 
-def plot_calibration(expected, observed, path, target_names=None) -> Path:
+def plot_calibration(expected, observed, path, target_names=None) -> Path | bytes:
     """Observed vs expected coverage of central intervals, one line per target."""
     plt = _pyplot()
     observed = np.atleast_2d(np.asarray(observed))
@@ -64,7 +70,7 @@ def plot_calibration(expected, observed, path, target_names=None) -> Path:
     return _save(fig, path)
 
 
-def plot_search_trace(objectives, path, failed=None) -> Path:
+def plot_search_trace(objectives, path, failed=None) -> Path | bytes:
     """Validation NLL of each evaluation in order, and the best so far."""
     plt = _pyplot()
     y = np.asarray(objectives, dtype=float)
@@ -87,11 +93,18 @@ def plot_search_trace(objectives, path, failed=None) -> Path:
     return _save(fig, path)
 
 
-def _save(fig, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+def _save(fig, path) -> Path | bytes:
     import matplotlib.pyplot as plt
 
-    plt.close(fig)
-    return path
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    if path is None:
+        return buf.getvalue()
+    from autodeuq.catalog import atomic_write
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write(path, buf.getvalue())

@@ -2,19 +2,20 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from autodeuq import metrics, plots
-from autodeuq.catalog import Catalog
-from autodeuq.data import BUILTIN_DATASETS, DataError, load_builtin, load_files, load_test_file
+from autodeuq.catalog import Catalog, atomic_write
+from autodeuq.data import BUILTIN_DATASETS, DataError, load_builtin, load_test_file
 from autodeuq.ensemble import Ensemble
 
 TABLE_METRICS = ("nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_95",
                  "miscalibration_area", "sharpness")
+MANIFEST_NAME = "ensemble.json"
+METRICS_NAME = "metrics.json"
 
 
 @dataclass
@@ -31,85 +32,103 @@ class Report:
         return "\n".join(lines)
 
 
-def dataset_of_run(catalog: Catalog):
-    """Rebuild the run's Dataset from its metadata (built-in, or files that still exist), else None."""
+def _builtin_dataset(catalog: Catalog):
+    """The run's built-in dataset, rebuilt; for catalogs made before the test set and the training
+    points were stored in the index (a user's data files are never re-read)."""
     data = catalog.meta.get("data", {})
     split = data.get("split", {})
-    name = data.get("name")
-    try:
-        if name in BUILTIN_DATASETS:
-            return load_builtin(name, seed=split.get("seed", 0), valid_fraction=split.get("fraction", 1 / 3),
-                                test_fraction=split.get("test_fraction"))
-        if name and Path(name).exists():
-            valid = split.get("path") if split.get("kind") == "file" else None
-            return load_files(name, data.get("targets"), valid=valid,
-                              valid_fraction=split.get("fraction", 1 / 3), seed=split.get("seed", 0))
-    except DataError:
+    if data.get("name") not in BUILTIN_DATASETS:
         return None
-    return None
+    try:
+        return load_builtin(data["name"], seed=split.get("seed", 0), valid_fraction=split.get("fraction", 1 / 3),
+                            test_fraction=split.get("test_fraction"))
+    except (DataError, ImportError):
+        return None
 
 
 def build_and_report(run_dir, size=5, method="greedy", objective="mixture", test_file=None,
                      manifest=None) -> Report:
-    """Select, save the manifest, score validation (cached) and test data, write metrics.json and plots."""
+    """Select an ensemble, score it on validation (cached) and test data, write metrics.json, the
+    plots and the manifest.
+
+    Nothing is written before every member has loaded and every score and figure is computed, and
+    the manifest is written last: a failure (or a kill) leaves a previous ``ensemble.json`` in
+    place. ``metrics.json`` records the member ids and weights it was computed for. The test set
+    is ``test_file`` when given, else the one stored in the catalog at its creation.
+    """
     run_dir = Path(run_dir)
+    manifest = Path(manifest) if manifest else run_dir / MANIFEST_NAME
     ensemble = Ensemble.from_catalog(run_dir, size=size, method=method, objective=objective)
-    ensemble.save(manifest or run_dir / "ensemble.json")
     catalog = ensemble.catalog
+    ensemble._load()  # a member that cannot be loaded fails the report before anything is written
     _, means, variances = catalog.validation_predictions(ensemble.member_ids)
     results = {"validation": metrics.evaluate(means, variances, ensemble.weights, catalog.validation_targets())}
 
-    dataset = dataset_of_run(catalog)
-    x_test = y_test = None
-    if test_file is not None:
-        x_test, y_test = load_test_file(test_file, ensemble.feature_names, ensemble.target_names)
-    elif dataset is not None and dataset.x_test is not None:
-        x_test, y_test = dataset.x_test, dataset.y_test
+    test, train = _test_and_training_data(catalog, ensemble, test_file)
     # The calibration curve is drawn on test data when there is some, else on validation data.
     scored = (means, variances, catalog.validation_targets())
-    if x_test is not None:
-        t_means, t_vars = ensemble.member_predictions(x_test)
-        results["test"] = metrics.evaluate(t_means, t_vars, ensemble.weights, y_test)
-        scored = (t_means, t_vars, y_test)
-    _write_json(run_dir / "metrics.json", results)
+    if test is not None:
+        t_means, t_vars = ensemble.member_predictions(test[0])
+        results["test"] = metrics.evaluate(t_means, t_vars, ensemble.weights, test[1])
+        scored = (t_means, t_vars, test[1])
 
-    written = [_trace_plot(catalog, run_dir)]
+    figures = {"search_trace.png": _trace_plot(catalog)}
     expected, observed = metrics.calibration_curve(scored[0], scored[1], ensemble.weights, scored[2])
-    written.append(plots.plot_calibration(expected, observed, run_dir / "calibration.png", ensemble.target_names))
+    figures["calibration.png"] = plots.plot_calibration(expected, observed, None, ensemble.target_names)
     if len(ensemble.feature_names) == 1:
-        written.append(_uncertainty_plot(ensemble, dataset, x_test, y_test, run_dir))
+        figures["uncertainty.png"] = _uncertainty_plot(ensemble, catalog, test, train, run_dir)
+    document = {
+        "ensemble": {"members": ensemble.member_ids, "weights": ensemble.weights.tolist(),
+                     "selection": ensemble.selection},
+        **results,
+    }
+
+    written = [atomic_write(run_dir / name, png) for name, png in figures.items()]
+    atomic_write(run_dir / METRICS_NAME, json.dumps(document, indent=2).encode())
+    ensemble.save(manifest)
     return Report(ensemble, results, written)
 
 
-def _trace_plot(catalog, run_dir):
+def _test_and_training_data(catalog, ensemble, test_file):
+    """(x_test, y_test) or None, and for one feature the training points (x, y) or None."""
+    one_feature = len(ensemble.feature_names) == 1
+    if test_file is not None:
+        test = load_test_file(test_file, ensemble.feature_names, ensemble.target_names)
+    else:
+        test = catalog.test_data()
+    train = catalog.training_data() if one_feature else None
+    if (test is None and test_file is None) or (train is None and one_feature):
+        dataset = _builtin_dataset(catalog)
+        if dataset is not None:
+            if test is None and test_file is None and dataset.x_test is not None:
+                test = (dataset.x_test, dataset.y_test)
+            if train is None and one_feature:
+                train = (dataset.x_train, dataset.y_train)
+    return test, train
+
+
+def _trace_plot(catalog) -> bytes:
     frame = catalog.to_dataframe()
     frame = frame[frame["status"].isin(["done", "failed"])].sort_values("id")
     objectives = np.where(frame["status"] == "done", frame["objective"].astype(float), np.inf)
-    return plots.plot_search_trace(objectives, run_dir / "search_trace.png")
+    return plots.plot_search_trace(objectives, None)
 
 
-def _uncertainty_plot(ensemble, dataset, x_test, y_test, run_dir):
-    if x_test is not None:
-        lo, hi = float(np.min(x_test)), float(np.max(x_test))
-    elif dataset is not None:
-        lo, hi = float(dataset.x_train.min()), float(dataset.x_train.max())
+def _uncertainty_plot(ensemble, catalog, test, train, run_dir) -> bytes:
+    if test is not None:
+        lo, hi = float(np.min(test[0])), float(np.max(test[0]))
+    elif train is not None:
+        lo, hi = float(train[0].min()), float(train[0].max())
         pad = 0.25 * (hi - lo)
         lo, hi = lo - pad, hi + pad
     else:
         lo, hi = -1.0, 1.0
     grid = np.linspace(lo, hi, 400)[:, None]
     prediction = ensemble.predict(grid)
-    truth = None
-    if dataset is not None and dataset.name == "toy-sine":
-        truth = 2 * np.sin(grid)
+    name = catalog.meta.get("data", {}).get("name")
+    truth = 2 * np.sin(grid) if name == "toy-sine" else None
     return plots.plot_uncertainty_1d(
-        grid, prediction, run_dir / "uncertainty.png",
-        x_train=None if dataset is None else dataset.x_train, y_train=None if dataset is None else dataset.y_train,
-        y_true=truth, title=f"{dataset.name if dataset is not None else run_dir.name}",
+        grid, prediction, None,
+        x_train=None if train is None else train[0], y_train=None if train is None else train[1],
+        y_true=truth, title=str(name or run_dir.name),
     )
-
-
-def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, path)

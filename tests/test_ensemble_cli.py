@@ -24,6 +24,8 @@ def test_run_writes_manifest_metrics_and_plots(run_dir):
                  "search_trace.png"):
         assert (run_dir / name).stat().st_size > 0, name
     metrics = json.loads((run_dir / "metrics.json").read_text())
+    members = metrics.pop("ensemble")["members"]
+    assert members == [m["id"] for m in json.loads((run_dir / "ensemble.json").read_text())["members"]]
     assert set(metrics) == {"validation", "test"}
     expected = {"nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_95",
                 "miscalibration_area", "sharpness"}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from collections.abc import Mapping
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autodeuq.catalog import Catalog
+from autodeuq.catalog import Catalog, CatalogError, atomic_write
 from autodeuq.data import FLOAT32_MAX, DataError, feature_matrix
 from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage
 from autodeuq.ensemble.selection import select
@@ -23,6 +24,11 @@ CALIBRATIONS = ("none", "scale")
 COVERAGE_LEVELS = (0.5, 0.9, 0.95)
 
 MANIFEST_FORMAT = "autodeuq-ensemble/1"
+MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists member ids and weights: kilobytes
+
+
+class ManifestError(ValueError):
+    """An ensemble manifest cannot be used: the message names the file and the entry at fault."""
 
 
 @dataclass
@@ -136,7 +142,10 @@ class Ensemble:
             raise ValueError(f"{run_dir}: the catalog has no successful evaluation to build an ensemble from")
         if size < 1:
             raise ValueError(f"ensemble size must be >= 1, got {size}")
-        ids, means, variances = catalog.validation_predictions(ids)
+        ids, means, variances = loaded = catalog.validation_predictions(ids)
+        if not ids:
+            raise CatalogError(f"{run_dir}: no successful entry has usable validation predictions "
+                               f"({next(iter(loaded.skipped.values()))})")
         y = catalog.validation_targets()
         groups = None if diversity == "none" else member_groups(catalog, ids, diversity)
 
@@ -165,11 +174,17 @@ class Ensemble:
         return cls(run_dir, members, chosen.weights, selection=selection, calibration=calibration)
 
     def save(self, path) -> Path:
-        """Write the JSON manifest (catalog entries and weights; no pickle)."""
+        """Write the JSON manifest (catalog entries and weights; no pickle).
+
+        The file is replaced atomically, never written through a link (see
+        :func:`autodeuq.catalog.atomic_write`); :class:`~autodeuq.catalog.CatalogError` says
+        why when it cannot be written.
+        """
         path = Path(path)
         manifest = {
             "format": MANIFEST_FORMAT,
-            "run_dir": os.path.relpath(self.run_dir.resolve(), path.resolve().parent),
+            # relative to the folder, not to a link's target: a link at ``path`` is replaced
+            "run_dir": os.path.relpath(self.run_dir.resolve(), path.parent.resolve()),
             "members": [{"id": i, "weight": float(w), "model": f"models/{i}.keras"}
                         for i, w in zip(self.member_ids, self.weights)],
             "selection": self.selection,
@@ -177,10 +192,7 @@ class Ensemble:
             "features": self.feature_names,
             "targets": self.target_names,
         }
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(manifest, indent=2))
-        os.replace(tmp, path)
-        return path
+        return atomic_write(path, json.dumps(manifest, indent=2).encode())
 
     # ------------------------------------------------------------------ predicting
     def _load(self):
@@ -320,20 +332,77 @@ def _float64_copy(model):
 
 
 def load_ensemble(path) -> Ensemble:
-    """Load an ensemble from its JSON manifest (written by :meth:`Ensemble.save`)."""
+    """Load an ensemble from its JSON manifest (written by :meth:`Ensemble.save`).
+
+    Raises
+    ------
+    ManifestError
+        The file is missing, unreadable, not JSON, or not a well-formed manifest (the message
+        names the field at fault).
+    CatalogError
+        The catalog it names cannot be read.
+    """
     path = Path(path)
+    if path.is_dir():
+        raise ManifestError(f"{path}: is a directory, not an ensemble manifest (ensemble.json)")
     try:
-        manifest = json.loads(path.read_text())
+        with open(path, "rb") as f:
+            text = f.read(MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError:
-        raise ValueError(f"{path}: ensemble manifest not found") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not a JSON ensemble manifest ({exc})") from None
+        raise ManifestError(f"{path}: ensemble manifest not found") from None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read the ensemble manifest: {exc.strerror or exc}") from None
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes: not an ensemble manifest")
+    try:
+        manifest = json.loads(text)
+    except RecursionError:
+        raise ManifestError(f"{path}: not an ensemble manifest (JSON nested too deeply)") from None
+    except ValueError as exc:
+        raise ManifestError(f"{path}: not a JSON ensemble manifest ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise ValueError(f"{path}: not an autodeuq ensemble manifest (format {MANIFEST_FORMAT!r} expected)")
-    run_dir = (path.resolve().parent / manifest["run_dir"]).resolve()
-    members = manifest["members"]
-    return Ensemble(run_dir, [m["id"] for m in members], [m["weight"] for m in members],
-                    selection=manifest.get("selection"), calibration=manifest.get("calibration"))
+        raise ManifestError(f"{path}: not an autodeuq ensemble manifest (format {MANIFEST_FORMAT!r} expected)")
+    run_dir = manifest.get("run_dir")
+    if not isinstance(run_dir, str) or not run_dir or "\0" in run_dir:
+        raise ManifestError(f"{path}: 'run_dir' must name the catalog directory, got {run_dir!r}")
+    ids, weights = _manifest_members(path, manifest.get("members"))
+    selection, calibration = manifest.get("selection"), manifest.get("calibration")
+    if calibration is not None and not isinstance(calibration, dict):
+        raise ManifestError(f"{path}: 'calibration' must be an object or null, got {_short(calibration)}")
+    try:
+        return Ensemble((path.parent.resolve() / run_dir).resolve(), ids, weights,
+                        selection=selection if isinstance(selection, dict) else None, calibration=calibration)
+    except CatalogError:
+        raise
+    except ValueError as exc:
+        raise ManifestError(f"{path}: {exc}") from None
+
+
+def _manifest_members(path: Path, members) -> tuple[list[int], list[float]]:
+    """(ids, weights) of a manifest's 'members', each checked, or ManifestError naming the entry."""
+    if not isinstance(members, list) or not members:
+        raise ManifestError(f"{path}: 'members' must be a non-empty list of {{\"id\": ..., \"weight\": ...}}, "
+                            f"got {_short(members)}")
+    ids, weights = [], []
+    for k, member in enumerate(members):
+        if not isinstance(member, dict):
+            raise ManifestError(f"{path}: members[{k}] must be an object with 'id' and 'weight', got {_short(member)}")
+        entry_id, weight = member.get("id"), member.get("weight")
+        if not isinstance(entry_id, int) or isinstance(entry_id, bool) or not 1 <= entry_id < 2**63:
+            raise ManifestError(f"{path}: members[{k}]: 'id' must be a catalog entry id (a positive integer), "
+                                f"got {_short(entry_id)}")
+        if (not isinstance(weight, (int, float)) or isinstance(weight, bool) or not math.isfinite(weight)
+                or weight < 0):
+            raise ManifestError(f"{path}: members[{k}]: 'weight' must be a finite non-negative number, "
+                                f"got {_short(weight)}")
+        ids.append(entry_id)
+        weights.append(float(weight))
+    return ids, weights
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def member_groups(catalog, ids, by: str) -> list[str]:
