@@ -191,3 +191,28 @@ def test_negative_seed_names_the_option(tmp_path, capsys):
     err = one_line_error(capsys, ["search", "--dataset", "toy-sine", "--seed", "-1", "--evaluator", "serial",
                                   "--run-dir", str(tmp_path / "run")])
     assert "--seed" in err and "-1" in err
+
+
+def test_report_of_a_recalibrated_ensemble_gives_coverage_before_and_after(run_dir, tmp_path):
+    import shutil
+
+    from autodeuq import metrics as m
+    from autodeuq.report import build_and_report
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    report = build_and_report(copy, size=3, calibrate="scale")
+    document = json.loads((copy / "metrics.json").read_text())
+    block = document["calibration"]
+    scale = np.asarray(block["scale"])
+    assert scale.shape == (1,)
+    for key in ("validation_coverage_before", "validation_coverage_after", "test_coverage_before",
+                "test_coverage_after"):
+        assert set(block[key]) == {"0.5", "0.9", "0.95"}
+    ens = report.ensemble
+    x_test, y_test = ens.catalog.test_data()
+    raw_means, raw_vars = ens.member_predictions(x_test)
+    assert block["test_coverage_before"]["0.9"] == m.coverage(raw_means, raw_vars, ens.weights, y_test, 0.9).tolist()
+    cal = ens.recalibrated(raw_means, raw_vars)
+    assert document["test"]["coverage_90"]["mean"] == pytest.approx(float(m.coverage(*cal, ens.weights, y_test, 0.9)[0]))
+    assert json.loads((copy / "ensemble.json").read_text())["calibration"]["scale"] == block["scale"]

@@ -280,10 +280,13 @@ class Ensemble:
 
         Without calibration these are :meth:`member_predictions`; ``x`` and ``source`` as there.
         """
-        means, variances = self.member_predictions(x, source=source)
-        if self.scale is not None:
-            means, variances = apply_scale(means, variances, self.weights, self.scale)
-        return means, variances
+        return self.recalibrated(*self.member_predictions(x, source=source))
+
+    def recalibrated(self, means, variances) -> tuple[np.ndarray, np.ndarray]:
+        """Members' (means, variances) as the ensemble's mixture components: scaled when calibrated."""
+        if self.scale is None:
+            return means, variances
+        return apply_scale(means, variances, self.weights, self.scale)
 
     def predict(self, x, *, source: str = "X") -> UncertaintyPrediction:
         """Mixture mean and the aleatoric / epistemic / total variances.
