@@ -235,25 +235,33 @@ class SearchSpace:
     def sample_hp_vectors(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` hyperparameter points drawn from the prior, in the encoding of :meth:`encode_hp`.
 
-        Integer and categorical hyperparameters are drawn as legal values (ConfigSpace's priors:
-        uniform, or for a log-scaled integer a log-uniform draw on [low, high + 1) floored) and
-        then encoded, so every row is exactly the encoding of the hyperparameters it decodes to;
-        the learning rate, continuous, is a uniform draw of its encoding, which is its
-        (log-)uniform prior.
+        Every row is exactly the encoding of the hyperparameters it decodes to (see
+        :meth:`prior_hp_vectors`).
         """
+        return self.prior_hp_vectors(rng.random((n, len(HP_NAMES))))
+
+    def prior_hp_vectors(self, uniform) -> np.ndarray:
+        """Uniform draws on [0, 1), shape (n, n_hp), turned into prior draws, encoded.
+
+        Each column goes through the inverse distribution function of its hyperparameter's
+        prior (ConfigSpace's priors: uniform integers and choices, a log-scaled integer a
+        log-uniform draw on [low, high + 1) floored, the learning rate (log-)uniform), so the
+        integers are legal values, every one as likely as its prior says, and then encoded.
+        """
+        u = np.clip(np.asarray(uniform, dtype=float).reshape(-1, len(HP_NAMES)), 0.0, 1.0)
         columns = {}
-        for name in HP_NAMES:
-            hp = self.configspace[name]
+        for j, name in enumerate(HP_NAMES):
+            hp, col = self.configspace[name], u[:, j]
             if name == "optimizer":
-                columns[name] = rng.integers(len(hp.choices), size=n)
+                columns[name] = np.minimum((col * len(hp.choices)).astype(int), len(hp.choices) - 1)
             elif name == "learning_rate":
-                columns[name] = hp.to_value(rng.random(n))
+                columns[name] = hp.to_value(col)
             elif hp.log:
                 low, high = int(hp.lower), int(hp.upper)
-                draws = np.floor(np.exp(rng.uniform(np.log(low), np.log(high + 1), n)))
-                columns[name] = np.clip(draws, low, high)
+                columns[name] = np.clip(np.floor(low * ((high + 1) / low) ** col), low, high)
             else:
-                columns[name] = rng.integers(int(hp.lower), int(hp.upper) + 1, size=n)
+                low, k = int(hp.lower), int(hp.upper) - int(hp.lower) + 1
+                columns[name] = low + np.minimum((col * k).astype(int), k - 1)
         return self._encode_hp_columns(columns)
 
     def sample_vectors(self, rng: np.random.Generator, n: int) -> np.ndarray:

@@ -123,13 +123,15 @@ class AgingEvolution(Searcher):
 def mutate_hp(space, hp: dict, index: int, rng: np.random.Generator, max_draws: int = 1000) -> dict:
     """Copy of ``hp`` with hyperparameter number ``index`` redrawn from its prior to a new value.
 
-    The redraw is a draw of the space's prior (:meth:`SearchSpace.sample_hp_vectors`) in the
+    The redraw is a draw of the space's prior (:meth:`SearchSpace.prior_hp_vectors`) in the
     [0, 1] encoding; only the mutated entry is decoded, so the other values are kept bit for bit.
     """
     name = space.hp_names[index]
     vector = space.encode_hp(hp)[0]
+    uniform = np.zeros(len(space.hp_names))
     for _ in range(max_draws):
-        vector[index] = space.sample_hp_vectors(rng, 1)[0, index]
+        uniform[index] = rng.random()
+        vector[index] = space.prior_hp_vectors(uniform)[0, index]
         value = space.decode_hp(vector)[0][name]
         if value != hp[name]:
             child = dict(hp)
