@@ -61,6 +61,27 @@ def test_factory_names_and_unknown_name(space):
         create("hyperband", space)
 
 
+def test_ablations_by_name_with_default_or_given_fixed_halves(space):
+    from autodeuq.search import DEFAULT_FIXED_HP, default_fixed_arch
+    from autodeuq.space import SpaceError
+
+    arch = default_fixed_arch(space)
+    assert [space.decode_dense(a) for a in arch if a] == [space.decode_dense(arch[0])] * space.num_cells
+    assert space.decode_dense(arch[0]).units == 64 and space.decode_dense(arch[0]).activation == "tanh"
+    assert sum(arch) == arch[0] * space.num_cells  # no skip connection
+    bo = create("bo-fixed-arch", space, seed=0, **FAST_BO)
+    assert bo.fixed_arch == arch and all(c["arch"] == arch for c in bo.ask(3))
+    age = create("age-fixed-hp", space, seed=0, fixed_hp={"batch_size": 8})
+    assert age.fixed_hp == {**DEFAULT_FIXED_HP, "batch_size": 8}
+    assert all(c["hp"] == age.fixed_hp for c in age.ask(3))
+    with pytest.raises(SpaceError, match="batch_size"):
+        create("age-fixed-hp", space, fixed_hp={"batch_size": 8.5})
+    with pytest.raises(SpaceError, match="'lr'"):
+        create("age-fixed-hp", space, fixed_hp={"lr": 0.1})
+    with pytest.raises(SpaceError, match="integers"):
+        create("bo-fixed-arch", space, fixed_arch=[True] * len(space.arch_dims))
+
+
 def test_search_package_does_not_import_tensorflow():
     code = "import sys, autodeuq.search; assert 'tensorflow' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
