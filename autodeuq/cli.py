@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -209,12 +210,21 @@ def cmd_search(args):
 
 
 def cmd_ensemble(args, run_dir=None):
+    from autodeuq.ensemble.predictive import EnsembleSizeWarning
     from autodeuq.report import build_and_report
 
+    _check_size(args)
     run_dir = Path(run_dir or args.run_dir)
     out = Path(args.out) if args.out else run_dir / "ensemble.json"
-    report = build_and_report(run_dir, size=args.size, method=args.selector, objective=args.objective,
-                              test_file=getattr(args, "test", None), manifest=out)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", EnsembleSizeWarning)
+        report = build_and_report(run_dir, size=args.size, method=args.selector, objective=args.objective,
+                                  test_file=getattr(args, "test", None), manifest=out)
+    for warning in caught:
+        if issubclass(warning.category, EnsembleSizeWarning):
+            print(f"autodeuq: warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     print(report.table())
     print(f"ensemble: {report.ensemble}")
     print(f"wrote {out}, {run_dir / 'metrics.json'}")
@@ -244,6 +254,7 @@ def cmd_predict(args):
 
 
 def cmd_run(args):
+    _check_size(args)  # before the search, not after it
     run_dir = cmd_search(args)
     cmd_ensemble(args, run_dir=run_dir)
 
