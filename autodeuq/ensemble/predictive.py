@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,10 @@ MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists member ids and weights: kiloby
 
 class ManifestError(ValueError):
     """An ensemble manifest cannot be used: the message names the file and the entry at fault."""
+
+
+class EnsembleSizeWarning(UserWarning):
+    """The ensemble has fewer members than asked: the catalog has fewer successful entries."""
 
 
 @dataclass
@@ -80,24 +85,42 @@ class Ensemble:
     # ------------------------------------------------------------------ building
     @classmethod
     def from_catalog(cls, run_dir, size: int = 5, method: str = "greedy", objective: str = "mixture") -> "Ensemble":
-        """Select members greedily (or top-k) on the cached validation predictions of a catalog."""
+        """Select members greedily (or top-k) on the cached validation predictions of a catalog.
+
+        Parameters
+        ----------
+        run_dir : path
+        size : int
+            Maximum number of distinct members. When the catalog has fewer successful entries,
+            the ensemble is selected among all of them and an :class:`EnsembleSizeWarning` says so.
+        method : {"greedy", "greedy-noreplace", "topk"}
+        objective : {"mixture", "gaussian"}
+
+        Warns
+        -----
+        EnsembleSizeWarning
+            ``size`` exceeds the number of successful catalog entries.
+        """
         catalog = Catalog(run_dir)
         ids = catalog.ids(status="done")
         if not ids:
             raise ValueError(f"{run_dir}: the catalog has no successful evaluation to build an ensemble from")
-        if size < 1:
-            raise ValueError(f"ensemble size must be >= 1, got {size}")
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise ValueError(f"ensemble size must be an integer >= 1, got {size!r}")
+        selection = {"size": min(int(size), len(ids)), "method": method, "objective": objective}
         if size > len(ids):
-            raise ValueError(f"ensemble size {size} is larger than the catalog's {len(ids)} successful entries")
+            selection["size_requested"] = int(size)
+            warnings.warn(f"{run_dir}: ensemble size {size} asked, but the catalog has only {len(ids)} successful "
+                          f"entries: selecting among those, at most {len(ids)} members", EnsembleSizeWarning,
+                          stacklevel=2)
         ids, means, variances = loaded = catalog.validation_predictions(ids)
         if not ids:
             raise CatalogError(f"{run_dir}: no successful entry has usable validation predictions "
                                f"({next(iter(loaded.skipped.values()))})")
-        members, weights = select(means, variances, catalog.validation_targets(), size=size, method=method,
-                                  objective=objective)
+        members, weights = select(means, variances, catalog.validation_targets(), size=selection["size"],
+                                  method=method, objective=objective)
         chosen = [int(ids[i]) for i in members]
-        return cls(run_dir, chosen, weights, selection={"size": size, "method": method, "objective": objective,
-                                                        "catalog_entries": len(ids)})
+        return cls(run_dir, chosen, weights, selection={**selection, "catalog_entries": len(ids)})
 
     def save(self, path) -> Path:
         """Write the JSON manifest (catalog entries and weights; no pickle).
