@@ -1,7 +1,9 @@
 """The whole job as one scikit-learn estimator: search, catalog, ensemble, decomposed prediction."""
 from __future__ import annotations
 
+import shutil
 import tempfile
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -19,15 +21,23 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     ----------
     space : str, path or SearchSpace, default="tabular"
         Search space: a shipped name (``"toy"``, ``"tabular"``) or a YAML/JSON file.
-    search : {"agebo", "age", "bo", "random"}, default="agebo"
+    search : {"agebo", "age", "bo", "random", "age-fixed-hp", "bo-fixed-arch"}, default="agebo"
+        The two last are the thesis' ablations, with their default fixed halves (see
+        :func:`autodeuq.search.create`).
     max_evals : int, default=100
         Trainings to run (the catalog size).
     ensemble_size : int, default=5
-        Distinct members of the ensemble.
+        Maximum distinct members of the ensemble. When fewer trainings succeeded, the ensemble
+        is selected among all of them and an :class:`~autodeuq.ensemble.EnsembleSizeWarning`
+        says so.
     workers : int, optional
         Concurrent evaluations on Ray; default: what the local Ray instance can run.
     run_dir : path, optional
-        Catalog directory (resumed when it exists); default: a new temporary directory.
+        Catalog directory (resumed when it exists), kept after the estimator. Default: a new
+        temporary directory that lives as long as the estimator: it is deleted when the
+        estimator is garbage-collected, refitted, or at interpreter exit. Pickling (or copying)
+        the fitted estimator keeps that directory, since the copy reads its models from it;
+        its path is ``run_dir_``, to delete by hand then.
     seed : int, optional
         Seed of the validation split, the search and the trainings; ``None`` means 0.
     epochs : int, optional
@@ -115,6 +125,9 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         if X_valid is not None:
             X_valid = validate_data(self, self._by_name(X_valid), reset=False, dtype=np.float64)
             y_valid = np.asarray(y_valid, dtype=np.float64).reshape(len(X_valid), -1)
+        if isinstance(self.ensemble_size, bool) or not isinstance(self.ensemble_size, (int, np.integer)) \
+                or self.ensemble_size < 1:
+            raise ValueError(f"ensemble_size must be an integer >= 1, got {self.ensemble_size!r}")
         seed = 0 if self.seed is None else int(self.seed)
         # The catalog records the real column names, so `autodeuq predict --data table.csv` works.
         names = getattr(self, "feature_names_in_", None)
@@ -124,7 +137,12 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                               else None, name="<fit arrays>")
         self.n_targets_ = y2.shape[1]
         space = load_space(self.space)
-        self.run_dir_ = Path(self.run_dir) if self.run_dir is not None else Path(tempfile.mkdtemp(prefix="autodeuq-"))
+        self._remove_temporary_catalog()
+        if self.run_dir is not None:
+            self.run_dir_ = Path(self.run_dir)
+        else:
+            self.run_dir_ = Path(tempfile.mkdtemp(prefix="autodeuq-"))
+            self._temporary_catalog = weakref.finalize(self, shutil.rmtree, str(self.run_dir_), ignore_errors=True)
         objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=self.epochs, threads=1)
         options = {} if self.evaluator == "serial" else {"workers": self.workers}
         with evaluators.create(self.evaluator, objective, **options) as evaluator:
@@ -134,10 +152,23 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             )
         if self.search_summary_.n_done == 0:
             raise RuntimeError(f"no training succeeded in {self.run_dir_}; see its results.csv for the reasons")
-        size = min(self.ensemble_size, self.search_summary_.n_done)
-        self.ensemble_ = Ensemble.from_catalog(self.run_dir_, size=size, method=self.selector,
+        self.ensemble_ = Ensemble.from_catalog(self.run_dir_, size=self.ensemble_size, method=self.selector,
                                                objective=self.selection_objective)
         return self
+
+    def _remove_temporary_catalog(self):
+        finalizer = self.__dict__.pop("_temporary_catalog", None)
+        if finalizer is not None:
+            finalizer()
+
+    def __getstate__(self):
+        state = dict(super().__getstate__())
+        finalizer = state.pop("_temporary_catalog", None)
+        if finalizer is not None:
+            # The copy reads its models from the temporary catalog: it must outlive this estimator.
+            finalizer.detach()
+            self.__dict__.pop("_temporary_catalog", None)
+        return state
 
     def _shape(self, a):
         return a[:, 0] if self._y_1d else a

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,9 @@ import numpy as np
 from autodeuq.data import BUILTIN_DATASETS, DataError
 
 EXIT_USAGE = 2
+# Literal names: importing autodeuq.search (ConfigSpace) would cost --help seconds.
+SEARCHES = ("agebo", "age", "bo", "random", "age-fixed-hp", "bo-fixed-arch")
+BO_SEARCHES = ("agebo", "bo", "bo-fixed-arch")  # the searchers that take --surrogate and --acq
 
 
 class CLIError(Exception):
@@ -39,12 +43,22 @@ def _add_search_args(p):
     g.add_argument("--space", default=None, metavar="NAME_OR_FILE",
                    help="search space: 'toy', 'tabular' or a YAML/JSON file "
                         "(default: toy for --dataset toy-sine, else tabular)")
-    g.add_argument("--search", default="agebo", choices=["agebo", "age", "bo", "random"],
-                   help="search algorithm (default: agebo)")
-    g.add_argument("--surrogate", default="et", choices=["et", "rf", "gp", "deep-ensemble", "ranking-ensemble"],
-                   help="surrogate model of the BO-based searchers (agebo, bo) (default: et)")
-    g.add_argument("--acq", default="lcb", choices=["lcb", "ei", "pi"],
-                   help="acquisition function of the BO-based searchers (default: lcb)")
+    g.add_argument("--search", default="agebo", choices=SEARCHES,
+                   help="search algorithm (default: agebo); the ablations: age-fixed-hp (aging evolution over "
+                        "the architecture, training hyperparameters fixed by --fixed-hp), bo-fixed-arch (BO over "
+                        "the training hyperparameters, architecture fixed by --fixed-arch)")
+    g.add_argument("--surrogate", default=None, choices=["et", "rf", "gp", "deep-ensemble", "ranking-ensemble"],
+                   help=f"surrogate model of the BO-based searchers ({', '.join(BO_SEARCHES)}) (default: et)")
+    g.add_argument("--acq", default=None, choices=["lcb", "ei", "pi"],
+                   help=f"acquisition function of the BO-based searchers ({', '.join(BO_SEARCHES)}) (default: lcb)")
+    g.add_argument("--fixed-hp", default=None, metavar="JSON",
+                   help="with --search age-fixed-hp: training hyperparameters as a JSON object; those not given "
+                        "keep their defaults (default: learning_rate 0.01, batch_size 16, optimizer adam, "
+                        "patience_reduce_lr 10, patience_early_stopping 20)")
+    g.add_argument("--fixed-arch", default=None, metavar="JSON",
+                   help="with --search bo-fixed-arch: the architecture vector as a JSON list of integers, one per "
+                        "architecture variable (default: every cell Dense with the units nearest 64 and tanh, "
+                        "no skip connection)")
     g.add_argument("--max-evals", type=int, default=100, metavar="N",
                    help="evaluations to finish in the run directory, earlier sessions included (default: 100)")
     g.add_argument("--timeout", type=float, default=None, metavar="S", help="wall-clock limit of the search in seconds (default: none)")
@@ -123,6 +137,44 @@ def _load_dataset(args):
                       valid_fraction=args.valid_fraction, seed=args.seed)
 
 
+def _json_option(flag, text):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"{flag}: not valid JSON ({exc})") from None
+
+
+def _search_options(args, space) -> dict:
+    """The searcher options the flags ask for, checked against ``--search`` and the space."""
+    from autodeuq.search import ablation_fixed_arch, ablation_fixed_hp
+    from autodeuq.space import SpaceError
+
+    for flag, value in (("--surrogate", args.surrogate), ("--acq", args.acq)):
+        if value is not None and args.search not in BO_SEARCHES:
+            raise CLIError(f"{flag} applies to the BO-based searchers ({', '.join(BO_SEARCHES)}), "
+                           f"not to --search {args.search}")
+    options = {}
+    if args.search in BO_SEARCHES:
+        options = {"surrogate": args.surrogate or "et", "acq": args.acq or "lcb"}
+    for flag, value, search, option, resolve in (
+        ("--fixed-hp", args.fixed_hp, "age-fixed-hp", "fixed_hp", ablation_fixed_hp),
+        ("--fixed-arch", args.fixed_arch, "bo-fixed-arch", "fixed_arch", ablation_fixed_arch),
+    ):
+        if value is not None and args.search != search:
+            raise CLIError(f"{flag} applies to --search {search}, not to --search {args.search}")
+        if args.search == search:
+            try:
+                options[option] = resolve(space, None if value is None else _json_option(flag, value))
+            except SpaceError as exc:
+                raise CLIError(f"{flag}: {exc}") from None
+    return options
+
+
+def _check_size(args):
+    if args.size < 1:
+        raise CLIError(f"--size must be >= 1, got {args.size}")
+
+
 def cmd_search(args):
     from autodeuq import evaluator as evaluators
     from autodeuq.runner import run_search
@@ -130,6 +182,7 @@ def cmd_search(args):
 
     dataset = _load_dataset(args)
     space = load_space(args.space or ("toy" if args.dataset == "toy-sine" else "tabular"))
+    search_options = _search_options(args, space)
     for flag, value in (("--max-evals", args.max_evals), ("--epochs", args.epochs), ("--workers", args.workers)):
         if value is not None and value < 1:
             raise CLIError(f"{flag} must be >= 1, got {value}")
@@ -145,7 +198,6 @@ def cmd_search(args):
     print(f"autodeuq: {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_valid)} validation rows, "
           f"{dataset.n_features} feature(s), target(s) {dataset.target_names}; space {space.name}; "
           f"search {args.search}; {evaluator.n_slots} parallel evaluation(s); catalog {run_dir}", flush=True)
-    search_options = {"surrogate": args.surrogate, "acq": args.acq} if args.search in ("agebo", "bo") else {}
     with evaluator:
         summary = run_search(space, dataset, evaluator, run_dir, search=args.search, search_options=search_options,
                              max_evals=args.max_evals,
@@ -176,16 +228,25 @@ def _os_error(exc: OSError) -> CLIError:
 
 
 def cmd_ensemble(args, run_dir=None):
+    from autodeuq.ensemble.predictive import EnsembleSizeWarning
     from autodeuq.report import build_and_report
 
+    _check_size(args)
     run_dir = Path(run_dir or args.run_dir)
     out = Path(args.out) if args.out else run_dir / "ensemble.json"
     _check_out(out, "--out")
-    try:
-        report = build_and_report(run_dir, size=args.size, method=args.selector, objective=args.objective,
-                                  test_file=getattr(args, "test", None), manifest=out)
-    except OSError as exc:  # FileNotFoundError of a --test file included
-        raise _os_error(exc) from None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", EnsembleSizeWarning)
+        try:
+            report = build_and_report(run_dir, size=args.size, method=args.selector, objective=args.objective,
+                                      test_file=getattr(args, "test", None), manifest=out)
+        except OSError as exc:  # FileNotFoundError of a --test file included
+            raise _os_error(exc) from None
+    for warning in caught:
+        if issubclass(warning.category, EnsembleSizeWarning):
+            print(f"autodeuq: warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     print(report.table())
     print(f"ensemble: {report.ensemble}")
     print(f"wrote {out}, {run_dir / 'metrics.json'}")
@@ -226,7 +287,8 @@ def cmd_predict(args):
 
 
 def cmd_run(args):
-    if args.out:  # before the search, not after hours of it
+    _check_size(args)  # before the search, not after it
+    if args.out:
         _check_out(Path(args.out), "--out")
     run_dir = cmd_search(args)
     cmd_ensemble(args, run_dir=run_dir)

@@ -56,6 +56,23 @@ class CellChoice:
     activation: str | None
 
 
+def encode_index(index, k) -> np.ndarray:
+    """[0, 1] encoding of choice ``index`` (0-based) among ``k``: ``index / (k - 1)``, 0 if k = 1.
+
+    The encoding of every architecture decision and categorical hyperparameter (``k`` may be an
+    array broadcast against ``index``, one number of choices per column).
+    """
+    index = np.asarray(index, dtype=float)
+    k = np.asarray(k, dtype=float)
+    return np.where(k > 1, index / np.maximum(k - 1, 1), 0.0)
+
+
+def decode_index(u, k) -> np.ndarray:
+    """Inverse of :func:`encode_index`: the nearest choice, ``rint(u (k - 1))`` in [0, k - 1]."""
+    k = np.asarray(k)
+    return np.clip(np.rint(np.asarray(u, dtype=float) * (k - 1)), 0, k - 1).astype(int)
+
+
 class SearchSpace:
     """Joint architecture x training-hyperparameter space of the AutoDEUQ method.
 
@@ -224,13 +241,48 @@ class SearchSpace:
     def sample_arch(self, rng: np.random.Generator) -> list[int]:
         return [int(rng.integers(d)) for d in self.arch_dims]
 
-    def sample_hp_vectors(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """``n`` hyperparameter points drawn from the prior, in the [0, 1] encoding.
+    def sample_arch_vectors(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` architectures drawn uniformly, in the [0, 1] encoding of :meth:`encode_arch`."""
+        dims = np.asarray(self.arch_dims, dtype=float)
+        arch = np.floor(rng.random((n, len(dims))) * dims)  # uniform integers, cheaper than integers()
+        return self.encode_arch(arch)
 
-        ConfigSpace's vector encoding maps each prior (log-uniform included) to a uniform law
-        on [0, 1], so uniform draws in that encoding are draws from the prior.
+    def sample_hp_vectors(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` hyperparameter points drawn from the prior, in the encoding of :meth:`encode_hp`.
+
+        Every row is exactly the encoding of the hyperparameters it decodes to (see
+        :meth:`prior_hp_vectors`).
         """
-        return rng.random((n, len(HP_NAMES)))
+        return self.prior_hp_vectors(rng.random((n, len(HP_NAMES))))
+
+    def prior_hp_vectors(self, uniform) -> np.ndarray:
+        """Uniform draws on [0, 1), shape (n, n_hp), turned into prior draws, encoded.
+
+        Each column goes through the inverse distribution function of its hyperparameter's
+        prior (ConfigSpace's priors: uniform integers and choices, a log-scaled integer a
+        log-uniform draw on [low, high + 1) floored, the learning rate (log-)uniform), so the
+        integers are legal values, every one as likely as its prior says, and then encoded.
+        """
+        u = np.clip(np.asarray(uniform, dtype=float).reshape(-1, len(HP_NAMES)), 0.0, 1.0)
+        columns = {}
+        for j, name in enumerate(HP_NAMES):
+            hp, col = self.configspace[name], u[:, j]
+            if name == "optimizer":
+                columns[name] = np.minimum((col * len(hp.choices)).astype(int), len(hp.choices) - 1)
+            elif name == "learning_rate":
+                columns[name] = hp.to_value(col)
+            elif hp.log:
+                low, high = int(hp.lower), int(hp.upper)
+                columns[name] = np.clip(np.floor(low * ((high + 1) / low) ** col), low, high)
+            else:
+                low, k = int(hp.lower), int(hp.upper) - int(hp.lower) + 1
+                columns[name] = low + np.minimum((col * k).astype(int), k - 1)
+        return self._encode_hp_columns(columns)
+
+    def sample_vectors(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` configurations drawn from the prior, in the encoding of :meth:`encode`."""
+        hp = self.sample_hp_vectors(rng, n)
+        return np.hstack([self.sample_arch_vectors(rng, n), hp])
 
     def sample_hp(self, rng: np.random.Generator) -> dict[str, Any]:
         return self.decode_hp(self.sample_hp_vectors(rng, 1))[0]
@@ -239,45 +291,77 @@ class SearchSpace:
         return {"arch": self.sample_arch(rng), "hp": self.sample_hp(rng)}
 
     # --------------------------------------------------------------- encoding
+    # One encoding, used by every searcher: an architecture decision or a categorical
+    # hyperparameter with k values is index / (k - 1) (encode_index); a numeric hyperparameter
+    # is ConfigSpace's vector encoding (for a linear integer that is index / (k - 1) too).
+    # Decoding takes the nearest legal value, and ``snap`` = encode(decode(.)) maps any point
+    # of [0, 1]^d to the encoding of the configuration it stands for.
     def encode_arch(self, archs) -> np.ndarray:
         """Architecture vectors (n, n_arch) -> floats in [0, 1] (value / (dim - 1))."""
         a = np.asarray(archs, dtype=float).reshape(-1, len(self.arch_dims))
-        return a / (np.asarray(self.arch_dims, dtype=float) - 1)
+        return encode_index(a, np.asarray(self.arch_dims))
 
     def decode_arch(self, vectors) -> list[list[int]]:
+        """Inverse of :meth:`encode_arch`: each variable's nearest value."""
         v = np.asarray(vectors, dtype=float).reshape(-1, len(self.arch_dims))
-        dims = np.asarray(self.arch_dims)
-        ints = np.clip(np.rint(v * (dims - 1)), 0, dims - 1).astype(int)
-        return [row.tolist() for row in ints]
+        return [row.tolist() for row in decode_index(v, np.asarray(self.arch_dims))]
 
-    def encode_hp(self, hps) -> np.ndarray:
-        """Hyperparameter dicts -> (n, n_hp) floats in [0, 1] (ConfigSpace encoding)."""
-        hps = [hps] if isinstance(hps, dict) else list(hps)
-        out = np.empty((len(hps), len(HP_NAMES)))
+    def _encode_hp_columns(self, columns) -> np.ndarray:
+        """Values by name (the optimizer as its index in the choices) -> (n, n_hp) encoding."""
+        n = len(columns[HP_NAMES[0]])
+        out = np.empty((n, len(HP_NAMES)))
         for j, name in enumerate(HP_NAMES):
             hp = self.configspace[name]
-            values = np.array([h[name] for h in hps], dtype=object if name == "optimizer" else float)
-            vec = np.asarray(hp.to_vector(values), dtype=float)
             if name == "optimizer":
-                vec = vec / max(1, len(hp.choices) - 1)
-            out[:, j] = vec
+                out[:, j] = encode_index(columns[name], len(hp.choices))
+            else:
+                out[:, j] = hp.to_vector(np.asarray(columns[name], dtype=float))
         return out
 
-    def decode_hp(self, vectors) -> list[dict[str, Any]]:
-        """Inverse of :meth:`encode_hp` (values snapped to legal ones)."""
+    def _decode_hp_columns(self, vectors) -> dict[str, np.ndarray]:
+        """Inverse of :meth:`_encode_hp_columns`: the nearest legal values."""
         v = np.clip(np.asarray(vectors, dtype=float).reshape(-1, len(HP_NAMES)), 0.0, 1.0)
         columns = {}
         for j, name in enumerate(HP_NAMES):
             hp = self.configspace[name]
-            col = v[:, j]
             if name == "optimizer":
-                idx = np.minimum((col * len(hp.choices)).astype(int), len(hp.choices) - 1)
-                columns[name] = [str(hp.choices[i]) for i in idx]
-            elif name == "learning_rate":
-                columns[name] = [float(x) for x in hp.to_value(col)]
+                columns[name] = decode_index(v[:, j], len(hp.choices))
             else:
-                columns[name] = [int(x) for x in hp.to_value(col)]
-        return [{name: columns[name][i] for name in HP_NAMES} for i in range(len(v))]
+                columns[name] = np.asarray(hp.to_value(v[:, j]))
+        return columns
+
+    def encode_hp(self, hps) -> np.ndarray:
+        """Hyperparameter dicts -> (n, n_hp) floats in [0, 1]."""
+        hps = [hps] if isinstance(hps, dict) else list(hps)
+        columns = {name: [h[name] for h in hps] for name in HP_NAMES}
+        choices = self.configspace["optimizer"]
+        columns["optimizer"] = np.asarray(
+            choices.to_vector(np.array(columns["optimizer"], dtype=object)), dtype=float
+        ).astype(int)
+        return self._encode_hp_columns(columns)
+
+    def decode_hp(self, vectors) -> list[dict[str, Any]]:
+        """Inverse of :meth:`encode_hp` (values snapped to the nearest legal ones)."""
+        columns = self._decode_hp_columns(vectors)
+        choices = self.configspace["optimizer"].choices
+        plain = {
+            "optimizer": [str(choices[i]) for i in columns["optimizer"]],
+            "learning_rate": [float(x) for x in columns["learning_rate"]],
+        }
+        for name in HP_NAMES:
+            plain.setdefault(name, [int(x) for x in columns[name]])
+        return [{name: plain[name][i] for name in HP_NAMES} for i in range(len(plain["optimizer"]))]
+
+    def snap_hp(self, vectors) -> np.ndarray:
+        """The encoding of the hyperparameters that ``vectors`` (n, n_hp) decode to."""
+        return self._encode_hp_columns(self._decode_hp_columns(vectors))
+
+    def snap(self, vectors) -> np.ndarray:
+        """The encoding of the configurations that ``vectors`` (n, dimension) decode to."""
+        v = np.asarray(vectors, dtype=float).reshape(-1, self.dimension)
+        n_arch, dims = len(self.arch_dims), np.asarray(self.arch_dims)
+        arch = encode_index(decode_index(v[:, :n_arch], dims), dims)
+        return np.hstack([arch, self.snap_hp(v[:, n_arch:])])
 
     def encode(self, configs) -> np.ndarray:
         """Configurations -> (n, n_arch + n_hp) floats in [0, 1]."""
@@ -288,6 +372,7 @@ class SearchSpace:
         ])
 
     def decode(self, vectors) -> list[dict[str, Any]]:
+        """Inverse of :meth:`encode` (values snapped to the nearest legal ones)."""
         v = np.asarray(vectors, dtype=float).reshape(-1, self.dimension)
         n_arch = len(self.arch_dims)
         return [

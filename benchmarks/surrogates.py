@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import autodeuq.search.ensemble_surrogates  # noqa: E402,F401  (registers the ensemble surrogates)
 from autodeuq.search.bo import VectorBO  # noqa: E402
 from autodeuq.search.surrogate import make_surrogate  # noqa: E402
+from autodeuq.space import decode_index, encode_index  # noqa: E402
 
 CHECKPOINTS = (25, 50, 100)
 SURROGATE_NAMES = ("et", "rf", "gp", "deep-ensemble", "ranking-ensemble")
@@ -65,10 +66,11 @@ def ackley5(U):
             - np.exp(np.sum(np.cos(2 * np.pi * X), axis=1) / d) + 20 + np.e)
 
 
-# Mixed: 3 continuous variables in [0, 1] and 2 categorical ones with 5 levels each, encoded as
-# (level + 0.5) / 5 like any [0, 1] encoding of a categorical. Each level of the first moves the
-# bowl's center and its floor, the second scales the bowl and adds its own offset; the minimum
-# (0) is at level 3 of the first, level 1 of the second and x = that level's center.
+# Mixed: 3 continuous variables in [0, 1] and 2 categorical ones with 5 levels each, in the
+# search space's encoding of a categorical (level / 4, autodeuq.space.encode_index). Each level of
+# the first moves the bowl's center and its floor, the second scales the bowl and adds its own
+# offset; the minimum (0) is at level 3 of the first, level 1 of the second and x = that level's
+# center.
 _MIX_K = 5
 _MIX_CENTERS = np.array([[0.2, 0.8, 0.5], [0.7, 0.3, 0.1], [0.5, 0.5, 0.9], [0.15, 0.35, 0.75], [0.9, 0.9, 0.2]])
 _MIX_FLOOR1 = np.array([0.3, 0.5, 0.2, 0.0, 0.4])
@@ -77,14 +79,14 @@ _MIX_FLOOR2 = np.array([0.2, 0.0, 0.3, 0.1, 0.4])
 
 
 def _mixed_sampler(rng, n):
-    cats = (rng.integers(0, _MIX_K, size=(n, 2)) + 0.5) / _MIX_K
+    cats = encode_index(rng.integers(0, _MIX_K, size=(n, 2)), _MIX_K)
     return np.hstack([rng.random((n, 3)), cats])
 
 
 def mixed(U):
     x = U[:, :3]
-    c1 = np.minimum((U[:, 3] * _MIX_K).astype(int), _MIX_K - 1)
-    c2 = np.minimum((U[:, 4] * _MIX_K).astype(int), _MIX_K - 1)
+    c1 = decode_index(U[:, 3], _MIX_K)
+    c2 = decode_index(U[:, 4], _MIX_K)
     bowl = np.sum((x - _MIX_CENTERS[c1]) ** 2, axis=1) * _MIX_SCALE2[c2]
     return bowl + 5 * bowl**2 * np.abs(np.sin(9 * x[:, 0])) + _MIX_FLOOR1[c1] + _MIX_FLOOR2[c2]
 

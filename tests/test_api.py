@@ -68,3 +68,57 @@ def test_frame_columns_are_matched_by_name(tmp_path):
         model.predict(X.rename(columns={"c": "d"}))
     with pytest.raises(ValueError, match="Feature names seen at fit time, yet now missing:\n- c"):
         model.predict(X[["a", "b"]])
+
+
+def test_ensemble_size_above_the_successes_warns_and_uses_them_all(tmp_path):
+    from autodeuq.ensemble import EnsembleSizeWarning
+
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-1, 1, (45, 1))
+    y = np.sin(3 * X[:, 0])
+    model = AutoDEUQRegressor(**{**TINY, "ensemble_size": 5}, run_dir=tmp_path / "run")
+    with pytest.warns(EnsembleSizeWarning, match=r"size 5 asked, but the catalog has only 2 successful"):
+        model.fit(X, y)
+    assert model.search_summary_.n_done == 2
+    assert model.ensemble_.selection["size"] == 2 and model.ensemble_.selection["size_requested"] == 5
+    assert 1 <= len(model.ensemble_.member_ids) <= 2
+
+
+def test_bad_ensemble_size_is_refused_before_the_search(tmp_path):
+    X = np.random.default_rng(0).normal(size=(30, 1))
+    for size in (0, 2.5):
+        with pytest.raises(ValueError, match="ensemble_size"):
+            AutoDEUQRegressor(**{**TINY, "ensemble_size": size}, run_dir=tmp_path / "run").fit(X, X[:, 0])
+    assert not (tmp_path / "run").exists()
+
+
+def test_temporary_catalog_lives_as_long_as_the_estimator():
+    import gc
+    import pickle
+    import shutil
+
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-1, 1, (45, 1))
+    y = np.sin(3 * X[:, 0])
+    model = AutoDEUQRegressor(**TINY).fit(X, y)
+    first = model.run_dir_
+    assert (first / "catalog.sqlite").exists()
+    model.predict(X)
+    model.fit(X, y)  # a refit replaces the temporary catalog
+    second = model.run_dir_
+    assert second != first and not first.exists() and second.exists()
+    del model
+    gc.collect()
+    assert not second.exists()
+
+    # a pickled estimator reads its models from the temporary catalog: pickling keeps it
+    model = AutoDEUQRegressor(**TINY).fit(X, y)
+    kept = model.run_dir_
+    blob = pickle.dumps(model)
+    del model
+    gc.collect()
+    try:
+        assert kept.exists()
+        assert pickle.loads(blob).predict(X).shape == (45,)
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)

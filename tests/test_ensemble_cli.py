@@ -1,5 +1,6 @@
 """The predictive ensemble, the CLI and the estimator API on real (tiny) trainings of the toy data."""
 import json
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -90,7 +91,7 @@ def one_line_error(capsys, argv):
 
 
 def test_cli_errors_are_one_line(run_dir, tmp_path, capsys):
-    assert "larger than" in one_line_error(capsys, ["ensemble", "--run-dir", str(run_dir), "--size", "50"])
+    assert "--size" in one_line_error(capsys, ["ensemble", "--run-dir", str(run_dir), "--size", "0"])
     pd.DataFrame({"a": [1.0], "b": [2.0]}).to_csv(tmp_path / "bad.csv", index=False)
     err = one_line_error(capsys, ["predict", "--ensemble", str(run_dir / "ensemble.json"),
                                   "--data", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "o.csv")])
@@ -116,7 +117,8 @@ def test_help_documents_every_option(capsys):
     text = capsys.readouterr().out
     for option in ("--data", "--target", "--valid", "--valid-fraction", "--dataset", "--space", "--search",
                    "--max-evals", "--timeout", "--eval-timeout", "--workers", "--ray-address", "--cpus-per-eval",
-                   "--gpus-per-eval", "--seed", "--run-dir"):
+                   "--gpus-per-eval", "--seed", "--run-dir", "--surrogate", "--acq", "--fixed-hp", "--fixed-arch",
+                   "age-fixed-hp", "bo-fixed-arch"):
         assert option in text, option
 
 
@@ -128,10 +130,10 @@ def test_default_ensemble_has_k_distinct_members_or_says_why(run_dir):
         ens = Ensemble.from_catalog(run_dir, size=3)
     assert len(ens.member_ids) == 3 and ens.selection["shortfall"] is None
     n_done = len(ens.catalog.ids("done"))
-    with pytest.warns(UserWarning, match=f"{n_done} distinct member.*only {n_done} usable model"):
+    with pytest.warns(UserWarning, match=f"size {n_done + 2} asked, but the catalog has only {n_done} successful"):
         big = Ensemble.from_catalog(run_dir, size=n_done + 2)
     assert len(big.member_ids) == n_done
-    assert "usable" in big.selection["shortfall"]
+    assert f"only {n_done} successful" in big.selection["shortfall"]
 
 
 @pytest.mark.parametrize("diversity", ["architecture", "activations"])
@@ -216,3 +218,106 @@ def test_report_of_a_recalibrated_ensemble_gives_coverage_before_and_after(run_d
     cal = ens.recalibrated(raw_means, raw_vars)
     assert document["test"]["coverage_90"]["mean"] == pytest.approx(float(m.coverage(*cal, ens.weights, y_test, 0.9)[0]))
     assert json.loads((copy / "ensemble.json").read_text())["calibration"]["scale"] == block["scale"]
+
+
+# ------------------------------------------------------------- ensemble size
+def fake_catalog(run_dir, n_done):
+    """A catalog of ``n_done`` successful entries (validation predictions only, no trainings)."""
+    from autodeuq.catalog import Catalog as CatalogReader
+    from autodeuq.data import from_arrays
+    from autodeuq.result import TrainResult
+    from autodeuq.space import load_space
+
+    rng = np.random.default_rng(0)
+    dataset = from_arrays(rng.normal(size=(30, 1)), rng.normal(size=30), seed=0)
+    writer = CatalogReader.create_or_resume(run_dir, load_space("toy"), dataset, {"search": "fake"}, seed=0)
+    n_valid = len(dataset.y_valid)
+    for i in range(n_done):
+        entry = writer.submit(load_space("toy").sample(rng))
+        writer.record(entry, TrainResult(
+            status="done", objective=float(i), epochs=1, best_epoch=1, wall_time=0.1, n_params=10,
+            model_bytes=b"fake", valid_mean=rng.normal(size=(n_valid, 1)), valid_var=np.full((n_valid, 1), 1.0),
+            history={"loss": [1.0], "val_loss": [1.0], "lr": [0.01]}, worker="fake", start_time=0.0, end_time=1.0,
+        ))
+    writer.close()
+    return run_dir
+
+
+def test_from_catalog_larger_than_the_successes_warns_and_selects_among_all(tmp_path):
+    from autodeuq.ensemble import EnsembleSizeWarning
+
+    run = fake_catalog(tmp_path / "run", 3)
+    with pytest.warns(EnsembleSizeWarning, match=r"size 7 asked, but the catalog has only 3 successful"):
+        ens = Ensemble.from_catalog(run, size=7, method="topk")
+    assert len(ens.member_ids) == 3 and ens.selection["size"] == 3 and ens.selection["size_requested"] == 7
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(Ensemble.from_catalog(run, size=3, method="topk").member_ids) == 3
+    with pytest.raises(ValueError, match="size"):
+        Ensemble.from_catalog(run, size=0)
+
+
+def test_cli_ensemble_larger_than_the_catalog_warns_in_one_line(run_dir, tmp_path, capsys):
+    from autodeuq.catalog import Catalog
+
+    n_done = Catalog(run_dir).n_done
+    out = tmp_path / "big.json"
+    assert main(["ensemble", "--run-dir", str(run_dir), "--size", "50", "--out", str(out)]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("autodeuq: warning:")]
+    assert len(lines) == 1 and f"size 50 asked, but the catalog has only {n_done} successful" in lines[0], lines
+    manifest = json.loads(out.read_text())
+    assert manifest["selection"]["size"] == n_done and 1 <= len(manifest["members"]) <= n_done
+
+
+def test_cli_run_refuses_a_bad_size_before_searching(tmp_path, capsys):
+    run = tmp_path / "run"
+    err = one_line_error(capsys, ["run", "--dataset", "toy-sine", "--evaluator", "serial", "--max-evals", "1",
+                                  "--epochs", "1", "--size", "0", "--run-dir", str(run), "--no-progress"])
+    assert "--size" in err and not run.exists()
+
+
+# ------------------------------------------------------- search options
+def test_search_options_are_checked_before_anything_runs(tmp_path, capsys):
+    run = tmp_path / "run"
+    base = ["search", "--dataset", "toy-sine", "--evaluator", "serial", "--max-evals", "1", "--epochs", "1",
+            "--run-dir", str(run), "--no-progress"]
+    cases = [
+        (["--search", "age", "--surrogate", "gp"], "--surrogate"),
+        (["--search", "random", "--acq", "ei"], "--acq"),
+        (["--search", "age-fixed-hp", "--acq", "ei"], "--acq"),
+        (["--search", "agebo", "--fixed-hp", "{}"], "--fixed-hp"),
+        (["--search", "age", "--fixed-arch", "[0]"], "--fixed-arch"),
+        (["--search", "age-fixed-hp", "--fixed-hp", '{"batch_size": 1000}'], "batch_size"),
+        (["--search", "age-fixed-hp", "--fixed-hp", '{"lr": 0.1}'], "'lr'"),
+        (["--search", "age-fixed-hp", "--fixed-hp", "adam"], "JSON"),
+        (["--search", "bo-fixed-arch", "--fixed-arch", "[1, 2]"], "2 variables"),
+        (["--search", "bo-fixed-arch", "--surrogate", "rf", "--fixed-arch", '{"a": 1}'], "--fixed-arch"),
+    ]
+    for extra, needle in cases:
+        err = one_line_error(capsys, base + extra)
+        assert needle in err, (extra, err)
+    assert not run.exists()
+
+
+def test_cli_runs_the_thesis_ablations(tmp_path):
+    from autodeuq.catalog import Catalog
+    from autodeuq.search import DEFAULT_FIXED_HP, default_fixed_arch
+    from autodeuq.space import load_space
+
+    base = ["search", "--dataset", "toy-sine", "--evaluator", "serial", "--max-evals", "2", "--epochs", "2",
+            "--no-progress"]
+    run = tmp_path / "age"
+    assert main(base + ["--search", "age-fixed-hp", "--fixed-hp", '{"learning_rate": 0.005}',
+                        "--run-dir", str(run)]) == 0
+    expected = {**DEFAULT_FIXED_HP, "learning_rate": 0.005}
+    catalog = Catalog(run)
+    assert [config["hp"] for config, _ in catalog.history()] == [expected, expected]
+    assert catalog.meta["search"]["search"] == "age-fixed-hp"
+    assert catalog.meta["search"]["options"] == {"fixed_hp": expected}
+
+    run = tmp_path / "bo"
+    assert main(base + ["--search", "bo-fixed-arch", "--surrogate", "rf", "--run-dir", str(run)]) == 0
+    catalog = Catalog(run)
+    arch = default_fixed_arch(load_space("toy"))
+    assert [config["arch"] for config, _ in catalog.history()] == [arch, arch]
+    assert catalog.meta["search"]["options"] == {"surrogate": "rf", "acq": "lcb", "fixed_arch": arch}

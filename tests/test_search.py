@@ -61,6 +61,27 @@ def test_factory_names_and_unknown_name(space):
         create("hyperband", space)
 
 
+def test_ablations_by_name_with_default_or_given_fixed_halves(space):
+    from autodeuq.search import DEFAULT_FIXED_HP, default_fixed_arch
+    from autodeuq.space import SpaceError
+
+    arch = default_fixed_arch(space)
+    assert [space.decode_dense(a) for a in arch if a] == [space.decode_dense(arch[0])] * space.num_cells
+    assert space.decode_dense(arch[0]).units == 64 and space.decode_dense(arch[0]).activation == "tanh"
+    assert sum(arch) == arch[0] * space.num_cells  # no skip connection
+    bo = create("bo-fixed-arch", space, seed=0, **FAST_BO)
+    assert bo.fixed_arch == arch and all(c["arch"] == arch for c in bo.ask(3))
+    age = create("age-fixed-hp", space, seed=0, fixed_hp={"batch_size": 8})
+    assert age.fixed_hp == {**DEFAULT_FIXED_HP, "batch_size": 8}
+    assert all(c["hp"] == age.fixed_hp for c in age.ask(3))
+    with pytest.raises(SpaceError, match="batch_size"):
+        create("age-fixed-hp", space, fixed_hp={"batch_size": 8.5})
+    with pytest.raises(SpaceError, match="'lr'"):
+        create("age-fixed-hp", space, fixed_hp={"lr": 0.1})
+    with pytest.raises(SpaceError, match="integers"):
+        create("bo-fixed-arch", space, fixed_arch=[True] * len(space.arch_dims))
+
+
 def test_search_package_does_not_import_tensorflow():
     code = "import sys, autodeuq.search; assert 'tensorflow' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -421,3 +442,118 @@ def test_rebuilding_from_history_continues_identically(space, name):
     if hasattr(original, "bo"):
         np.testing.assert_array_equal(rebuilt.bo.X, original.bo.X)
     assert rebuilt.ask(4) == original.ask(4)
+
+
+# ---------------------------------------------------------------- encoding
+class RecordingSurrogate:
+    """Extra trees that keep every candidate matrix the acquisition asks them to score."""
+
+    def __init__(self):
+        self.scored = []
+        self._model = ExtraTreesSurrogate(n_estimators=5, random_state=0)
+
+    def fit(self, X, y):
+        self._model.fit(X, y)
+        return self
+
+    def predict(self, X, return_std=False):
+        self.scored.append(np.array(X))
+        return self._model.predict(X, return_std=return_std)
+
+
+def assert_encodes_its_configuration(space, vectors, hp_only=False):
+    """Every row equals the encoding of the configuration it decodes to: exactly for the
+    architecture, integer and categorical variables, to float precision for the learning rate."""
+    vectors = np.atleast_2d(vectors)
+    if hp_only:
+        again = space.encode_hp(space.decode_hp(vectors))
+        n_arch = 0
+    else:
+        again = space.encode(space.decode(vectors))
+        n_arch = len(space.arch_dims)
+    lr = n_arch + space.hp_names.index("learning_rate")
+    discrete = [j for j in range(vectors.shape[1]) if j != lr]
+    np.testing.assert_array_equal(again[:, discrete], vectors[:, discrete])
+    np.testing.assert_allclose(again[:, lr], vectors[:, lr], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("variant", ["bo", "bo-fixed-arch", "agebo"])
+def test_bo_scores_and_observes_encodings_of_the_configurations_it_runs(space, variant):
+    surrogate = RecordingSurrogate()
+    options = {"surrogate": surrogate, "n_initial": 4, "n_candidates": 200}
+    if variant == "bo-fixed-arch":
+        searcher = create("bo", space, seed=0, fixed_arch=space.sample_arch(np.random.default_rng(1)), **options)
+    elif variant == "agebo":
+        searcher = create("agebo", space, seed=0, population_size=4, sample_size=2, **options)
+    else:
+        searcher = create("bo", space, seed=0, **options)
+    hp_only = variant != "bo"
+    suggested = []
+    suggest = searcher.bo.suggest
+    searcher.bo.suggest = lambda *a, **k: suggested.append(suggest(*a, **k)) or suggested[-1]
+    objective = planted_objective(space)
+    run(searcher, objective, budget=12)
+    searcher.ask(3)  # with nothing pending: the constant liar refits on the candidates
+    searcher.ask(2)  # with 3 pending
+    assert len(surrogate.scored) >= 3
+    for candidates in surrogate.scored:
+        assert_encodes_its_configuration(space, candidates, hp_only)
+    # what BO proposed is what it was later told, in the same encoding
+    told = np.vstack(suggested[:3])
+    assert_encodes_its_configuration(space, told, hp_only)
+    lr = (0 if hp_only else len(space.arch_dims)) + space.hp_names.index("learning_rate")
+    discrete = [j for j in range(told.shape[1]) if j != lr]
+    np.testing.assert_array_equal(searcher.bo.X[:, discrete], told[:, discrete])
+    np.testing.assert_allclose(searcher.bo.X[:, lr], told[:, lr], rtol=0, atol=1e-12)
+
+
+def test_space_samplers_draw_encodings_from_the_prior(space):
+    rng = np.random.default_rng(0)
+    n = 33_000
+    assert_encodes_its_configuration(space, space.sample_vectors(rng, 500))
+    assert_encodes_its_configuration(space, space.snap(rng.random((500, space.dimension))))
+    hps = space.decode_hp(space.sample_hp_vectors(rng, n))
+    # uniform integers: the end values as likely as the others (11 values)
+    patience = np.array([h["patience_reduce_lr"] for h in hps])
+    counts = np.bincount(patience - 10, minlength=11)
+    assert np.all(np.abs(counts / n - 1 / 11) < 0.012), counts
+    optimizer = [h["optimizer"] for h in hps]
+    assert abs(optimizer.count("sgd") / n - 1 / 7) < 0.012
+    # log-uniform integer batch size on [1, 32] (ConfigSpace's prior: log-uniform on [1, 33) floored)
+    batch = np.array([h["batch_size"] for h in hps])
+    assert abs(np.mean(batch == 1) - np.log(2) / np.log(33)) < 0.012
+    assert abs(np.mean(batch == 32) - np.log(33 / 32) / np.log(33)) < 0.006
+
+
+def test_one_index_encoding_for_architecture_categoricals_and_linear_integers(space):
+    from autodeuq.space import decode_index, encode_index
+
+    for k in (1, 2, 7, 177):
+        index = np.arange(k)
+        np.testing.assert_array_equal(decode_index(encode_index(index, k), k), index)
+    np.testing.assert_array_equal(encode_index(3, 1), 0.0)
+    for dim, j in zip(space.arch_dims, range(len(space.arch_dims))):
+        arch = [0] * len(space.arch_dims)
+        arch[j] = dim - 1
+        assert space.encode_arch(arch)[0, j] == 1.0
+    patience = space.configspace["patience_reduce_lr"]
+    np.testing.assert_array_equal(patience.to_vector(np.arange(10.0, 21.0)), encode_index(np.arange(11), 11))
+    hp = {**space.sample_hp(np.random.default_rng(0)), "optimizer": "adam"}
+    assert space.encode_hp(hp)[0, space.hp_names.index("optimizer")] == encode_index(3, 7)
+
+
+def test_surrogate_benchmark_uses_the_space_encoding():
+    import importlib.util
+    from pathlib import Path
+
+    from autodeuq.space import encode_index
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "surrogates.py"
+    spec = importlib.util.spec_from_file_location("surrogates_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    points = bench._mixed_sampler(np.random.default_rng(0), 400)
+    levels = encode_index(np.arange(5), 5)
+    assert set(np.unique(points[:, 3:])) == set(levels)
+    optimum = np.concatenate([bench._MIX_CENTERS[3], [levels[3], levels[1]]])[None]
+    assert bench.mixed(optimum)[0] == pytest.approx(0.0)

@@ -31,6 +31,10 @@ class ManifestError(ValueError):
     """An ensemble manifest cannot be used: the message names the file and the entry at fault."""
 
 
+class EnsembleSizeWarning(UserWarning):
+    """The ensemble has fewer distinct members than asked; the message says why."""
+
+
 @dataclass
 class UncertaintyPrediction:
     """Decomposed predictive uncertainty, arrays of shape (n, n_targets) in original units.
@@ -115,7 +119,8 @@ class Ensemble:
         ----------
         run_dir : path
         size : int
-            Distinct members wanted (K).
+            Distinct members wanted (K). When the catalog has fewer successful entries, the
+            ensemble is selected among all of them and an :class:`EnsembleSizeWarning` says so.
         method, objective, stop :
             See :func:`autodeuq.ensemble.select`. With the default ``stop="size"`` the
             ensemble has ``size`` distinct members whenever the catalog has that many usable
@@ -131,6 +136,11 @@ class Ensemble:
             Folds of the validation rows for the cross-fitting.
         seed : int
             Seed of the fold assignment.
+
+        Warns
+        -----
+        EnsembleSizeWarning
+            The ensemble has fewer distinct members than ``size``, with the reason.
         """
         if diversity not in DIVERSITY:
             raise ValueError(f"diversity must be one of {DIVERSITY}, got {diversity!r}")
@@ -140,8 +150,14 @@ class Ensemble:
         ids = catalog.ids(status="done")
         if not ids:
             raise ValueError(f"{run_dir}: the catalog has no successful evaluation to build an ensemble from")
-        if size < 1:
-            raise ValueError(f"ensemble size must be >= 1, got {size}")
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise ValueError(f"ensemble size must be an integer >= 1, got {size!r}")
+        selection = {"size": min(int(size), len(ids)), "method": method, "objective": objective}
+        if size > len(ids):
+            selection["size_requested"] = int(size)
+            warnings.warn(f"{run_dir}: ensemble size {size} asked, but the catalog has only {len(ids)} successful "
+                          f"entries: selecting among those, at most {len(ids)} members", EnsembleSizeWarning,
+                          stacklevel=2)
         ids, means, variances = loaded = catalog.validation_predictions(ids)
         if not ids:
             raise CatalogError(f"{run_dir}: no successful entry has usable validation predictions "
@@ -150,17 +166,18 @@ class Ensemble:
         groups = None if diversity == "none" else member_groups(catalog, ids, diversity)
 
         def select_rows(rows):
-            return select(means[:, rows], variances[:, rows], y[rows], size=size, method=method,
+            return select(means[:, rows], variances[:, rows], y[rows], size=selection["size"], method=method,
                           objective=objective, stop=stop, groups=groups)
 
         chosen = select_rows(np.arange(len(y)))
         members = [int(ids[i]) for i in chosen.indices]
-        selection = {"size": size, "method": method, "objective": objective, "stop": stop, "diversity": diversity,
-                     "catalog_entries": len(ids), "members": len(members),
-                     "effective_size": round(chosen.effective_size, 4), "shortfall": chosen.reason}
+        selection.update({"stop": stop, "diversity": diversity, "catalog_entries": len(ids), "members": len(members),
+                          "effective_size": round(chosen.effective_size, 4), "shortfall": chosen.reason})
+        if "size_requested" in selection and chosen.reason is None:
+            selection["shortfall"] = f"the catalog has only {len(ids)} successful entries"
         if chosen.reason is not None:
-            warnings.warn(f"the ensemble has {len(members)} distinct member(s), not {size}: {chosen.reason}",
-                          UserWarning, stacklevel=2)
+            warnings.warn(f"{run_dir}: the ensemble has {len(members)} distinct member(s), not {selection['size']}: "
+                          f"{chosen.reason}", EnsembleSizeWarning, stacklevel=2)
         calibration = None
         if calibrate == "scale":
             scale, chunks = cross_fitted_scale(select_rows, means, variances, y, folds=calibration_folds, seed=seed)

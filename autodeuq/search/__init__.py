@@ -8,9 +8,13 @@
 Names: ``random`` (random search), ``age`` (aging evolution over all variables), ``bo`` (Bayesian
 optimization over all variables) and ``agebo`` (aging evolution for the architecture + BO for the
 training hyperparameters, the default). The thesis ablations are options: ``create("age",
-space, fixed_hp={...})`` and ``create("bo", space, fixed_arch=[...])``.
+space, fixed_hp={...})`` and ``create("bo", space, fixed_arch=[...])``, also named
+``age-fixed-hp`` and ``bo-fixed-arch`` (:data:`ABLATIONS`), whose fixed half defaults to
+:data:`DEFAULT_FIXED_HP` and :func:`default_fixed_arch`.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from autodeuq.search.age import AgingEvolution
 from autodeuq.search.agebo import AgEBO
@@ -18,6 +22,7 @@ from autodeuq.search.base import Searcher
 from autodeuq.search.bo import BayesianOptimization, VectorBO
 from autodeuq.search.random import RandomSearch
 from autodeuq.search import ensemble_surrogates  # noqa: F401  (registers "deep-ensemble", "ranking-ensemble")
+from autodeuq.space import SpaceError, load_space
 
 SEARCHERS: dict[str, type[Searcher]] = {
     "random": RandomSearch,
@@ -27,26 +32,102 @@ SEARCHERS: dict[str, type[Searcher]] = {
 }
 DEFAULT_SEARCHER = "agebo"
 
+ABLATIONS: dict[str, tuple[str, str]] = {
+    "age-fixed-hp": ("age", "fixed_hp"),
+    "bo-fixed-arch": ("bo", "fixed_arch"),
+}
+"""The thesis' ablations on the joint space: ``name -> (searcher, option holding the fixed half)``."""
+
+DEFAULT_FIXED_HP = {"learning_rate": 0.01, "batch_size": 16, "optimizer": "adam",
+                    "patience_reduce_lr": 10, "patience_early_stopping": 20}
+"""Hand-tuned training hyperparameters of ``age-fixed-hp`` (those of ``examples/toy_sine.py``)."""
+
+
+def default_fixed_arch(space) -> list[int]:
+    """Architecture of ``bo-fixed-arch`` by default: a plain MLP, every cell Dense with the units
+    nearest 64 (the smaller on a tie) and tanh (else the space's first activation), no skip."""
+    space = load_space(space)
+    units = min(range(len(space.units)), key=lambda i: (abs(space.units[i] - 64), space.units[i]))
+    act = space.activations.index("tanh") if "tanh" in space.activations else 0
+    dense = 1 + units * len(space.activations) + act
+    return [dense if name.endswith("_dense") else 0 for name in space.arch_names]
+
+
+def ablation_fixed_hp(space, overrides=None) -> dict:
+    """The fixed training hyperparameters of ``age-fixed-hp``: :data:`DEFAULT_FIXED_HP` with the
+    entries of ``overrides`` (a dict) replaced, checked against ``space``.
+
+    Raises
+    ------
+    SpaceError
+        ``overrides`` is not a dict, names an unknown hyperparameter, or a value is outside the space.
+    """
+    space = load_space(space)
+    if overrides is None:
+        overrides = {}
+    if not isinstance(overrides, dict):
+        raise SpaceError(f"fixed training hyperparameters must be a mapping of name to value, got {overrides!r}")
+    unknown = sorted(set(overrides) - set(space.hp_names))
+    if unknown:
+        raise SpaceError(f"unknown hyperparameter(s) {unknown}; known: {space.hp_names}")
+    hp = {**DEFAULT_FIXED_HP, **overrides}
+    for name, value in hp.items():
+        integer = name not in ("learning_rate", "optimizer")
+        if integer and (isinstance(value, bool) or not isinstance(value, int)):
+            raise SpaceError(f"hp {name} = {value!r} is not an integer")
+    space.validate(space.join(space.sample_arch(np.random.default_rng(0)), hp))
+    return hp
+
+
+def ablation_fixed_arch(space, arch=None) -> list[int]:
+    """The fixed architecture of ``bo-fixed-arch``: ``arch`` (a list of integers, one per
+    architecture variable) or :func:`default_fixed_arch`, checked against ``space``.
+
+    Raises
+    ------
+    SpaceError
+        ``arch`` is not a list of integers of the space's length and ranges.
+    """
+    space = load_space(space)
+    if arch is None:
+        arch = default_fixed_arch(space)
+    if not isinstance(arch, (list, tuple)) or any(
+        isinstance(a, bool) or not isinstance(a, (int, np.integer)) for a in arch
+    ):
+        raise SpaceError(f"a fixed architecture is a list of {len(space.arch_dims)} integers, got {arch!r}")
+    space.validate(space.join(arch, space.sample_hp(np.random.default_rng(0))))
+    return [int(a) for a in arch]
+
 
 def create(name: str, space, seed: int | None = None, **options) -> Searcher:
     """A searcher by name.
 
     Parameters
     ----------
-    name : {"random", "age", "bo", "agebo"}
+    name : {"random", "age", "bo", "agebo", "age-fixed-hp", "bo-fixed-arch"}
+        The two last are the ablations of :data:`ABLATIONS`; their ``fixed_hp`` (merged over
+        :data:`DEFAULT_FIXED_HP`) or ``fixed_arch`` (default :func:`default_fixed_arch`) option
+        may be left out.
     space : SearchSpace or str
         The search space, or the name/path of one.
     seed : int or None
     **options
         Constructor options of the searcher class (see each class).
     """
-    cls = SEARCHERS.get(str(name).lower())
+    key = str(name).lower()
+    if key in ABLATIONS:
+        key, option = ABLATIONS[key]
+        space = load_space(space)
+        resolve = ablation_fixed_hp if option == "fixed_hp" else ablation_fixed_arch
+        options[option] = resolve(space, options.get(option))
+    cls = SEARCHERS.get(key)
     if cls is None:
-        raise ValueError(f"unknown searcher {name!r}; known: {sorted(SEARCHERS)}")
+        raise ValueError(f"unknown searcher {name!r}; known: {sorted(SEARCHERS) + sorted(ABLATIONS)}")
     return cls(space, seed=seed, **options)
 
 
 __all__ = [
-    "SEARCHERS", "DEFAULT_SEARCHER", "create", "Searcher", "RandomSearch", "AgingEvolution",
+    "SEARCHERS", "DEFAULT_SEARCHER", "ABLATIONS", "DEFAULT_FIXED_HP", "default_fixed_arch", "ablation_fixed_hp",
+    "ablation_fixed_arch", "create", "Searcher", "RandomSearch", "AgingEvolution",
     "BayesianOptimization", "VectorBO", "AgEBO",
 ]

@@ -59,8 +59,8 @@ class AgingEvolution(Searcher):
 
     A mutation picks one variable uniformly among the architecture and training-hyperparameter
     variables and gives it a different value: an architecture variable through
-    :meth:`SearchSpace.mutate_arch`, a hyperparameter by redrawing its [0, 1] encoding from the
-    prior until the decoded value changes.
+    :meth:`SearchSpace.mutate_arch`, a hyperparameter by redrawing it from its prior until its value
+    changes (:func:`mutate_hp`).
 
     Parameters
     ----------
@@ -123,13 +123,15 @@ class AgingEvolution(Searcher):
 def mutate_hp(space, hp: dict, index: int, rng: np.random.Generator, max_draws: int = 1000) -> dict:
     """Copy of ``hp`` with hyperparameter number ``index`` redrawn from its prior to a new value.
 
-    The redraw happens in the [0, 1] encoding (uniform there means the prior); only the mutated
-    entry is decoded, so the other values are kept bit for bit.
+    The redraw is a draw of the space's prior (:meth:`SearchSpace.prior_hp_vectors`) in the
+    [0, 1] encoding; only the mutated entry is decoded, so the other values are kept bit for bit.
     """
     name = space.hp_names[index]
     vector = space.encode_hp(hp)[0]
+    uniform = np.zeros(len(space.hp_names))
     for _ in range(max_draws):
-        vector[index] = rng.random()
+        uniform[index] = rng.random()
+        vector[index] = space.prior_hp_vectors(uniform)[0, index]
         value = space.decode_hp(vector)[0][name]
         if value != hp[name]:
             child = dict(hp)

@@ -12,7 +12,9 @@ One suggestion, once ``n_initial`` suggestions have been random:
    original's min-max-then-log: the log spreads the good end, where the search works, and
    squashes outliers such as diverged trainings);
 3. the surrogate is fitted (once per ask) and ``n_candidates`` random candidates are scored by the
-   acquisition; the lowest score wins.
+   acquisition; the lowest score wins. Candidates are drawn from the prior as encodings of
+   configurations (:meth:`~autodeuq.space.SearchSpace.sample_vectors`): the surrogate scores the
+   very points it is told about once they are evaluated.
 
 Several suggestions from one ask: ``multi_point="cl"`` tells each chosen point the lie before
 choosing the next (tree surrogates absorb the lie in their leaves without refitting, see
@@ -58,7 +60,9 @@ class VectorBO:
     ----------
     sample_candidates : callable ``(rng, n) -> ndarray (n, d)``
         Draws points from the prior, in the [0, 1] encoding; used for the random initial points
-        and for the candidates of the acquisition.
+        and for the candidates of the acquisition. Each point should be the encoding of the
+        configuration it decodes to (integer and categorical variables on their grid), as the
+        observations are.
     surrogate : str or object
         A name of :data:`~autodeuq.search.surrogate.SURROGATES` (``"et"``, ``"rf"``, ``"gp"``...) or
         an object with ``fit`` and ``predict(X, return_std=True)``.
@@ -262,12 +266,11 @@ class BayesianOptimization(Searcher):
         self.bo = VectorBO(self._sample_candidates, **options)
 
     def _sample_candidates(self, rng, n):
-        hp = self.space.sample_hp_vectors(rng, n)
+        # Candidates are encodings of configurations (the space's samplers draw legal values and
+        # encode them), so the surrogate scores exactly the points it is later told about.
         if self.fixed_arch is not None:
-            return hp
-        dims = np.asarray(self.space.arch_dims, dtype=float)
-        arch = np.floor(rng.random((n, len(dims))) * dims)  # uniform integers, cheaper than integers()
-        return np.hstack([self.space.encode_arch(arch), hp])
+            return self.space.sample_hp_vectors(rng, n)
+        return self.space.sample_vectors(rng, n)
 
     def _encode(self, configs) -> np.ndarray:
         if self.fixed_arch is not None:
