@@ -47,6 +47,15 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         Fraction of the training data held out for validation when ``fit`` gets none.
     selector : {"greedy", "greedy-noreplace", "topk"}, default="greedy"
     selection_objective : {"mixture", "gaussian"}, default="mixture"
+    selection_stop : {"size", "improvement"}, default="size"
+        ``"size"``: the ensemble has ``ensemble_size`` distinct members whenever the catalog has
+        that many usable models; ``"improvement"``: greedy selection stops as soon as no addition
+        improves the validation NLL (Caruana et al. 2004), possibly at one member.
+    diversity : {"none", "architecture", "activations"}, default="none"
+        At most one member per architecture, or per set of activation functions.
+    calibrate : {"none", "scale"}, default="none"
+        ``"scale"``: recalibrate each target's predictive std by a factor fitted on out-of-fold
+        selections of the validation rows (saved with the ensemble).
     timeout : float, optional
         Wall-clock limit of the search in seconds.
     verbose : bool, default=False
@@ -75,7 +84,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
 
     def __init__(self, space="tabular", search="agebo", max_evals=100, ensemble_size=5, workers=None,
                  run_dir=None, seed=None, epochs=None, evaluator="ray", valid_fraction=1 / 3,
-                 selector="greedy", selection_objective="mixture", timeout=None, verbose=False):
+                 selector="greedy", selection_objective="mixture", selection_stop="size", diversity="none",
+                 calibrate="none", timeout=None, verbose=False):
         self.space = space
         self.search = search
         self.max_evals = max_evals
@@ -88,6 +98,9 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.valid_fraction = valid_fraction
         self.selector = selector
         self.selection_objective = selection_objective
+        self.selection_stop = selection_stop
+        self.diversity = diversity
+        self.calibrate = calibrate
         self.timeout = timeout
         self.verbose = verbose
 
@@ -128,6 +141,12 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         if isinstance(self.ensemble_size, bool) or not isinstance(self.ensemble_size, (int, np.integer)) \
                 or self.ensemble_size < 1:
             raise ValueError(f"ensemble_size must be an integer >= 1, got {self.ensemble_size!r}")
+        from autodeuq.ensemble.predictive import CALIBRATIONS, DIVERSITY
+        from autodeuq.ensemble.selection import STOPS
+
+        for name, allowed in (("selection_stop", STOPS), ("diversity", DIVERSITY), ("calibrate", CALIBRATIONS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
         seed = 0 if self.seed is None else int(self.seed)
         # The catalog records the real column names, so `autodeuq predict --data table.csv` works.
         names = getattr(self, "feature_names_in_", None)
@@ -153,7 +172,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         if self.search_summary_.n_done == 0:
             raise RuntimeError(f"no training succeeded in {self.run_dir_}; see its results.csv for the reasons")
         self.ensemble_ = Ensemble.from_catalog(self.run_dir_, size=self.ensemble_size, method=self.selector,
-                                               objective=self.selection_objective)
+                                               objective=self.selection_objective, stop=self.selection_stop,
+                                               diversity=self.diversity, calibrate=self.calibrate, seed=seed)
         return self
 
     def _remove_temporary_catalog(self):

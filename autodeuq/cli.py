@@ -90,6 +90,15 @@ def _add_ensemble_args(p, with_test=True):
                    help="selection method (default: greedy, with replacement)")
     g.add_argument("--objective", choices=["mixture", "gaussian"], default="mixture",
                    help="selection score: exact mixture NLL or moment-matched Gaussian NLL (default: mixture)")
+    g.add_argument("--selection-stop", choices=["size", "improvement"], default="size",
+                   help="size: always K distinct members (when the catalog has K usable models); improvement: "
+                        "stop as soon as no addition improves the validation NLL (may leave one member) "
+                        "(default: size)")
+    g.add_argument("--diversity", choices=["none", "architecture", "activations"], default="none",
+                   help="at most one member per architecture, or per set of activation functions (default: none)")
+    g.add_argument("--calibrate", choices=["none", "scale"], default="none",
+                   help="scale: recalibrate each target's predictive std by a factor fitted on out-of-fold "
+                        "selections of the validation rows (default: none)")
     g.add_argument("--out", default=None, metavar="FILE", help="ensemble manifest (default: DIR/ensemble.json)")
     if with_test:
         g.add_argument("--test", metavar="FILE", help="test table to score (built-in datasets use their own test set)")
@@ -239,7 +248,8 @@ def cmd_ensemble(args, run_dir=None):
         warnings.simplefilter("always", EnsembleSizeWarning)
         try:
             report = build_and_report(run_dir, size=args.size, method=args.selector, objective=args.objective,
-                                      test_file=getattr(args, "test", None), manifest=out)
+                                      test_file=getattr(args, "test", None), manifest=out,
+                                      stop=args.selection_stop, diversity=args.diversity, calibrate=args.calibrate)
         except OSError as exc:  # FileNotFoundError of a --test file included
             raise _os_error(exc) from None
     for warning in caught:

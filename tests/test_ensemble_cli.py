@@ -321,3 +321,19 @@ def test_cli_runs_the_thesis_ablations(tmp_path):
     arch = default_fixed_arch(load_space("toy"))
     assert [config["arch"] for config, _ in catalog.history()] == [arch, arch]
     assert catalog.meta["search"]["options"] == {"surrogate": "rf", "acq": "lcb", "fixed_arch": arch}
+
+
+def test_cli_ensemble_selection_options_reach_the_manifest_and_metrics(run_dir, tmp_path):
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    out = tmp_path / "chosen.json"
+    assert main(["ensemble", "--run-dir", str(copy), "--size", "2", "--selection-stop", "improvement",
+                 "--diversity", "architecture", "--calibrate", "scale", "--out", str(out)]) == 0
+    manifest = json.loads(out.read_text())
+    assert manifest["selection"]["stop"] == "improvement" and manifest["selection"]["diversity"] == "architecture"
+    assert manifest["calibration"]["method"] == "scale"
+    document = json.loads((copy / "metrics.json").read_text())
+    assert document["calibration"]["scale"] == manifest["calibration"]["scale"]
+    assert [m["id"] for m in manifest["members"]] == document["ensemble"]["members"]
