@@ -147,7 +147,7 @@ class Ensemble:
         if calibrate not in CALIBRATIONS:
             raise ValueError(f"calibrate must be one of {CALIBRATIONS}, got {calibrate!r}")
         catalog = Catalog(run_dir)
-        ids = catalog.ids(status="done")
+        ids = catalog.model_ids()
         if not ids:
             raise ValueError(f"{run_dir}: the catalog has no successful evaluation to build an ensemble from")
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
