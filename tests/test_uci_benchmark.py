@@ -1,0 +1,192 @@
+"""The UCI benchmark script: split files, protocol, scoring, resume, report and its baselines."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autodeuq.data import DataError
+from benchmarks import uci
+from benchmarks.uci_data import default_data_dir, load_split, n_splits
+
+
+def make_dataset(root: Path, name: str, n_rows=50, n_splits=2, seed=0):
+    """A folder in the layout of the standard splits: 3 features, target in the last column."""
+    rng = np.random.default_rng(seed)
+    folder = root / name
+    folder.mkdir(parents=True)
+    x = rng.normal(size=(n_rows, 3))
+    y = x @ [1.0, -2.0, 0.5] + rng.normal(0, 0.3, n_rows)
+    np.savetxt(folder / "data.txt", np.column_stack([x, y]))
+    np.savetxt(folder / "index_features.txt", [0, 1, 2], fmt="%d")
+    np.savetxt(folder / "index_target.txt", [3], fmt="%d")
+    n_test = n_rows // 5
+    for i in range(n_splits):
+        perm = rng.permutation(n_rows)
+        np.savetxt(folder / f"index_train_{i}.txt", np.sort(perm[n_test:]), fmt="%d")
+        np.savetxt(folder / f"index_test_{i}.txt", np.sort(perm[:n_test]), fmt="%d")
+    return np.column_stack([x, y])
+
+
+def test_load_split_carves_a_seeded_fifth_of_the_training_rows(tmp_path):
+    data = make_dataset(tmp_path, "yacht", n_rows=50)
+    train = np.loadtxt(tmp_path / "yacht" / "index_train_1.txt", dtype=int)
+    test = np.loadtxt(tmp_path / "yacht" / "index_test_1.txt", dtype=int)
+    s = load_split(tmp_path, "yacht", 1)
+    assert (s.sizes, s.seed) == ({"n_fit": 32, "n_valid": 8, "n_test": 10}, 1)
+    np.testing.assert_array_equal(s.x_test, data[test, :3])
+    np.testing.assert_array_equal(s.y_test, data[test, 3:])
+    # fitting + validation rows are exactly the training rows
+    rows = np.vstack([s.x_fit, s.x_valid])
+    assert sorted(map(tuple, rows)) == sorted(map(tuple, data[train, :3]))
+    again, other = load_split(tmp_path, "yacht", 1), load_split(tmp_path, "yacht", 1, seed=7)
+    np.testing.assert_array_equal(again.x_valid, s.x_valid)
+    assert not np.array_equal(other.x_valid, s.x_valid)
+    assert n_splits(tmp_path, "yacht") == 2
+
+
+def test_default_data_dir_is_next_to_the_repository():
+    assert default_data_dir("/work/wt/bench") == Path("/work/wt/shared/datasets/uci")
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda f: (f / "index_test_0.txt").unlink(), "index_test_0.txt: file not found"),
+    (lambda f: (f / "index_train_0.txt").write_text("1\n2\n999\n"), "index 999 is out of range"),
+    (lambda f: (f / "index_train_0.txt").write_text((f / "index_test_0.txt").read_text()), "in both its train"),
+    (lambda f: (f / "index_target.txt").write_text("2\n"), "also a feature"),
+])
+def test_load_split_names_the_broken_file(tmp_path, breakage, message):
+    make_dataset(tmp_path, "boston")
+    breakage(tmp_path / "boston")
+    with pytest.raises(DataError, match=message):
+        load_split(tmp_path, "boston", 0)
+
+
+def test_score_is_in_original_units():
+    y = np.array([[0.0], [1.0], [-1.0], [3.0]])
+    means, variances = np.zeros((1, 4, 1)), np.ones((1, 4, 1))
+    s = uci.score(means, variances, np.ones(1), y)
+    assert s["nll"] == pytest.approx(0.5 * np.log(2 * np.pi) + np.mean(y**2) / 2)
+    assert s["rmse"] == pytest.approx(np.sqrt(np.mean(y**2)))
+    assert s["coverage_90"] == 0.75  # |3| > 1.645
+    scaled = uci.score(10 * means, 100 * variances, np.ones(1), 10 * y)
+    assert scaled["nll"] == pytest.approx(s["nll"] + np.log(10))
+    with pytest.raises(uci.MethodError):
+        uci.score(means, 0 * variances, np.ones(1), y)
+
+
+def run_main(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        uci.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    return exc.value.code, err[-1]
+
+
+def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys):
+    make_dataset(tmp_path / "data", "yacht", n_splits=2)
+    results = ["--results", str(tmp_path / "out")]
+    code, line = run_main(["--data-dir", str(tmp_path / "nowhere"), *results], capsys)
+    assert code == 2 and line.startswith("uci.py: error: data folder") and "--data-dir" in line
+    code, line = run_main(["--data-dir", str(tmp_path / "data"), "--datasets", "yacht", "--splits", "0-3", *results],
+                          capsys)
+    assert code == 2 and "has 2 splits (0-1); split(s) [2, 3] do not exist" in line
+    code, line = run_main(["--data-dir", str(tmp_path / "data"), "--datasets", "boston", *results], capsys)
+    assert code == 2 and "boston: dataset folder not found" in line
+    code, line = run_main(["--splits", "1-x"], capsys)
+    assert code == 2 and "invalid split list '1-x'" in line
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "uci_raw.json").write_text('{"boston/0": {}}')
+    code, line = run_main(["--report", *results], capsys)
+    assert code == 2 and "not a results file of this script" in line
+
+
+def test_records_resume_and_report(tmp_path, monkeypatch, capsys):
+    for name in ("yacht", "boston"):
+        make_dataset(tmp_path / "data", name, n_splits=2, seed=len(name))
+    calls = []
+
+    def fake(data, args):
+        calls.append((data.name, data.split))
+        noise = 0.5 if data.split == 0 else 1.0
+        return (np.full((1, len(data.y_test), 1), data.y_test.mean()), np.full((1, len(data.y_test), 1), noise),
+                np.ones(1), {"best_iteration": 3})
+
+    monkeypatch.setitem(uci.RUNNERS, "ngboost", fake)
+    argv = ["--methods", "ngboost", "--datasets", "yacht", "boston", "--splits", "0-1", "--data-dir",
+            str(tmp_path / "data"), "--results", str(tmp_path / "out"), "--machine", "test machine"]
+    assert uci.main(argv) == 0
+    assert calls == [("yacht", 0), ("yacht", 1), ("boston", 0), ("boston", 1)]
+    records = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
+    assert [(r["dataset"], r["split"], r["status"]) for r in records] == [
+        ("yacht", 0, "done"), ("yacht", 1, "done"), ("boston", 0, "done"), ("boston", 1, "done")]
+    assert {k: records[0][k] for k in ("n_fit", "n_valid", "n_test", "seed")} == {
+        "n_fit": 32, "n_valid": 8, "n_test": 10, "seed": 0}
+    assert uci.main(argv) == 0  # everything is recorded: nothing runs again
+    assert len(calls) == 4
+    md = (tmp_path / "out" / "uci.md").read_text()
+    nll = [r["nll"] for r in records if r["dataset"] == "boston"]
+    expected = f"{np.mean(nll):.2f} ± {np.std(nll, ddof=1) / np.sqrt(2):.2f}"
+    assert f"| boston | {expected} | 2.46 | 2.41 | 2.46 |" in md  # ours, thesis, Deep Ensembles, MC dropout
+    assert "test machine" in md and "--methods ngboost" in md and "uci_random_splits.md" in md
+    assert uci.main(["--report", "--results", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "uci.md").read_text() == md
+
+
+def test_failed_method_is_recorded_not_retried(tmp_path, monkeypatch):
+    make_dataset(tmp_path / "data", "yacht", n_splits=1)
+    calls = []
+
+    def diverged(data, args):
+        calls.append(1)
+        n = len(data.y_test)
+        return np.full((1, n, 1), np.nan), np.ones((1, n, 1)), np.ones(1), {}
+
+    monkeypatch.setitem(uci.RUNNERS, "catboost", diverged)
+    argv = ["--methods", "catboost", "--datasets", "yacht", "--splits", "0", "--data-dir", str(tmp_path / "data"),
+            "--results", str(tmp_path / "out")]
+    uci.main(argv)
+    uci.main(argv)
+    (record,) = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
+    assert record["status"] == "failed" and "non-finite" in record["reason"] and calls == [1]
+    assert "Failed runs: catboost yacht split 0" in (tmp_path / "out" / "uci.md").read_text()
+
+
+def tiny_split(tmp_path, name="yacht", scale=1.0):
+    make_dataset(tmp_path, name, n_rows=200, n_splits=1)
+    s = load_split(tmp_path, name, 0)
+    s.y_fit, s.y_valid, s.y_test = s.y_fit * scale, s.y_valid * scale, s.y_test * scale
+    return s
+
+
+def test_deep_ensembles_members_and_units(tmp_path):
+    import argparse
+
+    s = tiny_split(tmp_path, "protein", scale=1000.0)
+    means, variances, weights, info = uci.run_deep_ensembles(s, argparse.Namespace(threads=1), members=2, epochs=3)
+    assert means.shape == variances.shape == (2, 40, 1)
+    np.testing.assert_allclose(weights, [0.5, 0.5])
+    assert info == {"epochs": 6, "hidden_units": 100, "learning_rate": uci.DE_LR}  # 100 units for protein
+    # predictions are in the target's units (std ~ 2300 here), not standardized ones
+    assert 100 < np.sqrt(np.mean(variances)) < 1e5
+    assert abs(np.mean(means) - np.mean(s.y_fit)) < np.std(s.y_fit)
+
+
+def test_ngboost_uses_its_best_iteration(tmp_path):
+    pytest.importorskip("ngboost")
+    import argparse
+
+    s = tiny_split(tmp_path)
+    means, variances, weights, info = uci.run_ngboost(s, argparse.Namespace(threads=1), n_estimators=60, patience=5)
+    assert means.shape == (1, 40, 1) and np.all(variances > 0)
+    assert 0 <= info["best_iteration"] < info["stages_fitted"] <= 60
+
+
+def test_catboost_variance_is_knowledge_plus_data_in_target_units(tmp_path):
+    pytest.importorskip("catboost")
+    import argparse
+
+    s = tiny_split(tmp_path, scale=100.0)  # noise std 0.3 * 100 = 30
+    means, variances, weights, info = uci.run_catboost(s, argparse.Namespace(threads=1), iterations=300,
+                                                       depths=(2, 3), od_wait=50)
+    assert info["depth"] in (2, 3) and means.shape == (1, 40, 1)
+    assert 10 < np.sqrt(np.median(variances)) < 300
