@@ -173,7 +173,7 @@ def main(argv=None):
         data_dir = Path(args.data_dir) if args.data_dir else uci_data.default_data_dir(ROOT)
         for name in args.uci:
             for split in parse_splits(args.splits):
-                run_dir = Path(args.uci_runs) / name / f"split{split}"
+                run_dir = Path(args.uci_runs) / f"{name}-split{split}"
                 if (name, split) in done or not (run_dir / "catalog.sqlite").exists():
                     continue
                 data = uci_data.load_split(data_dir, name, split)

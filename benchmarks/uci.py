@@ -244,7 +244,7 @@ def run_autodeuq(data, args):
                               ensemble_size=args.ensemble_size, workers=args.workers, run_dir=run_dir,
                               seed=data.split, epochs=args.epochs, evaluator=args.evaluator)
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
-    means, variances = model.ensemble_.member_predictions(data.x_test)
+    means, variances = model.ensemble_.components(data.x_test)
     frame = Catalog(run_dir).to_dataframe()
     info = {"epochs": int(frame["epochs"].fillna(0).sum()), "catalog_entries": int(len(frame)),
             "failed": int(model.search_summary_.n_failed), "members": model.ensemble_.member_ids,
