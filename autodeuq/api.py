@@ -118,11 +118,20 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         Returns
         -------
         self
+
+        Raises
+        ------
+        SearchError
+            No training succeeded, or the first ones all failed the same way (the message gives
+            the most common reason).
+        KeyboardInterrupt
+            Ctrl-C (or SIGTERM, as :class:`~autodeuq.runner.Terminated`) stopped the search; the
+            catalog in ``run_dir_`` is consistent and ``fit`` with that ``run_dir`` resumes it.
         """
         from autodeuq import evaluator as evaluators
         from autodeuq.data import MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_arrays
         from autodeuq.ensemble import Ensemble
-        from autodeuq.runner import run_search
+        from autodeuq.runner import SearchError, Terminated, run_search
         from autodeuq.space import load_space
 
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))
@@ -169,8 +178,14 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                 space, dataset, evaluator, self.run_dir_, search=self.search, max_evals=self.max_evals,
                 timeout=self.timeout, seed=seed, progress=self.verbose, run_options={"epochs": self.epochs},
             )
-        if self.search_summary_.n_done == 0:
-            raise RuntimeError(f"no training succeeded in {self.run_dir_}; see its results.csv for the reasons")
+        summary = self.search_summary_
+        if summary.interrupted:
+            # Ctrl-C (or SIGTERM) is the caller's: no ensemble of whatever happened to finish.
+            interrupt = Terminated if summary.stopped_by == "terminated" else KeyboardInterrupt
+            raise interrupt(f"search interrupted; {self.run_dir_} is consistent: fit again with "
+                            f"run_dir={str(self.run_dir_)!r} to resume it")
+        if summary.error:
+            raise SearchError(summary.error)
         self.ensemble_ = Ensemble.from_catalog(self.run_dir_, size=self.ensemble_size, method=self.selector,
                                                objective=self.selection_objective, stop=self.selection_stop,
                                                diversity=self.diversity, calibrate=self.calibrate, seed=seed)

@@ -1,10 +1,14 @@
 """Command line: ``autodeuq search | ensemble | predict | run``.
 
 Every user error is one line on stderr (``autodeuq: error: ...``) and exit status 2; no traceback.
+A search that produced nothing usable (every evaluation failed, or its first ones all failed the
+same way) exits 1 with the most common failure reason; Ctrl-C exits 130, SIGTERM 143, both
+leaving the run resumable.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import warnings
@@ -18,6 +22,7 @@ EXIT_USAGE = 2
 # Literal names: importing autodeuq.search (ConfigSpace) would cost --help seconds.
 SEARCHES = ("agebo", "age", "bo", "random", "age-fixed-hp", "bo-fixed-arch")
 BO_SEARCHES = ("agebo", "bo", "bo-fixed-arch")  # the searchers that take --surrogate and --acq
+EXIT_SEARCH_FAILED = 1
 
 
 class CLIError(Exception):
@@ -61,11 +66,13 @@ def _add_search_args(p):
                         "no skip connection)")
     g.add_argument("--max-evals", type=int, default=100, metavar="N",
                    help="evaluations to finish in the run directory, earlier sessions included (default: 100)")
-    g.add_argument("--timeout", type=float, default=None, metavar="S", help="wall-clock limit of the search in seconds (default: none)")
+    g.add_argument("--timeout", type=float, default=None, metavar="S", help="wall-clock limit of the search in seconds, > 0 (default: none)")
     g.add_argument("--eval-timeout", type=float, default=None, metavar="S",
-                   help="per-evaluation limit in seconds; overrunning evaluations are cancelled and recorded as failures (default: none)")
+                   help="per-evaluation limit in seconds (> 0) of running on a worker; overrunning evaluations are "
+                        "cancelled and recorded as failures (default: none)")
     g.add_argument("--epochs", type=int, default=None, metavar="E", help="override the space's epoch budget (default: the space's)")
-    g.add_argument("--seed", type=int, default=0, help="seed of the split, the searcher and the trainings (default: 0)")
+    g.add_argument("--seed", type=int, default=0,
+                   help="seed (any integer >= 0) of the split, the searcher and the trainings (default: 0)")
     g.add_argument("--run-dir", default=None, metavar="DIR",
                    help="catalog directory; an existing one is resumed (default: runs/<dataset>-<search>)")
     g.add_argument("--new-run", action="store_true", help="refuse to resume: DIR must not hold a catalog yet")
@@ -75,9 +82,10 @@ def _add_search_args(p):
     e.add_argument("--workers", type=int, default=None, metavar="N",
                    help="concurrent evaluations (default: what the Ray cluster can run)")
     e.add_argument("--ray-address", default=None, metavar="ADDR",
-                   help="join an existing Ray cluster ('auto' or host:port); default: start a local instance")
+                   help="join an existing Ray cluster ('auto' or host:port); default: the RAY_ADDRESS environment "
+                        "variable when set, else start a new local instance")
     e.add_argument("--cpus-per-eval", type=float, default=None, metavar="C",
-                   help="CPUs per evaluation; TensorFlow uses that many threads (default: 1)")
+                   help="CPUs per evaluation, > 0; TensorFlow uses that many threads (default: 1)")
     e.add_argument("--gpus-per-eval", type=float, default=None, metavar="G",
                    help="GPUs per evaluation (default: 1 when the cluster has GPUs, else 0)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -184,11 +192,27 @@ def _check_size(args):
         raise CLIError(f"--size must be >= 1, got {args.size}")
 
 
+def _check_search_args(args):
+    """Refuse, before anything starts, option values that would make every evaluation fail or misbehave."""
+    if args.seed < 0:
+        raise CLIError(f"--seed must be >= 0, got {args.seed}")
+    for flag, value in (("--timeout", args.timeout), ("--eval-timeout", args.eval_timeout),
+                        ("--cpus-per-eval", args.cpus_per_eval)):
+        if value is not None and not value > 0:
+            raise CLIError(f"{flag} must be > 0, got {value:g}")
+    if args.gpus_per_eval is not None and not args.gpus_per_eval >= 0:
+        raise CLIError(f"--gpus-per-eval must be >= 0, got {args.gpus_per_eval:g}")
+    repeated = sorted({t for t in args.target or [] if args.target.count(t) > 1})
+    if repeated:
+        raise CLIError(f"--target {repeated[0]} is given more than once; name each target column once")
+
+
 def cmd_search(args):
     from autodeuq import evaluator as evaluators
-    from autodeuq.runner import run_search
+    from autodeuq.runner import SearchError, run_search
     from autodeuq.space import load_space
 
+    _check_search_args(args)
     dataset = _load_dataset(args)
     space = load_space(args.space or ("toy" if args.dataset == "toy-sine" else "tabular"))
     search_options = _search_options(args, space)
@@ -216,7 +240,9 @@ def cmd_search(args):
     print(f"search: {summary}", flush=True)
     if summary.interrupted:
         print(f"interrupted: the catalog is consistent; run the same command again to resume {run_dir}")
-        raise SystemExit(130)
+        raise SystemExit(143 if summary.stopped_by == "terminated" else 130)
+    if summary.error:
+        raise SearchError(summary.error)
     return run_dir
 
 
@@ -311,14 +337,21 @@ def main(argv=None) -> int:
     from autodeuq.space import SpaceError
 
     handlers = {"search": cmd_search, "ensemble": cmd_ensemble, "predict": cmd_predict, "run": cmd_run}
+    signals = contextlib.nullcontext()
+    if args.command in ("search", "run"):
+        from autodeuq.runner import sigterm_interrupts
+
+        signals = sigterm_interrupts()  # SIGTERM stops like Ctrl-C, exit status 143
+    sigterm = None
     try:
-        handlers[args.command](args)
+        with signals as sigterm:
+            handlers[args.command](args)
     except (CLIError, DataError, SpaceError, CatalogError, ValueError, FileNotFoundError) as exc:
         print(f"autodeuq: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("autodeuq: interrupted", file=sys.stderr)
-        return 130
+        return 143 if getattr(sigterm, "received", False) else getattr(exc, "exit_status", 130)
     except SystemExit as exc:
         return int(exc.code or 0)
     except Exception as exc:  # noqa: BLE001 - last resort: still one line, but say it is a bug
@@ -327,6 +360,11 @@ def main(argv=None) -> int:
         if isinstance(exc, RayConnectionError):
             print(f"autodeuq: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        from autodeuq.runner import SearchError
+
+        if isinstance(exc, SearchError):
+            print(f"autodeuq: error: {exc}", file=sys.stderr)
+            return EXIT_SEARCH_FAILED
         print(f"autodeuq: internal error: {type(exc).__name__}: {exc} (please report it)", file=sys.stderr)
         return 1
     return 0

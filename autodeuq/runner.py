@@ -4,17 +4,39 @@ When any evaluation ends, the driver tells the searcher, submits a new configura
 freed slot at once, and then records the finished one in the catalog. It is the only writer of
 the catalog. Resuming a run directory rebuilds the searcher from the catalog's history and
 re-submits the evaluations that were running when the previous driver stopped.
+
+A search whose first evaluations all fail the same way stops there (:data:`EARLY_FAILURES`):
+the cause is then the setup, not the configurations, and the summary's ``error`` says it.
+SIGTERM stops a search like Ctrl-C (:class:`Terminated`).
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import re
+import signal
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from autodeuq import search as searchers
-from autodeuq.catalog import Catalog
+from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.result import TrainResult
+
+EARLY_FAILURES = 5
+"""A search with more evaluations to run stops when this many first ones all fail the same way."""
+
+
+class SearchError(RuntimeError):
+    """A search produced no usable result: every evaluation failed, or the first ones all failed alike."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived during a search: it stops as on Ctrl-C, leaving the run resumable."""
+
+    exit_status = 143  # 128 + SIGTERM, what a shell reports for a process killed by it
 
 
 @dataclass
@@ -31,6 +53,30 @@ class SearchSummary:
     slots: int
     interrupted: bool = False
     stopped_by: str = "max_evals"
+    failure_reason: str | None = None
+    failure_count: int = 0
+
+    @property
+    def error(self) -> str | None:
+        """Why this search produced nothing usable, or None.
+
+        Set when the first evaluations of the search all failed the same way
+        (``stopped_by == "failing"``), or when the run directory holds no successful
+        evaluation after a search that was not interrupted; it names the most common failure.
+        """
+        if self.interrupted:
+            return None
+        if self.stopped_by == "failing":
+            return (f"the first {self.failure_count} evaluations of this search all failed the same way, so it "
+                    f"stopped: {self.failure_reason} (see {self.run_dir / 'results.csv'})")
+        if self.n_done > 0:
+            return None
+        if self.n_failed == 1:
+            return f"the only evaluation failed: {self.failure_reason} (see {self.run_dir / 'results.csv'})"
+        if self.n_failed:
+            return (f"all {self.n_failed} evaluations failed; the most common reason ({self.failure_count} of "
+                    f"{self.n_failed}): {self.failure_reason} (see {self.run_dir / 'results.csv'})")
+        return f"no evaluation finished (stopped by {self.stopped_by}); {self.run_dir} holds no trained network"
 
     @property
     def utilization(self) -> float:
@@ -45,6 +91,90 @@ class SearchSummary:
 
 def objective_of(result: TrainResult) -> float | None:
     return result.objective if result.ok and math.isfinite(result.objective) else None
+
+
+def _recorded_reason(writer, result: TrainResult) -> str | None:
+    """Why the catalog will record ``result`` as failed, or None when it will record it done.
+
+    The rule of ``CatalogWriter.record`` (a done result without a usable model or predictions is
+    stored as failed), applied before the result is written, so that the searcher learns what
+    the catalog keeps: a resumed searcher, rebuilt from the catalog, then agrees with it.
+    """
+    if not result.ok:
+        return str(result.reason or "unknown failure")
+    problem = writer._result_problem(result)
+    return f"invalid result: {problem}" if problem else None
+
+
+def _failure_kind(reason: str) -> str:
+    """A failure reason without its numbers and ids, so that failures of one cause compare equal."""
+    first = (reason.strip().splitlines() or ["unknown failure"])[0]
+    return re.sub(r"\b0x[0-9a-f]+\b|\b[0-9a-f]{12,}\b|\d+(?:\.\d+)?(?:e[-+]?\d+)?", "#", first, flags=re.I)
+
+
+def _most_common_failure(reasons: list[str]) -> tuple[str | None, int]:
+    """(an example of the most common kind of failure, how many failed that way)."""
+    if not reasons:
+        return None, 0
+    kinds = Counter(_failure_kind(r) for r in reasons)
+    kind, count = kinds.most_common(1)[0]
+    return next(r for r in reasons if _failure_kind(r) == kind), count
+
+
+class SigtermWatch:
+    """What :func:`sigterm_interrupts` saw: ``received`` is True once SIGTERM arrived."""
+
+    received = False
+
+
+@contextlib.contextmanager
+def sigterm_interrupts():
+    """Within this block, SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``).
+
+    So a terminated search stops the way Ctrl-C stops it: running evaluations cancelled (and
+    resumable), finished results recorded, the catalog closed. Only the first SIGTERM raises;
+    later ones are ignored until the block is left, so that they cannot cut that clean-up
+    short. Outside the main thread this does nothing (Python delivers signals there only).
+
+    Yields
+    ------
+    SigtermWatch
+        Says whether SIGTERM arrived: code that the exception crosses (Ray's ``wait``) may turn
+        it into a plain ``KeyboardInterrupt``.
+    """
+    watch = SigtermWatch()
+    if threading.current_thread() is not threading.main_thread():
+        yield watch
+        return
+
+    def handler(signum, frame):
+        if not watch.received:
+            watch.received = True
+            raise Terminated(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield watch
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _check_epoch_budget(run_dir, space, epochs) -> None:
+    """Refuse to resume a run with another epoch budget: its entries would not be comparable."""
+    try:
+        with Catalog(run_dir) as catalog:
+            recorded = catalog.meta.get("search") or {}
+    except CatalogError:
+        return  # no catalog yet (or a broken one, which create_or_resume reports)
+    before = recorded.get("epochs") or None
+    if int(before or space.epochs) == int(epochs or space.epochs):
+        return
+
+    def budget(e):
+        return f"--epochs {e}" if e else f"the space's {space.epochs} epochs"
+
+    raise CatalogError(f"{run_dir}: its catalog was trained with {budget(before)}, this run asks for {budget(epochs)}; "
+                       f"resuming would mix epoch budgets in one catalog. Use {budget(before)} or a new --run-dir")
 
 
 def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", search_options: dict | None = None,
@@ -65,14 +195,46 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
     max_evals : int
         Budget counted over the whole run directory, previous sessions included.
     timeout : float, optional
-        Wall-clock seconds for this call; running evaluations are cancelled (and stay resumable).
+        Wall-clock seconds for this call (> 0); running evaluations are cancelled (and stay
+        resumable).
     run_options : dict, optional
-        Extra facts to record in the run metadata (epochs override, evaluator resources).
+        Extra facts to record in the run metadata (epochs override, evaluator resources). An
+        ``epochs`` entry must give the same epoch budget as the run's first session.
     prefetch : bool, optional
         Ask the searcher for the next configurations while all workers are busy, so a freed
         worker never waits for the searcher (default: on when the evaluator has several slots).
+
+    Returns
+    -------
+    SearchSummary
+        Its ``error`` is set when the search produced nothing usable (see
+        :attr:`SearchSummary.error`); ``interrupted`` when Ctrl-C or SIGTERM stopped it.
+
+    Raises
+    ------
+    CatalogError
+        ``run_dir`` cannot be used (other data, space or epoch budget; another writer).
+    ValueError
+        ``timeout`` is not positive.
+
+    Notes
+    -----
+    Evaluations still running when the driver stops for any reason (an exception included) are
+    cancelled; they stay in the catalog as running and are trained again on resume.
     """
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout:g}")
+    with sigterm_interrupts() as sigterm:
+        return _run_search(space, dataset, evaluator, run_dir, search=search, search_options=search_options,
+                           max_evals=max_evals, timeout=timeout, seed=seed, new_run=new_run, progress=progress,
+                           run_options=run_options, prefetch=prefetch, sigterm=sigterm)
+
+
+def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, max_evals, timeout, seed, new_run,
+                progress, run_options, prefetch, sigterm) -> SearchSummary:
     search_options = dict(search_options or {})
+    if not new_run:
+        _check_epoch_budget(run_dir, space, (run_options or {}).get("epochs"))
     writer = Catalog.create_or_resume(
         run_dir, space, dataset,
         search_options={"search": search, "options": search_options, "evaluator": evaluator.describe(),
@@ -88,6 +250,10 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
     busy = 0.0
     stopped_by, interrupted = "max_evals", False
     bar = _progress_bar(progress, max_evals, writer.n_finished)
+    # Only a stop that saves evaluations counts as one: with a budget this small, all of it runs.
+    early_failures = EARLY_FAILURES if max_evals - writer.n_finished > EARLY_FAILURES else 0
+    verdicts: dict[int, str | None] = {}  # failure reason the catalog will record (None: done)
+    session_reasons: list[str | None] = []  # the same, for each result recorded by this call
 
     def submit(eval_id, config):
         configs[eval_id] = config
@@ -122,8 +288,17 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
         nonlocal busy
         writer.record(eval_id, result)
         configs.pop(eval_id, None)
-        busy += max(0.0, result.end_time - result.start_time)
+        session_reasons.append(verdicts.pop(eval_id, None))
+        # Counted within this driver's lifetime: a start time that is missing (0) or earlier than
+        # the driver (a clock apart) must not inflate the utilization.
+        busy += max(0.0, result.end_time - max(result.start_time, started))
         _update_bar(bar, writer, result, busy, evaluator.n_slots, started)
+
+    def failing_alike():
+        # The first results of this call (recorded, then waiting to be) all failed the same way.
+        first = (session_reasons + [verdicts[i] for i, _ in unrecorded])[:early_failures]
+        return (0 < early_failures == len(first) and None not in first
+                and len({_failure_kind(r) for r in first}) == 1)
 
     try:
         for eval_id, config in writer.pending():
@@ -143,8 +318,14 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
                 wait_for = None if timeout is None else max(0.0, started + timeout - time.time())
             finished = evaluator.wait(timeout=wait_for) if evaluator.n_running else []
             if finished:
-                searcher.tell([(configs[i], objective_of(r)) for i, r in finished])
+                for i, r in finished:
+                    verdicts[i] = _recorded_reason(writer, r)
+                searcher.tell([(configs[i], None if verdicts[i] else objective_of(r)) for i, r in finished])
                 unrecorded.extend(finished)
+                if failing_alike():
+                    stopped_by = "failing"
+                    evaluator.cancel_all()
+                    break
                 refill()
             if unrecorded:
                 record(*unrecorded.pop(0))
@@ -152,23 +333,37 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
                 stopped_by = "timeout"
                 evaluator.cancel_all()
                 break
-    except KeyboardInterrupt:
-        interrupted, stopped_by = True, "interrupted"
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated) or sigterm.received
+        interrupted, stopped_by = True, "terminated" if terminated else "interrupted"
         evaluator.cancel_all()
+    except BaseException:
+        evaluator.cancel_all()  # no evaluation outlives a driver that failed
+        raise
     finally:
-        # Whatever finished is paid for: record it even when stopping early.
-        while unrecorded:
-            record(*unrecorded.pop(0))
-        if bar is not None:
-            bar.close()
-        wall = time.time() - started
-        best, n_done, n_finished = writer.best(), writer.n_done, writer.n_finished
-        writer.close()
+        try:
+            # Whatever finished is paid for: record it even when stopping early.
+            while unrecorded:
+                record(*unrecorded.pop(0))
+            if bar is not None:
+                bar.close()
+            wall = time.time() - started
+            best, n_done, n_finished = writer.best(), writer.n_done, writer.n_finished
+            if stopped_by == "failing":
+                failure_reason, failure_count = session_reasons[0], early_failures
+            elif n_finished > n_done:
+                frame = writer.to_dataframe()
+                failure_reason, failure_count = _most_common_failure(
+                    [str(r) for r in frame.loc[frame["status"] == "failed", "reason"]])
+            else:
+                failure_reason, failure_count = None, 0
+        finally:
+            writer.close()
     return SearchSummary(
         run_dir=Path(run_dir), n_done=n_done, n_failed=n_finished - n_done,
         best_id=None if best is None else best[0], best_objective=math.inf if best is None else best[1],
         wall_time=wall, busy_time=busy, slots=evaluator.n_slots, interrupted=interrupted,
-        stopped_by=stopped_by,
+        stopped_by=stopped_by, failure_reason=failure_reason, failure_count=failure_count,
     )
 
 

@@ -400,6 +400,16 @@ def _clear_state():
         _trainings_since_gc = 0
 
 
+def _seed32(seed) -> int:
+    """A non-negative seed as one ``keras.utils.set_random_seed`` accepts (below 2**32)."""
+    seed = int(seed)
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+    if seed < 2**32:
+        return seed
+    return int(np.random.SeedSequence(seed).generate_state(1, np.uint32)[0])
+
+
 def _worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -419,7 +429,8 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
     seed : int
         Seeds the initial weights and the per-epoch shuffles (reproducible on CPU). Through
         ``keras.utils.set_random_seed`` this also reseeds Python's, NumPy's and TensorFlow's
-        global generators.
+        global generators. Any non-negative integer; one of 2**32 or more is first reduced to
+        32 bits with ``numpy.random.SeedSequence``.
     epochs : int, optional
         Epoch budget; ``space.epochs`` when omitted (or 0).
     threads : int, optional
@@ -469,8 +480,9 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         n_features, n_targets = dataset.x_train.shape[1], dataset.y_train.shape[1]
         batch_size = min(int(hp["batch_size"]), len(dataset.x_train))
 
+        seed = _seed32(seed)
         _clear_state()
-        keras.utils.set_random_seed(int(seed))
+        keras.utils.set_random_seed(seed)
         core = build_network(space, arch, n_features, n_targets)
         n_params = count_params(core)
         key = _structure_key(space, arch, n_features, n_targets, hp["optimizer"])

@@ -40,7 +40,8 @@ def test_multi_output(tmp_path):
 
 
 def test_check_estimator():
-    results = check_estimator(AutoDEUQRegressor(**TINY), on_fail=None)
+    # check_regressors_train asks for R^2 > 0.5: 3 epochs reach it for some seeds only, 10 for seeds 0-2.
+    results = check_estimator(AutoDEUQRegressor(**{**TINY, "epochs": 10}), on_fail=None)
     failed = [r for r in results if r["status"] == "failed" and r["check_name"] not in NOT_APPLICABLE]
     assert not failed, [(r["check_name"], str(r["exception"])[:300]) for r in failed]
 

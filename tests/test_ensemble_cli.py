@@ -107,7 +107,8 @@ def test_run_dir_without_success_is_refused(tmp_path, capsys):
     run = tmp_path / "failing"
     code = main(["search", "--dataset", "toy-sine", "--evaluator", "serial", "--max-evals", "1", "--epochs", "2",
                  "--eval-timeout", "0.001", "--run-dir", str(run), "--no-progress"])
-    assert code == 0
+    assert code == 1  # a search in which every evaluation failed fails
+    capsys.readouterr()
     assert "no successful" in one_line_error(capsys, ["ensemble", "--run-dir", str(run)])
 
 

@@ -7,6 +7,8 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
+import numpy as np
+
 from autodeuq.result import TrainResult
 
 Objective = Callable[[int, dict], TrainResult]
@@ -51,6 +53,34 @@ class Evaluator(ABC):
         self.close()
 
 
+def check_eval_timeout(eval_timeout: float | None) -> float | None:
+    """``eval_timeout`` as a float, or None; a limit <= 0 would fail every evaluation, so it is refused."""
+    if eval_timeout is None:
+        return None
+    eval_timeout = float(eval_timeout)
+    if not eval_timeout > 0:
+        raise ValueError(f"eval_timeout must be > 0 seconds, got {eval_timeout:g}")
+    return eval_timeout
+
+
+def evaluation_seed(seed: int, eval_id: int) -> int:
+    """The training seed of evaluation ``eval_id`` of a search seeded with ``seed``.
+
+    Child ``eval_id`` of ``numpy.random.SeedSequence(seed)`` (what ``SeedSequence(seed).spawn``
+    would hand out at that position), reduced to 32 bits: any non-negative ``seed`` works and
+    the result is always a seed ``keras.utils.set_random_seed`` accepts.
+
+    Examples
+    --------
+    >>> evaluation_seed(12345, 0) == evaluation_seed(12345, 0) != evaluation_seed(12345, 1)
+    True
+    """
+    seed, eval_id = int(seed), int(eval_id)
+    if seed < 0 or eval_id < 0:
+        raise ValueError(f"seed and evaluation id must be >= 0, got seed={seed}, id={eval_id}")
+    return int(np.random.SeedSequence(seed, spawn_key=(eval_id,)).generate_state(1, np.uint32)[0])
+
+
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -81,7 +111,8 @@ class TrainingObjective:
     space : SearchSpace
     dataset : Dataset
     seed : int
-        Base seed; evaluation ``i`` trains with seed ``seed * 1_000_003 + i``.
+        Base seed (any non-negative integer); evaluation ``i`` trains with
+        :func:`evaluation_seed` ``(seed, i)``.
     epochs : int, optional
         Override of the space's epoch budget.
     threads : int, optional
@@ -92,7 +123,8 @@ class TrainingObjective:
         self.space_spec = space.to_dict()
         self.space_source = space.source
         self.dataset = dataset
-        self.seed = seed
+        evaluation_seed(seed, 0)  # refuse a bad seed now, not in every evaluation
+        self.seed = int(seed)
         self.epochs = epochs
         self.threads = threads
         self._space = None
@@ -110,4 +142,5 @@ class TrainingObjective:
             configure_threads(self.threads)
         if self._space is None:
             self._space = SearchSpace(self.space_spec, source=self.space_source)
-        return train(config, self._space, self.dataset, seed=self.seed * 1_000_003 + eval_id, epochs=self.epochs)
+        return train(config, self._space, self.dataset, seed=evaluation_seed(self.seed, eval_id),
+                     epochs=self.epochs)

@@ -1,21 +1,34 @@
 """Ray evaluator: one Ray task per evaluation, on a local instance or an existing cluster."""
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import socket
+import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from autodeuq.evaluator.base import Evaluator, guarded
+from autodeuq.evaluator.base import Evaluator, check_eval_timeout, guarded
 from autodeuq.result import TrainResult
+
+RAY_CONNECT_TIMEOUT = 20.0
+"""Seconds allowed to reach an existing Ray cluster's address before giving up."""
 
 
 class RayConnectionError(RuntimeError):
     """Ray could not be started or joined."""
 
 
-def _run_task(objective, eval_id: int, config: dict, gpus: float) -> TrainResult:
+def _run_task(objective, eval_id: int, config: dict, gpus: float):
+    # A generator task: its first item says when it started on a worker, so that the driver's
+    # per-evaluation timeout does not count the time the task waited in Ray's queue.
+    yield time.time()
     if gpus:
         _enable_gpu_memory_growth()
-    return guarded(objective, eval_id, config)
+    yield guarded(objective, eval_id, config)
 
 
 def _enable_gpu_memory_growth() -> None:
@@ -29,15 +42,60 @@ def _enable_gpu_memory_growth() -> None:
         pass
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Start a local Ray instance (``address=None``) or join a cluster; once per process."""
+def init_ray(address: str | None = None, num_cpus: int | None = None,
+             connect_timeout: float = RAY_CONNECT_TIMEOUT) -> None:
+    """Start a local Ray instance, or join a cluster; once per process.
+
+    Parameters
+    ----------
+    address : str, optional
+        ``host:port``, ``"auto"`` or ``ray://host:port`` of a cluster to join. Without one, the
+        ``RAY_ADDRESS`` environment variable is used when set; otherwise a new local instance
+        is started (``"local"``), never one found in Ray's temporary folder (a stale pointer
+        there to a dead head would make Ray wait for it).
+    num_cpus : int, optional
+        CPUs of a local instance (default: the machine's).
+    connect_timeout : float
+        Seconds allowed to reach the cluster's address when joining one; if something answers
+        there, Ray's own connection attempt then takes about 40 s at most.
+
+    Raises
+    ------
+    RayConnectionError
+        One line saying what could not be started or reached, and what to do.
+
+    Notes
+    -----
+    ``ray.init`` installs its own SIGTERM handlers (one exits the interpreter, one dumps a native
+    stack and aborts); the handler the caller had is put back, so that SIGTERM stays the
+    caller's to handle (the search driver treats it like Ctrl-C).
+    """
     import ray
 
     if ray.is_initialized():
         return
+    source = "--ray-address"
+    if address is None and os.environ.get("RAY_ADDRESS"):
+        address, source = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
-    if address is None and num_cpus is not None:
-        kwargs["num_cpus"] = num_cpus
+    previous = _sigterm_handler()
+    try:
+        if address in (None, "local"):
+            if num_cpus is not None:
+                kwargs["num_cpus"] = num_cpus
+            _init(ray, "local", kwargs, "start a local Ray instance")
+        else:
+            where = f"connect to Ray at {address!r}" + (" (from RAY_ADDRESS)" if source == "RAY_ADDRESS" else "")
+            host_port = _bootstrap_host_port(address, where)
+            if host_port is not None:
+                _probe(*host_port, connect_timeout, where)
+            with _single_gcs_attempt(), _quiet_stderr():
+                _init(ray, address, kwargs, where)
+    finally:
+        _restore_sigterm_handler(previous)
+
+
+def _init(ray, address, kwargs, where):
     try:
         ray.init(address=address, **kwargs)
     except Exception as exc:  # noqa: BLE001 - turned into one actionable message
@@ -47,8 +105,112 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
             hint = (" The cluster uses token authentication (the default of `ray start --head`): run with "
                     "RAY_AUTH_MODE=token and the cluster's token in RAY_AUTH_TOKEN or ~/.ray/auth_token, "
                     "or start the cluster with authentication disabled.")
-        where = "start a local Ray instance" if address is None else f"connect to Ray at {address!r}"
-        raise RayConnectionError(f"cannot {where}: {text.splitlines()[0] if text else type(exc).__name__}.{hint}") from None
+        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        raise RayConnectionError(f"cannot {where}: {first}.{hint}") from None
+
+
+def _bootstrap_host_port(address: str, where: str) -> tuple[str, int] | None:
+    """The host and port Ray will dial for ``address`` (None when that cannot be told)."""
+    from urllib.parse import urlsplit
+
+    if "://" in address:
+        parts = urlsplit(address)
+        return (parts.hostname, parts.port or 10001) if parts.hostname else None
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:  # Ray moved it: no probe, ray.init still makes one bounded attempt
+        return None
+    try:
+        resolved = canonicalize_bootstrap_address(address)
+    except Exception as exc:  # noqa: BLE001 - e.g. "auto" and no cluster found
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RayConnectionError(f"cannot {where}: {first}") from None
+    if not resolved or ":" not in resolved:
+        return None
+    host, _, port = resolved.rpartition(":")
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        return None
+
+
+def _probe(host: str, port: int, timeout: float, where: str) -> None:
+    # Ray itself retries an unreachable head for minutes; a plain TCP connection says at once
+    # (or within `timeout`) whether anything listens there.
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__).lower()
+        raise RayConnectionError(
+            f"cannot {where}: nothing answers at {host}:{port} within {timeout:g} s ({why}); "
+            f"is the cluster's head running (`ray start --head`) and is the address right?"
+        ) from None
+
+
+@contextlib.contextmanager
+def _single_gcs_attempt():
+    """Let ``ray.init`` try the cluster once (about 40 s at most) instead of ~20 times.
+
+    The probe has already found something listening; if that is no Ray head, retrying for
+    minutes only hides the error. A user's own ``RAY_gcs_server_port_wait_time_s`` wins.
+    """
+    key = "RAY_gcs_server_port_wait_time_s"
+    saved = os.environ.get(key)
+    os.environ.setdefault(key, "1")
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Hold back what Ray's native code writes to stderr while joining; replay it unless joining fails.
+
+    A failed join then reads as the one line of :class:`RayConnectionError`, not as pages of
+    retry warnings.
+    """
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        failed = False
+        try:
+            yield
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not failed:
+                held.seek(0)
+                with contextlib.suppress(OSError):
+                    os.write(2, held.read())
+
+
+def _sigterm_handler():
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.getsignal(signal.SIGTERM)
+
+
+def _restore_sigterm_handler(previous) -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+@dataclass
+class _Task:
+    eval_id: int
+    submitted: float
+    started: float | None = None  # on the worker, once the task reported it
 
 
 class RayEvaluator(Evaluator):
@@ -61,22 +223,41 @@ class RayEvaluator(Evaluator):
     workers : int, optional
         Concurrent evaluations; default: as many as the cluster's resources allow.
     cpus_per_eval, gpus_per_eval : float, optional
-        Resources of one evaluation; default 1 GPU (and 1 CPU) when the cluster has GPUs,
-        else 1 CPU.
+        Resources of one evaluation (CPUs > 0, GPUs >= 0); default 1 GPU (and 1 CPU) when the
+        cluster has GPUs, else 1 CPU.
     address : str, optional
-        Ray cluster address or ``"auto"``; ``None`` starts (or reuses) a local instance.
+        Ray cluster address or ``"auto"`` to join; ``None`` joins ``RAY_ADDRESS`` when set and
+        otherwise starts a local instance (see :func:`init_ray`).
     eval_timeout : float, optional
-        Seconds after which a running evaluation is cancelled and recorded as a failure.
+        Seconds an evaluation may run on its worker (time waiting in Ray's queue not counted)
+        before it is cancelled and recorded as a failure.
     num_cpus : int, optional
         CPUs of the local instance when one is started (default: the machine's).
+    connect_timeout : float
+        Seconds allowed to reach the address of a cluster to join.
+
+    Notes
+    -----
+    :meth:`close` (also the end of a ``with`` block) cancels every evaluation still running, so
+    no task outlives a driver that stops for any reason.
     """
 
     def __init__(self, objective, workers: int | None = None, cpus_per_eval: float | None = None,
                  gpus_per_eval: float | None = None, address: str | None = None,
-                 eval_timeout: float | None = None, num_cpus: int | None = None):
+                 eval_timeout: float | None = None, num_cpus: int | None = None,
+                 connect_timeout: float = RAY_CONNECT_TIMEOUT):
+        # Checked before Ray starts: 0 CPUs per task would lift Ray's limit on concurrent tasks
+        # (one TensorFlow process per evaluation, all at once).
+        if cpus_per_eval is not None and not cpus_per_eval > 0:
+            raise ValueError(f"cpus_per_eval must be > 0, got {cpus_per_eval:g}")
+        if gpus_per_eval is not None and not gpus_per_eval >= 0:
+            raise ValueError(f"gpus_per_eval must be >= 0, got {gpus_per_eval:g}")
+        if workers is not None and int(workers) < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        eval_timeout = check_eval_timeout(eval_timeout)
         import ray
 
-        init_ray(address, num_cpus)
+        init_ray(address, num_cpus, connect_timeout=connect_timeout)
         resources = ray.cluster_resources()
         total_cpus, total_gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
         if gpus_per_eval is None:
@@ -88,7 +269,7 @@ class RayEvaluator(Evaluator):
                 f"one evaluation asks for {cpus_per_eval:g} CPU / {gpus_per_eval:g} GPU but the Ray cluster "
                 f"has {total_cpus:g} CPU / {total_gpus:g} GPU"
             )
-        fit = int(total_cpus // cpus_per_eval) if cpus_per_eval else 10**6
+        fit = int(total_cpus // cpus_per_eval)
         if gpus_per_eval:
             fit = min(fit, int(total_gpus // gpus_per_eval))
         self.n_slots = max(1, int(workers) if workers else fit)
@@ -97,54 +278,72 @@ class RayEvaluator(Evaluator):
         self.cluster = {"CPU": total_cpus, "GPU": total_gpus}
         self._objective_ref = ray.put(objective)
         self._remote = ray.remote(_run_task).options(
-            num_cpus=cpus_per_eval, num_gpus=gpus_per_eval, max_retries=0,
+            num_cpus=cpus_per_eval, num_gpus=gpus_per_eval, max_retries=0, num_returns="streaming",
         )
-        self._running: dict[Any, tuple[int, float]] = {}
+        self._running: dict[Any, _Task] = {}  # task's item generator -> what the driver knows of it
 
     @property
     def n_running(self):
         return len(self._running)
 
     def submit(self, eval_id, config):
-        ref = self._remote.remote(self._objective_ref, eval_id, config, self.gpus_per_eval)
-        self._running[ref] = (eval_id, time.time())
+        task = self._remote.remote(self._objective_ref, eval_id, config, self.gpus_per_eval)
+        self._running[task] = _Task(eval_id, time.time())
 
     def wait(self, timeout=None):
         import ray
 
-        if not self._running:
-            return []
-        wait_for = timeout
-        if self.eval_timeout is not None:
-            oldest = min(t for _, t in self._running.values())
-            until_timeout = max(0.0, oldest + self.eval_timeout - time.time())
-            wait_for = until_timeout if wait_for is None else min(wait_for, until_timeout)
-        ready, _ = ray.wait(list(self._running), num_returns=1, timeout=wait_for)
-        if ready:
-            # Collect everything else that is already done too, without waiting.
-            more, _ = ray.wait([r for r in self._running if r not in ready],
-                               num_returns=len(self._running) - len(ready), timeout=0)
-            ready = ready + more
-        finished = [(self._running.pop(ref)[0], self._collect(ref)) for ref in ready]
-        finished.extend(self._expire_overdue())
+        deadline = None if timeout is None else time.time() + max(0.0, timeout)
+        finished: list[tuple[int, TrainResult]] = []
+        while self._running and not finished:
+            ready, _ = ray.wait(list(self._running), num_returns=1, timeout=self._wait_budget(deadline))
+            if ready:
+                # Take everything else that is already there too, without waiting.
+                rest = [t for t in self._running if t not in ready]
+                more, _ = ray.wait(rest, num_returns=len(rest), timeout=0) if rest else ([], [])
+                ready = ready + more
+            for task in ready:
+                outcome = self._advance(task)
+                if outcome is not None:
+                    finished.append(outcome)
+            finished.extend(self._expire_overdue())
+            if deadline is not None and time.time() >= deadline:
+                break
         return finished
 
-    def _collect(self, ref) -> TrainResult:
+    def _wait_budget(self, deadline: float | None) -> float | None:
+        """Seconds until the deadline or the next per-evaluation timeout (None: no limit)."""
+        now = time.time()
+        limits = [] if deadline is None else [deadline - now]
+        if self.eval_timeout is not None:
+            limits += [t.started + self.eval_timeout - now for t in self._running.values() if t.started is not None]
+        return max(0.0, min(limits)) if limits else None
+
+    def _advance(self, task) -> tuple[int, TrainResult] | None:
+        """Take the next item of a ready task: its start report (None returned) or its result."""
         import ray
 
+        info = self._running[task]
+        now = time.time()
         try:
-            return ray.get(ref)
-        except ray.exceptions.WorkerCrashedError as exc:
-            reason = f"worker process died: {str(exc).splitlines()[0]}"
-        except ray.exceptions.OutOfMemoryError as exc:
-            reason = f"out of memory: {str(exc).splitlines()[0]}"
-        except ray.exceptions.NodeDiedError as exc:
-            reason = f"node lost: {str(exc).splitlines()[0]}"
-        except ray.exceptions.TaskCancelledError:
-            reason = "cancelled"
+            item = ray.get(next(task))
+        except StopIteration:
+            del self._running[task]
+            return info.eval_id, self._failure(info, "the task ended without a result", now)
         except ray.exceptions.RayError as exc:
-            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        return TrainResult.failure(reason, end_time=time.time())
+            del self._running[task]
+            return info.eval_id, self._failure(info, _reason(exc), now)
+        if info.started is None and isinstance(item, float):
+            # The worker's clock, kept within what the driver saw (clocks of nodes may differ).
+            info.started = min(max(item, info.submitted), now)
+            return None
+        del self._running[task]
+        return info.eval_id, item
+
+    @staticmethod
+    def _failure(info: _Task, reason: str, now: float) -> TrainResult:
+        start = info.submitted if info.started is None else info.started
+        return TrainResult.failure(reason, start_time=start, end_time=now, wall_time=now - start)
 
     def _expire_overdue(self) -> list[tuple[int, TrainResult]]:
         import ray
@@ -152,25 +351,45 @@ class RayEvaluator(Evaluator):
         if self.eval_timeout is None:
             return []
         now, expired = time.time(), []
-        for ref, (eval_id, started) in list(self._running.items()):
-            if now - started >= self.eval_timeout:
-                ray.cancel(ref, force=True)
-                del self._running[ref]
-                expired.append((eval_id, TrainResult.failure(
-                    f"timeout: cancelled after --eval-timeout {self.eval_timeout:g} s",
-                    start_time=started, end_time=now, wall_time=now - started)))
+        for task, info in list(self._running.items()):
+            if info.started is not None and now - info.started >= self.eval_timeout:
+                ray.cancel(task, force=True)
+                del self._running[task]
+                expired.append((info.eval_id, self._failure(
+                    info, f"timeout: cancelled after --eval-timeout {self.eval_timeout:g} s", now)))
         return expired
 
     def cancel_all(self):
         import ray
 
         ids = []
-        for ref, (eval_id, _) in list(self._running.items()):
-            ray.cancel(ref, force=True)
-            ids.append(eval_id)
+        for task, info in list(self._running.items()):
+            with contextlib.suppress(Exception):  # already finished, or Ray already gone
+                ray.cancel(task, force=True)
+            ids.append(info.eval_id)
         self._running.clear()
         return ids
+
+    def close(self):
+        """Cancel every evaluation still running (they stay resumable in the catalog)."""
+        self.cancel_all()
 
     def describe(self):
         return {"kind": "ray", "slots": self.n_slots, "cpus_per_eval": self.cpus_per_eval,
                 "gpus_per_eval": self.gpus_per_eval, "cluster": self.cluster}
+
+
+def _reason(exc) -> str:
+    """A failure reason for a task that raised instead of returning its result."""
+    import ray
+
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, ray.exceptions.WorkerCrashedError):
+        return f"worker process died: {first}"
+    if isinstance(exc, ray.exceptions.OutOfMemoryError):
+        return f"out of memory: {first}"
+    if isinstance(exc, ray.exceptions.NodeDiedError):
+        return f"node lost: {first}"
+    if isinstance(exc, ray.exceptions.TaskCancelledError):
+        return "cancelled"
+    return f"{type(exc).__name__}: {first}"

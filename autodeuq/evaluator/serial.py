@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from autodeuq.evaluator.base import Evaluator, guarded
+from autodeuq.evaluator.base import Evaluator, check_eval_timeout, guarded
 from autodeuq.result import TrainResult
 
 
@@ -18,7 +18,7 @@ class SerialEvaluator(Evaluator):
 
     def __init__(self, objective, eval_timeout: float | None = None):
         self.objective = objective
-        self.eval_timeout = eval_timeout
+        self.eval_timeout = check_eval_timeout(eval_timeout)
         self._queue: deque[tuple[int, dict]] = deque()
 
     def submit(self, eval_id, config):
