@@ -56,6 +56,10 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     calibrate : {"none", "scale"}, default="none"
         ``"scale"``: recalibrate each target's predictive std by a factor fitted on out-of-fold
         selections of the validation rows (saved with the ensemble).
+    early_discarding : {"none", "sha"}, default="none"
+        ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at epochs 1, 3, 9,
+        27, 81: a training continues past a rung only if its validation loss is among the best
+        third recorded there (see :mod:`autodeuq.discard`).
     timeout : float, optional
         Wall-clock limit of the search in seconds.
     verbose : bool, default=False
@@ -85,7 +89,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     def __init__(self, space="tabular", search="agebo", max_evals=100, ensemble_size=5, workers=None,
                  run_dir=None, seed=None, epochs=None, evaluator="ray", valid_fraction=1 / 3,
                  selector="greedy", selection_objective="mixture", selection_stop="size", diversity="none",
-                 calibrate="none", timeout=None, verbose=False):
+                 calibrate="none", early_discarding="none", timeout=None, verbose=False):
         self.space = space
         self.search = search
         self.max_evals = max_evals
@@ -101,6 +105,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.selection_stop = selection_stop
         self.diversity = diversity
         self.calibrate = calibrate
+        self.early_discarding = early_discarding
         self.timeout = timeout
         self.verbose = verbose
 
@@ -153,7 +158,10 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         from autodeuq.ensemble.predictive import CALIBRATIONS, DIVERSITY
         from autodeuq.ensemble.selection import STOPS
 
-        for name, allowed in (("selection_stop", STOPS), ("diversity", DIVERSITY), ("calibrate", CALIBRATIONS)):
+        from autodeuq.discard import POLICIES, SuccessiveHalving
+
+        for name, allowed in (("selection_stop", STOPS), ("diversity", DIVERSITY), ("calibrate", CALIBRATIONS),
+                              ("early_discarding", POLICIES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
         seed = 0 if self.seed is None else int(self.seed)
@@ -164,14 +172,16 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                               target_names=target_names if target_names and len(target_names) == y2.shape[1]
                               else None, name="<fit arrays>")
         self.n_targets_ = y2.shape[1]
-        space = load_space(self.space)
+        space = load_space(self.space).for_rows(len(dataset.x_train))
         self._remove_temporary_catalog()
         if self.run_dir is not None:
             self.run_dir_ = Path(self.run_dir)
         else:
             self.run_dir_ = Path(tempfile.mkdtemp(prefix="autodeuq-"))
             self._temporary_catalog = weakref.finalize(self, shutil.rmtree, str(self.run_dir_), ignore_errors=True)
-        objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=self.epochs, threads=1)
+        discarder = SuccessiveHalving() if self.early_discarding == "sha" else None
+        objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=self.epochs, threads=1,
+                                                 discarder=discarder)
         options = {} if self.evaluator == "serial" else {"workers": self.workers}
         with evaluators.create(self.evaluator, objective, **options) as evaluator:
             self.search_summary_ = run_search(

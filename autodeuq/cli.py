@@ -71,6 +71,14 @@ def _add_search_args(p):
                    help="per-evaluation limit in seconds (> 0) of running on a worker; overrunning evaluations are "
                         "cancelled and recorded as failures (default: none)")
     g.add_argument("--epochs", type=int, default=None, metavar="E", help="override the space's epoch budget (default: the space's)")
+    g.add_argument("--early-discarding", choices=["none", "sha"], default="none",
+                   help="sha: asynchronous successive halving; a training continues past each rung epoch "
+                        "(min x reduction^k) only if its validation loss is among the best 1/reduction recorded "
+                        "there (default: none)")
+    g.add_argument("--sha-min-epochs", type=int, default=1, metavar="E", help="first rung of --early-discarding sha "
+                   "(default: 1)")
+    g.add_argument("--sha-reduction", type=int, default=3, metavar="R",
+                   help="reduction factor of --early-discarding sha, >= 2 (default: 3)")
     g.add_argument("--seed", type=int, default=0,
                    help="seed (any integer >= 0) of the split, the searcher and the trainings (default: 0)")
     g.add_argument("--run-dir", default=None, metavar="DIR",
@@ -207,6 +215,18 @@ def _check_search_args(args):
         raise CLIError(f"--target {repeated[0]} is given more than once; name each target column once")
 
 
+def _discarder(args):
+    from autodeuq.discard import SuccessiveHalving
+
+    if args.early_discarding == "none":
+        return None
+    try:
+        return SuccessiveHalving(min_epochs=args.sha_min_epochs, reduction=args.sha_reduction)
+    except ValueError as exc:
+        raise CLIError(f"--early-discarding sha: {exc}".replace("min_epochs", "--sha-min-epochs")
+                       .replace("reduction", "--sha-reduction")) from None
+
+
 def cmd_search(args):
     from autodeuq import evaluator as evaluators
     from autodeuq.runner import SearchError, run_search
@@ -214,14 +234,17 @@ def cmd_search(args):
 
     _check_search_args(args)
     dataset = _load_dataset(args)
-    space = load_space(args.space or ("toy" if args.dataset == "toy-sine" else "tabular"))
+    space = load_space(args.space or ("toy" if args.dataset == "toy-sine" else "tabular")).for_rows(
+        len(dataset.x_train))
+    discarder = _discarder(args)
     search_options = _search_options(args, space)
     for flag, value in (("--max-evals", args.max_evals), ("--epochs", args.epochs), ("--workers", args.workers)):
         if value is not None and value < 1:
             raise CLIError(f"{flag} must be >= 1, got {value}")
     run_dir = Path(args.run_dir or f"runs/{Path(dataset.name).stem}-{args.search}")
     threads = max(1, int(args.cpus_per_eval or 1))
-    objective = evaluators.TrainingObjective(space, dataset, seed=args.seed, epochs=args.epochs, threads=threads)
+    objective = evaluators.TrainingObjective(space, dataset, seed=args.seed, epochs=args.epochs, threads=threads,
+                                             discarder=discarder)
     if args.evaluator == "serial":
         evaluator = evaluators.create("serial", objective, eval_timeout=args.eval_timeout)
     else:

@@ -242,12 +242,14 @@ def run_autodeuq(data, args):
     run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}"
     model = AutoDEUQRegressor(space="tabular", search="agebo", max_evals=args.max_evals,
                               ensemble_size=args.ensemble_size, workers=args.workers, run_dir=run_dir,
-                              seed=data.split, epochs=args.epochs, evaluator=args.evaluator)
+                              seed=data.split, epochs=args.epochs, evaluator=args.evaluator,
+                              early_discarding=args.early_discarding)
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
     means, variances = model.ensemble_.components(data.x_test)
     frame = Catalog(run_dir).to_dataframe()
     info = {"epochs": int(frame["epochs"].fillna(0).sum()), "catalog_entries": int(len(frame)),
             "failed": int(model.search_summary_.n_failed), "members": model.ensemble_.member_ids,
+            "discarded": int(model.search_summary_.n_discarded), "early_discarding": args.early_discarding,
             "train_s_total": float(frame["wall_time"].fillna(0).sum()), "run_dir": str(run_dir)}
     return means, variances, model.ensemble_.weights, info
 
@@ -430,6 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-evals", type=int, default=100, help="autodeuq: AgEBO evaluations per split (default: 100)")
     p.add_argument("--ensemble-size", type=int, default=5, help="autodeuq: ensemble size (default: 5)")
     p.add_argument("--epochs", type=int, default=None, help="autodeuq: override the tabular space's epochs")
+    p.add_argument("--early-discarding", choices=("none", "sha"), default="none",
+                   help="autodeuq: early discarding of the search (default: none)")
     p.add_argument("--evaluator", choices=("ray", "serial"), default="ray", help="autodeuq evaluator (default: ray)")
     p.add_argument("--workers", type=int, default=None, help="autodeuq: concurrent evaluations on Ray")
     p.add_argument("--de-lr", type=float, default=DE_LR,
