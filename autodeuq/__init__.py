@@ -24,12 +24,20 @@ _LAZY = {
 }
 
 
+_SUBMODULES = ("metrics", "ensemble", "search", "evaluator", "data", "space", "catalog", "plots", "discard")
+
+
 def __getattr__(name):
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)
-    if name in ("metrics", "ensemble", "search", "evaluator", "data", "space", "catalog", "plots"):
+    if name in _SUBMODULES:
         return import_module(f"autodeuq.{name}")
     raise AttributeError(f"module 'autodeuq' has no attribute {name!r}")
+
+
+def __dir__():
+    # The API is imported lazily, so without this completion (dir, IPython) would not show it.
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
 
 
 __all__ = sorted(_LAZY) + ["__version__"]

@@ -47,6 +47,19 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         Fraction of the training data held out for validation when ``fit`` gets none.
     selector : {"greedy", "greedy-noreplace", "topk"}, default="greedy"
     selection_objective : {"mixture", "gaussian"}, default="mixture"
+    selection_stop : {"size", "improvement"}, default="size"
+        ``"size"``: the ensemble has ``ensemble_size`` distinct members whenever the catalog has
+        that many usable models; ``"improvement"``: greedy selection stops as soon as no addition
+        improves the validation NLL (Caruana et al. 2004), possibly at one member.
+    diversity : {"none", "architecture", "activations"}, default="none"
+        At most one member per architecture, or per set of activation functions.
+    calibrate : {"none", "scale"}, default="none"
+        ``"scale"``: recalibrate each target's predictive std by a factor fitted on out-of-fold
+        selections of the validation rows (saved with the ensemble).
+    early_discarding : {"none", "sha"}, default="none"
+        ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at epochs 1, 3, 9,
+        27, 81: a training continues past a rung only if its validation loss is among the best
+        third recorded there (see :mod:`autodeuq.discard`).
     timeout : float, optional
         Wall-clock limit of the search in seconds.
     verbose : bool, default=False
@@ -75,7 +88,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
 
     def __init__(self, space="tabular", search="agebo", max_evals=100, ensemble_size=5, workers=None,
                  run_dir=None, seed=None, epochs=None, evaluator="ray", valid_fraction=1 / 3,
-                 selector="greedy", selection_objective="mixture", timeout=None, verbose=False):
+                 selector="greedy", selection_objective="mixture", selection_stop="size", diversity="none",
+                 calibrate="none", early_discarding="none", timeout=None, verbose=False):
         self.space = space
         self.search = search
         self.max_evals = max_evals
@@ -88,6 +102,10 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.valid_fraction = valid_fraction
         self.selector = selector
         self.selection_objective = selection_objective
+        self.selection_stop = selection_stop
+        self.diversity = diversity
+        self.calibrate = calibrate
+        self.early_discarding = early_discarding
         self.timeout = timeout
         self.verbose = verbose
 
@@ -137,6 +155,15 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         if isinstance(self.ensemble_size, bool) or not isinstance(self.ensemble_size, (int, np.integer)) \
                 or self.ensemble_size < 1:
             raise ValueError(f"ensemble_size must be an integer >= 1, got {self.ensemble_size!r}")
+        from autodeuq.ensemble.predictive import CALIBRATIONS, DIVERSITY
+        from autodeuq.ensemble.selection import STOPS
+
+        from autodeuq.discard import POLICIES, SuccessiveHalving
+
+        for name, allowed in (("selection_stop", STOPS), ("diversity", DIVERSITY), ("calibrate", CALIBRATIONS),
+                              ("early_discarding", POLICIES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
         seed = 0 if self.seed is None else int(self.seed)
         # The catalog records the real column names, so `autodeuq predict --data table.csv` works.
         names = getattr(self, "feature_names_in_", None)
@@ -145,14 +172,16 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                               target_names=target_names if target_names and len(target_names) == y2.shape[1]
                               else None, name="<fit arrays>")
         self.n_targets_ = y2.shape[1]
-        space = load_space(self.space)
+        space = load_space(self.space).for_rows(len(dataset.x_train))
         self._remove_temporary_catalog()
         if self.run_dir is not None:
             self.run_dir_ = Path(self.run_dir)
         else:
             self.run_dir_ = Path(tempfile.mkdtemp(prefix="autodeuq-"))
             self._temporary_catalog = weakref.finalize(self, shutil.rmtree, str(self.run_dir_), ignore_errors=True)
-        objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=self.epochs, threads=1)
+        discarder = SuccessiveHalving() if self.early_discarding == "sha" else None
+        objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=self.epochs, threads=1,
+                                                 discarder=discarder)
         options = {} if self.evaluator == "serial" else {"workers": self.workers}
         with evaluators.create(self.evaluator, objective, **options) as evaluator:
             self.search_summary_ = run_search(
@@ -168,7 +197,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         if summary.error:
             raise SearchError(summary.error)
         self.ensemble_ = Ensemble.from_catalog(self.run_dir_, size=self.ensemble_size, method=self.selector,
-                                               objective=self.selection_objective)
+                                               objective=self.selection_objective, stop=self.selection_stop,
+                                               diversity=self.diversity, calibrate=self.calibrate, seed=seed)
         return self
 
     def _remove_temporary_catalog(self):

@@ -73,14 +73,17 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .result import DONE, FAILED, TrainResult
+from .result import DISCARDED, DONE, FAILED, TrainResult
 from .space import SearchSpace, load_space
 
 RUNNING = "running"
-STATUSES = (RUNNING, DONE, FAILED)
+STATUSES = (RUNNING, DONE, DISCARDED, FAILED)
+#: Statuses of entries that hold a trained model (and validation predictions).
+MODEL_STATUSES = (DONE, DISCARDED)
 
 FORMAT = "autodeuq-catalog"
-FORMAT_VERSION = 1
+# Version 2 adds the status 'discarded' (early discarding); a writer migrates version 1 on opening.
+FORMAT_VERSION = 2
 
 DB_NAME = "catalog.sqlite"
 LOCK_NAME = "catalog.lock"
@@ -117,7 +120,7 @@ CREATE TABLE IF NOT EXISTS run (
 );
 CREATE TABLE IF NOT EXISTS evaluations (
     id                 INTEGER PRIMARY KEY AUTOINCREMENT,  -- AUTOINCREMENT: an id is never reused
-    status             TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed')),
+    status             TEXT NOT NULL CHECK (status IN ('running', 'done', 'discarded', 'failed')),
     config_json        TEXT NOT NULL,
     arch_json          TEXT NOT NULL,
     hp_json            TEXT NOT NULL,
@@ -785,12 +788,24 @@ class Catalog:
     # ----------------------------------------------------------------- entries
     @property
     def n_done(self) -> int:
+        """Evaluations trained to their end (early stopping included)."""
         return int(self._query("SELECT COUNT(*) FROM evaluations WHERE status = ?", (DONE,))[0][0])
 
     @property
+    def n_discarded(self) -> int:
+        """Evaluations stopped at a rung by early discarding (they hold a model too)."""
+        return int(self._query("SELECT COUNT(*) FROM evaluations WHERE status = ?", (DISCARDED,))[0][0])
+
+    @property
     def n_finished(self) -> int:
-        """Evaluations with a result, successful or failed."""
-        return int(self._query("SELECT COUNT(*) FROM evaluations WHERE status IN (?, ?)", (DONE, FAILED))[0][0])
+        """Evaluations with a result: done, discarded or failed."""
+        return int(self._query("SELECT COUNT(*) FROM evaluations WHERE status IN (?, ?, ?)",
+                               (DONE, DISCARDED, FAILED))[0][0])
+
+    def model_ids(self) -> list[int]:
+        """Ids of the entries holding a model (done or discarded), in increasing order."""
+        rows = self._query("SELECT id FROM evaluations WHERE status IN (?, ?) ORDER BY id", MODEL_STATUSES)
+        return [int(r[0]) for r in rows]
 
     def ids(self, status: str | None = DONE) -> list[int]:
         """Ids of the entries with ``status`` (``None``: all), in increasing order."""
@@ -831,9 +846,10 @@ class Catalog:
         return _decode_json(row["config_json"], self._where(row), "config_json")
 
     def best(self) -> tuple[int, float] | None:
-        """(id, objective) of the done entry of lowest objective, or None when none is done."""
+        """(id, objective) of the entry with a model of lowest objective, or None when there is none."""
         rows = self._query(
-            "SELECT id, objective FROM evaluations WHERE status = ? ORDER BY objective ASC, id ASC LIMIT 1", (DONE,)
+            "SELECT id, objective FROM evaluations WHERE status IN (?, ?) ORDER BY objective ASC, id ASC LIMIT 1",
+            MODEL_STATUSES,
         )
         if not rows:
             return None
@@ -843,15 +859,31 @@ class Catalog:
         """(config, objective) of finished entries in the order their results were recorded.
 
         That is the order a searcher was told them, so replaying it rebuilds the searcher's state
-        (the aging-evolution FIFO included). Failures have objective ``None``.
+        (the aging-evolution FIFO included). Failures have objective ``None``; a discarded entry
+        has the loss it had reached, which is what the searcher was told.
         """
         rows = self._query(
-            "SELECT id, config_json, status, objective FROM evaluations WHERE status IN (?, ?) "
-            "ORDER BY finish_order, id", (DONE, FAILED),
+            "SELECT id, config_json, status, objective FROM evaluations WHERE status IN (?, ?, ?) "
+            "ORDER BY finish_order, id", (DONE, DISCARDED, FAILED),
         )
         return [(_decode_json(r["config_json"], self._where(r), "config_json"),
-                 float(_checked_objective(r["objective"], self._where(r))) if r["status"] == DONE else None)
+                 float(_checked_objective(r["objective"], self._where(r))) if r["status"] in MODEL_STATUSES
+                 else None)
                 for r in rows]
+
+    def validation_loss_histories(self) -> list[list[float]]:
+        """Per-epoch validation losses of the finished entries, in the order they were recorded
+        (what an early-discarding rule replays to continue a run; see :mod:`autodeuq.discard`)."""
+        rows = self._query(
+            "SELECT id, history_json FROM evaluations WHERE status IN (?, ?, ?) ORDER BY finish_order, id",
+            (DONE, DISCARDED, FAILED),
+        )
+        out = []
+        for r in rows:
+            history = _decode_json(r["history_json"] or "{}", self._where(r), "history_json")
+            losses = history.get("val_loss", []) if isinstance(history, dict) else []
+            out.append([float(v) if isinstance(v, (int, float)) else math.nan for v in losses])
+        return out
 
     # ----------------------------------------------------------------- tables
     def _columns(self) -> list[str]:
@@ -898,7 +930,7 @@ class Catalog:
 
     def _done_row(self, entry_id: int, what: str) -> sqlite3.Row:
         row = self._row(entry_id)
-        if row["status"] != DONE:
+        if row["status"] not in MODEL_STATUSES:
             raise CatalogError(f"{self.run_dir}: entry {entry_id} is {row['status']}: it has no {what}")
         return row
 
@@ -974,7 +1006,7 @@ class Catalog:
             Unpacks as ``(ids, means, variances)``: the entries loaded, and their means and
             variances, each of shape (len(ids), n_valid, n_targets).
         """
-        ids = self.ids(DONE) if ids is None else [int(i) for i in ids]
+        ids = self.model_ids() if ids is None else [int(i) for i in ids]
         loaded, means, variances, skipped = [], [], [], {}
         for entry_id in ids:
             try:
@@ -1110,6 +1142,8 @@ class Catalog:
             else:
                 _decode_run_info(db, info)
                 _check_matches(run_dir, info, space, dataset)
+                if info["format_version"] < FORMAT_VERSION:
+                    info = _migrate(conn, info)
             conn.execute(
                 "INSERT INTO sessions (start_time, host, pid, seed, search_json, versions_json) VALUES (?,?,?,?,?,?)",
                 (time.time(), socket.gethostname(), os.getpid(), seed, search_json, _dumps(versions)),
@@ -1161,6 +1195,29 @@ def _initialize(conn, space, dataset, search_options, seed, versions) -> dict[st
         conn.execute("ROLLBACK")
         raise
     return info
+
+
+def _migrate(conn, info: dict[str, Any]) -> dict[str, Any]:
+    """Bring a version-1 catalog to the current format, in one transaction.
+
+    Version 2 only widens the status CHECK (adds 'discarded'); SQLite cannot alter a constraint,
+    so the table is rebuilt from the current schema and the rows copied, ids included.
+    """
+    create = next(statement for statement in _SCHEMA.split(";") if "TABLE IF NOT EXISTS evaluations" in statement)
+    columns = ", ".join(_TABLES["evaluations"])
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(create.replace("TABLE IF NOT EXISTS evaluations", "TABLE evaluations_migrated"))
+        conn.execute(f"INSERT INTO evaluations_migrated ({columns}) SELECT {columns} FROM evaluations")
+        conn.execute("DROP TABLE evaluations")
+        conn.execute("ALTER TABLE evaluations_migrated RENAME TO evaluations")
+        conn.execute("CREATE INDEX IF NOT EXISTS evaluations_status ON evaluations (status)")
+        conn.execute("UPDATE run SET value = ? WHERE key = 'format_version'", (FORMAT_VERSION,))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return {**info, "format_version": FORMAT_VERSION}
 
 
 def _arrays_to_store(dataset) -> dict[str, bytes]:
@@ -1333,8 +1390,8 @@ class CatalogWriter(Catalog):
     def record(self, entry_id: int, result: TrainResult) -> None:
         """Store the result of a submitted entry, atomically.
 
-        A successful result's model and predictions are made durable under their final names
-        first; then one transaction marks the entry done. A failed result stores its reason and
+        A successful (or discarded) result's model and predictions are made durable under their
+        final names first; then one transaction marks the entry done (or discarded). A failed result stores its reason and
         no file. A successful result that lacks its model or has predictions of the wrong shape
         is stored as failed, with the reason (and a warning).
         """
@@ -1344,14 +1401,17 @@ class CatalogWriter(Catalog):
             if row["status"] != RUNNING:
                 raise CatalogError(f"{self.run_dir}: entry {entry_id} is already {row['status']}; "
                                    f"a result is recorded once")
-            status, reason = (DONE, None) if result.ok else (FAILED, str(result.reason or "unknown failure"))
+            if result.ok:
+                status, reason = (DISCARDED if result.status == DISCARDED else DONE), None
+            else:
+                status, reason = FAILED, str(result.reason or "unknown failure")
             model_sha = predictions_sha = None
-            if status == DONE:
+            if status in MODEL_STATUSES:
                 problem = self._result_problem(result)
                 if problem:
                     warnings.warn(f"entry {entry_id}: recorded as failed: {problem}", RuntimeWarning, stacklevel=2)
                     status, reason = FAILED, f"invalid result: {problem}"
-            if status == DONE:
+            if status in MODEL_STATUSES:
                 npz = _npz_bytes(np.asarray(result.valid_mean, dtype=np.float64),
                                  np.asarray(result.valid_var, dtype=np.float64))
                 model_sha, predictions_sha = _sha256(result.model_bytes), _sha256(npz)
@@ -1374,7 +1434,7 @@ class CatalogWriter(Catalog):
         return None
 
     def _commit_record(self, entry_id, result, status, reason, model_sha, predictions_sha) -> None:
-        objective = float(result.objective) if status == DONE else None
+        objective = float(result.objective) if status in MODEL_STATUSES else None
         cursor = self._conn.execute(
             "UPDATE evaluations SET status = ?, objective = ?, reason = ?, epochs = ?, best_epoch = ?, "
             "wall_time = ?, n_params = ?, worker = ?, start_time = ?, end_time = ?, record_time = ?, "

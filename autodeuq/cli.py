@@ -71,6 +71,14 @@ def _add_search_args(p):
                    help="per-evaluation limit in seconds (> 0) of running on a worker; overrunning evaluations are "
                         "cancelled and recorded as failures (default: none)")
     g.add_argument("--epochs", type=int, default=None, metavar="E", help="override the space's epoch budget (default: the space's)")
+    g.add_argument("--early-discarding", choices=["none", "sha"], default="none",
+                   help="sha: asynchronous successive halving; a training continues past each rung epoch "
+                        "(min x reduction^k) only if its validation loss is among the best 1/reduction recorded "
+                        "there (default: none)")
+    g.add_argument("--sha-min-epochs", type=int, default=1, metavar="E", help="first rung of --early-discarding sha "
+                   "(default: 1)")
+    g.add_argument("--sha-reduction", type=int, default=3, metavar="R",
+                   help="reduction factor of --early-discarding sha, >= 2 (default: 3)")
     g.add_argument("--seed", type=int, default=0,
                    help="seed (any integer >= 0) of the split, the searcher and the trainings (default: 0)")
     g.add_argument("--run-dir", default=None, metavar="DIR",
@@ -98,6 +106,15 @@ def _add_ensemble_args(p, with_test=True):
                    help="selection method (default: greedy, with replacement)")
     g.add_argument("--objective", choices=["mixture", "gaussian"], default="mixture",
                    help="selection score: exact mixture NLL or moment-matched Gaussian NLL (default: mixture)")
+    g.add_argument("--selection-stop", choices=["size", "improvement"], default="size",
+                   help="size: always K distinct members (when the catalog has K usable models); improvement: "
+                        "stop as soon as no addition improves the validation NLL (may leave one member) "
+                        "(default: size)")
+    g.add_argument("--diversity", choices=["none", "architecture", "activations"], default="none",
+                   help="at most one member per architecture, or per set of activation functions (default: none)")
+    g.add_argument("--calibrate", choices=["none", "scale"], default="none",
+                   help="scale: recalibrate each target's predictive std by a factor fitted on out-of-fold "
+                        "selections of the validation rows (default: none)")
     g.add_argument("--out", default=None, metavar="FILE", help="ensemble manifest (default: DIR/ensemble.json)")
     if with_test:
         g.add_argument("--test", metavar="FILE", help="test table to score (built-in datasets use their own test set)")
@@ -198,6 +215,18 @@ def _check_search_args(args):
         raise CLIError(f"--target {repeated[0]} is given more than once; name each target column once")
 
 
+def _discarder(args):
+    from autodeuq.discard import SuccessiveHalving
+
+    if args.early_discarding == "none":
+        return None
+    try:
+        return SuccessiveHalving(min_epochs=args.sha_min_epochs, reduction=args.sha_reduction)
+    except ValueError as exc:
+        raise CLIError(f"--early-discarding sha: {exc}".replace("min_epochs", "--sha-min-epochs")
+                       .replace("reduction", "--sha-reduction")) from None
+
+
 def cmd_search(args):
     from autodeuq import evaluator as evaluators
     from autodeuq.runner import SearchError, run_search
@@ -205,14 +234,17 @@ def cmd_search(args):
 
     _check_search_args(args)
     dataset = _load_dataset(args)
-    space = load_space(args.space or ("toy" if args.dataset == "toy-sine" else "tabular"))
+    space = load_space(args.space or ("toy" if args.dataset == "toy-sine" else "tabular")).for_rows(
+        len(dataset.x_train))
+    discarder = _discarder(args)
     search_options = _search_options(args, space)
     for flag, value in (("--max-evals", args.max_evals), ("--epochs", args.epochs), ("--workers", args.workers)):
         if value is not None and value < 1:
             raise CLIError(f"{flag} must be >= 1, got {value}")
     run_dir = Path(args.run_dir or f"runs/{Path(dataset.name).stem}-{args.search}")
     threads = max(1, int(args.cpus_per_eval or 1))
-    objective = evaluators.TrainingObjective(space, dataset, seed=args.seed, epochs=args.epochs, threads=threads)
+    objective = evaluators.TrainingObjective(space, dataset, seed=args.seed, epochs=args.epochs, threads=threads,
+                                             discarder=discarder)
     if args.evaluator == "serial":
         evaluator = evaluators.create("serial", objective, eval_timeout=args.eval_timeout)
     else:
@@ -265,7 +297,8 @@ def cmd_ensemble(args, run_dir=None):
         warnings.simplefilter("always", EnsembleSizeWarning)
         try:
             report = build_and_report(run_dir, size=args.size, method=args.selector, objective=args.objective,
-                                      test_file=getattr(args, "test", None), manifest=out)
+                                      test_file=getattr(args, "test", None), manifest=out,
+                                      stop=args.selection_stop, diversity=args.diversity, calibrate=args.calibrate)
         except OSError as exc:  # FileNotFoundError of a --test file included
             raise _os_error(exc) from None
     for warning in caught:

@@ -47,30 +47,40 @@ def _builtin_dataset(catalog: Catalog):
 
 
 def build_and_report(run_dir, size=5, method="greedy", objective="mixture", test_file=None,
-                     manifest=None) -> Report:
+                     manifest=None, **selection) -> Report:
     """Select an ensemble, score it on validation (cached) and test data, write metrics.json, the
     plots and the manifest.
 
     Nothing is written before every member has loaded and every score and figure is computed, and
     the manifest is written last: a failure (or a kill) leaves a previous ``ensemble.json`` in
     place. ``metrics.json`` records the member ids and weights it was computed for. The test set
-    is ``test_file`` when given, else the one stored in the catalog at its creation.
+    is ``test_file`` when given, else the one stored in the catalog at its creation. ``selection``
+    holds further options of :meth:`Ensemble.from_catalog` (``stop``, ``diversity``,
+    ``calibrate``); the scores are those of the ensemble's predictions, recalibrated when it is,
+    and ``metrics.json``'s ``calibration`` block gives the coverage before and after.
     """
     run_dir = Path(run_dir)
     manifest = Path(manifest) if manifest else run_dir / MANIFEST_NAME
-    ensemble = Ensemble.from_catalog(run_dir, size=size, method=method, objective=objective)
+    ensemble = Ensemble.from_catalog(run_dir, size=size, method=method, objective=objective, **selection)
     catalog = ensemble.catalog
     ensemble._load()  # a member that cannot be loaded fails the report before anything is written
     _, means, variances = catalog.validation_predictions(ensemble.member_ids)
+    means, variances = ensemble.recalibrated(means, variances)
     results = {"validation": metrics.evaluate(means, variances, ensemble.weights, catalog.validation_targets())}
+    calibration = dict(ensemble.calibration) if ensemble.calibration else None
 
     test, train = _test_and_training_data(catalog, ensemble, test_file)
     # The calibration curve is drawn on test data when there is some, else on validation data.
     scored = (means, variances, catalog.validation_targets())
     if test is not None:
-        t_means, t_vars = ensemble.member_predictions(test[0])
+        raw = ensemble.member_predictions(test[0])
+        t_means, t_vars = ensemble.recalibrated(*raw)
         results["test"] = metrics.evaluate(t_means, t_vars, ensemble.weights, test[1])
         scored = (t_means, t_vars, test[1])
+        if calibration is not None:
+            for key, (m, v) in (("test_coverage_before", raw), ("test_coverage_after", (t_means, t_vars))):
+                calibration[key] = {str(level): metrics.coverage(m, v, ensemble.weights, test[1], level).tolist()
+                                    for level in (0.5, 0.9, 0.95)}
 
     figures = {"search_trace.png": _trace_plot(catalog)}
     expected, observed = metrics.calibration_curve(scored[0], scored[1], ensemble.weights, scored[2])
@@ -80,6 +90,7 @@ def build_and_report(run_dir, size=5, method="greedy", objective="mixture", test
     document = {
         "ensemble": {"members": ensemble.member_ids, "weights": ensemble.weights.tolist(),
                      "selection": ensemble.selection},
+        **({"calibration": calibration} if calibration else {}),
         **results,
     }
 

@@ -8,6 +8,8 @@ import numpy as np
 
 DONE = "done"
 FAILED = "failed"
+#: Stopped at a rung by early discarding: a usable model, trained for fewer epochs than it would have been.
+DISCARDED = "discarded"
 
 
 @dataclass
@@ -19,7 +21,7 @@ class TrainResult:
 
     Attributes
     ----------
-    status : {"done", "failed"}
+    status : {"done", "discarded", "failed"}
     objective : float
         Minimum validation Gaussian NLL over the epochs (standardized units), ``inf`` on failure.
     reason : str or None
@@ -62,7 +64,8 @@ class TrainResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == DONE
+        """Whether the training produced a model (trained to its end, or discarded at a rung)."""
+        return self.status in (DONE, DISCARDED)
 
     @classmethod
     def failure(cls, reason: str, **kwargs) -> "TrainResult":

@@ -55,6 +55,8 @@ class SearchSummary:
     stopped_by: str = "max_evals"
     failure_reason: str | None = None
     failure_count: int = 0
+    n_discarded: int = 0
+    epochs: int = 0
 
     @property
     def error(self) -> str | None:
@@ -69,7 +71,7 @@ class SearchSummary:
         if self.stopped_by == "failing":
             return (f"the first {self.failure_count} evaluations of this search all failed the same way, so it "
                     f"stopped: {self.failure_reason} (see {self.run_dir / 'results.csv'})")
-        if self.n_done > 0:
+        if self.n_done + self.n_discarded > 0:
             return None
         if self.n_failed == 1:
             return f"the only evaluation failed: {self.failure_reason} (see {self.run_dir / 'results.csv'})"
@@ -85,7 +87,8 @@ class SearchSummary:
 
     def __str__(self):
         best = f"{self.best_objective:.4f} (id {self.best_id})" if self.best_id is not None else "none"
-        return (f"{self.n_done} done, {self.n_failed} failed, best validation NLL {best}, "
+        discarded = f"{self.n_discarded} discarded early, " if self.n_discarded else ""
+        return (f"{self.n_done} done, {discarded}{self.n_failed} failed, best validation NLL {best}, "
                 f"{self.wall_time:.1f} s, utilization {100 * self.utilization:.1f} % of {self.slots} slot(s)")
 
 
@@ -177,6 +180,24 @@ def _check_epoch_budget(run_dir, space, epochs) -> None:
                        f"resuming would mix epoch budgets in one catalog. Use {budget(before)} or a new --run-dir")
 
 
+def _check_discarding(run_dir, discarder) -> None:
+    """Refuse to resume a run under another early-discarding rule: its budgets would be mixed."""
+    try:
+        with Catalog(run_dir) as catalog:
+            recorded = (catalog.meta.get("search") or {}).get("early_discarding")
+            n_finished = catalog.n_finished
+    except CatalogError:
+        return
+    wanted = None if discarder is None else discarder.describe()
+    if n_finished and recorded != wanted:
+        def name(rule):
+            return "no early discarding" if rule is None else ", ".join(f"{k} {v}" for k, v in rule.items())
+
+        raise CatalogError(f"{run_dir}: its catalog was searched with {name(recorded)}, this run asks for "
+                           f"{name(wanted)}; resuming would mix the two in one catalog. Use the same rule or a "
+                           f"new run directory")
+
+
 def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", search_options: dict | None = None,
                max_evals: int = 100, timeout: float | None = None, seed: int = 0, new_run: bool = False,
                progress: bool = True, run_options: dict | None = None,
@@ -233,11 +254,14 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
 def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, max_evals, timeout, seed, new_run,
                 progress, run_options, prefetch, sigterm) -> SearchSummary:
     search_options = dict(search_options or {})
+    discarder = evaluator.discarder
     if not new_run:
         _check_epoch_budget(run_dir, space, (run_options or {}).get("epochs"))
+        _check_discarding(run_dir, discarder)
     writer = Catalog.create_or_resume(
         run_dir, space, dataset,
         search_options={"search": search, "options": search_options, "evaluator": evaluator.describe(),
+                        "early_discarding": None if discarder is None else discarder.describe(),
                         **(run_options or {})},
         seed=seed, new_run=new_run,
     )
@@ -245,6 +269,8 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
     history = writer.history()
     if history:
         searcher.tell(history)
+        if discarder is not None:  # a resumed run's rungs keep what its finished trainings reported
+            discarder.replay(writer.validation_loss_histories())
     configs: dict[int, dict] = {}
     started = time.time()
     busy = 0.0
@@ -349,9 +375,11 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
                 bar.close()
             wall = time.time() - started
             best, n_done, n_finished = writer.best(), writer.n_done, writer.n_finished
+            n_discarded = writer.n_discarded
+            epochs = int(writer.to_dataframe()["epochs"].fillna(0).sum())
             if stopped_by == "failing":
                 failure_reason, failure_count = session_reasons[0], early_failures
-            elif n_finished > n_done:
+            elif n_finished > n_done + n_discarded:
                 frame = writer.to_dataframe()
                 failure_reason, failure_count = _most_common_failure(
                     [str(r) for r in frame.loc[frame["status"] == "failed", "reason"]])
@@ -360,7 +388,8 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
         finally:
             writer.close()
     return SearchSummary(
-        run_dir=Path(run_dir), n_done=n_done, n_failed=n_finished - n_done,
+        run_dir=Path(run_dir), n_done=n_done, n_failed=n_finished - n_done - n_discarded, n_discarded=n_discarded,
+        epochs=epochs,
         best_id=None if best is None else best[0], best_objective=math.inf if best is None else best[1],
         wall_time=wall, busy_time=busy, slots=evaluator.n_slots, interrupted=interrupted,
         stopped_by=stopped_by, failure_reason=failure_reason, failure_count=failure_count,
@@ -386,7 +415,7 @@ def _update_bar(bar, writer, result, busy, slots, started):
     wall = max(time.time() - started, 1e-9)
     bar.update(1)
     bar.set_postfix(
-        failed=writer.n_finished - writer.n_done,
+        failed=writer.n_finished - writer.n_done - writer.n_discarded,
         best=f"{best[1]:.4f}" if best else "-",
         util=f"{100 * busy / (slots * wall):.0f}%",
         refresh=False,

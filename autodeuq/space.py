@@ -102,7 +102,7 @@ class SearchSpace:
     def _parse(self, spec):
         if not isinstance(spec, dict):
             self._fail("top level", "expected a mapping with 'architecture', 'training', 'epochs'")
-        unknown = set(spec) - {"name", "description", "architecture", "training", "epochs"}
+        unknown = set(spec) - {"name", "description", "architecture", "training", "epochs", "max_steps_per_epoch"}
         if unknown:
             self._fail("top level", f"unknown key(s) {sorted(unknown)}")
         self.name = str(spec.get("name", Path(self.source).stem))
@@ -123,6 +123,8 @@ class SearchSpace:
         if self.merge_activation not in ACTIVATIONS:
             self._fail("architecture.merge_activation", f"unknown activation {self.merge_activation!r}")
         self.epochs = self._positive_int(spec, "epochs", "top level")
+        self.max_steps_per_epoch = (None if spec.get("max_steps_per_epoch") is None
+                                    else self._positive_int(spec, "max_steps_per_epoch", "top level"))
         self.configspace = self._training_space(spec.get("training"))
         self.batch_size_max = int(self.configspace["batch_size"].upper)
 
@@ -187,6 +189,23 @@ class SearchSpace:
             kind = CS.Float if is_float else CS.Integer
             cs.add(kind(name, (low, high), log=log))
         return cs
+
+    def for_rows(self, n_rows: int) -> "SearchSpace":
+        """The space as searched on ``n_rows`` training rows: with ``max_steps_per_epoch`` set,
+        the batch-size range starts at ``ceil(n_rows / max_steps_per_epoch)``, so no epoch has
+        more steps than that (when that exceeds the range's top, the range becomes
+        ``[low, 2 * low]``). Without it, or when the data are small enough, the space itself.
+        """
+        if self.max_steps_per_epoch is None:
+            return self
+        entry = self.spec["training"]["batch_size"]
+        low, high = int(entry["low"]), int(entry["high"])
+        needed = -(-int(n_rows) // self.max_steps_per_epoch)
+        if needed <= low:
+            return self
+        spec = copy.deepcopy(self.spec)
+        spec["training"]["batch_size"] = {**entry, "low": needed, "high": max(high, 2 * needed)}
+        return SearchSpace(spec, source=f"{self.source} (batch sizes for {n_rows} rows)")
 
     # ------------------------------------------------------------- structure
     @property

@@ -51,7 +51,7 @@ import tensorflow as tf
 
 from .model import NetworkProgram, build_network, count_params, model_to_bytes, split_output, with_scaling
 from .optimizers import FlatOptimizer
-from .result import DONE, TrainResult
+from .result import DISCARDED, DONE, TrainResult
 
 LOG_2PI = math.log(2.0 * math.pi)
 OPTIMIZERS = {
@@ -415,7 +415,7 @@ def _worker_name() -> str:
 
 
 def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
-          threads: int | None = None) -> TrainResult:
+          threads: int | None = None, discarder=None) -> TrainResult:
     """Train one configuration; never raises (problems become a failed :class:`TrainResult`).
 
     Parameters
@@ -435,6 +435,10 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         Epoch budget; ``space.epochs`` when omitted (or 0).
     threads : int, optional
         Passed to :func:`configure_threads` (only effective before TensorFlow starts).
+    discarder : SuccessiveHalving, optional
+        Early discarding (:mod:`autodeuq.discard`): at each of its rung epochs the training
+        reports its best validation loss so far and stops if told to; the result is then
+        ``"discarded"``, with the model and predictions of its best epoch so far.
 
     Returns
     -------
@@ -493,7 +497,8 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         t_setup = time.perf_counter()
 
         with _graph_optimizer_off():
-            reason, t_first, best_out = _run_epochs(trainer, tensors, book, max_epochs, history)
+            reason, t_first, best_out, discarded = _run_epochs(trainer, tensors, book, max_epochs, history,
+                                                               discarder)
         traces = trainer.traces - traces_before
         _checkin_trainer(key, trainer)  # reusable even after a failure: reset() starts it afresh
         t_loop = time.perf_counter()
@@ -508,7 +513,7 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         model_bytes = model_to_bytes(with_scaling(core, scaler))
         t_end = time.perf_counter()
         return TrainResult(
-            status=DONE,
+            status=DISCARDED if discarded else DONE,
             objective=float(book.best),
             epochs=len(history["loss"]),
             best_epoch=book.best_epoch + 1,
@@ -524,6 +529,7 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
             extra={
                 "batch_size": batch_size,
                 "stopped_early": book.stopped_epoch is not None,
+                "discarded_at": len(history["loss"]) if discarded else None,
                 "lr_reductions": book.lr_reductions,
                 "traces": traces,
                 "reused_trace": reused,
@@ -535,7 +541,8 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         return failure(f"{type(exc).__name__}: {exc}".strip())
 
 
-def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_epochs: int, history):
+def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_epochs: int, history,
+                discarder=None):
     """The epoch loop.
 
     Returns
@@ -546,9 +553,12 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
         ``perf_counter`` at the end of the first epoch (the one that traces).
     best_out : ndarray or None
         Validation outputs (standardized units) of the best epoch.
+    discarded : bool
+        Whether the discarder stopped the training at a rung.
     """
     t_first = time.perf_counter()
     best_out = None
+    rungs = set(discarder.rungs(max_epochs)) if discarder is not None else set()
     for epoch in range(max_epochs):
         lr_used = book.lr
         loss, val_loss, valid_out = trainer.run_epoch(*tensors)
@@ -560,7 +570,8 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
         history["lr"].append(lr_used)
         if not (math.isfinite(loss) and math.isfinite(val_loss)):
             what = "training" if not math.isfinite(loss) else "validation"
-            return f"non-finite {what} loss at epoch {epoch + 1} (loss={loss}, val_loss={val_loss})", t_first, None
+            return (f"non-finite {what} loss at epoch {epoch + 1} (loss={loss}, val_loss={val_loss})", t_first,
+                    None, False)
         decision = book.update(val_loss)
         if decision.is_best:
             trainer.snapshot()
@@ -569,7 +580,9 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
             trainer.set_learning_rate(decision.new_lr)
         if decision.stop:
             break
-    return None, t_first, best_out
+        if epoch + 1 in rungs and not discarder.should_continue(epoch + 1, book.best):
+            return None, t_first, best_out, True
+    return None, t_first, best_out, False
 
 
 @contextlib.contextmanager

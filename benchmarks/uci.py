@@ -16,6 +16,8 @@ Methods (``--methods``):
 * ``autodeuq``: AgEBO on the tabular space, ``--max-evals`` evaluations (100), greedy ensemble of
   ``--ensemble-size`` (5), through :class:`autodeuq.AutoDEUQRegressor`, one catalog per
   dataset/split under ``--runs-dir``; a stopped run resumes its catalogs.
+* ``autodeuq-sha``: the same with early discarding by asynchronous successive halving (rungs at
+  epochs 1, 3, 9, 27, 81; the best third continue), catalogs ``<dataset>-split<i>-sha``.
 * ``deep-ensembles``: as in Lakshminarayanan et al. 2017 (Section 3.3 and Table 1, "ML-5"):
   5 networks with one hidden layer of 50 ReLU units (100 for protein), a mean output and a
   softplus variance output (+1e-6), Gaussian NLL, Adam with a fixed learning rate, batch 100,
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -64,8 +67,9 @@ from autodeuq import metrics  # noqa: E402
 from autodeuq.data import DataError  # noqa: E402
 from benchmarks.uci_data import DATASETS, VALID_FRACTION, default_data_dir, load_split, n_splits  # noqa: E402
 
-METHODS = ("autodeuq", "deep-ensembles", "ngboost", "catboost")
-LABELS = {"autodeuq": "AutoDEUQ", "deep-ensembles": "Deep Ensembles", "ngboost": "NGBoost", "catboost": "CatBoost"}
+METHODS = ("autodeuq", "autodeuq-sha", "deep-ensembles", "ngboost", "catboost")
+LABELS = {"autodeuq": "AutoDEUQ", "autodeuq-sha": "AutoDEUQ + successive halving", "deep-ensembles": "Deep Ensembles",
+          "ngboost": "NGBoost", "catboost": "CatBoost"}
 COVERAGE_LEVEL = 0.9
 
 # Published test NLL / RMSE (mean over splits) on the same datasets and splits.
@@ -234,25 +238,29 @@ def run_catboost(data, args, *, iterations=CB_ITERATIONS, depths=CB_DEPTHS, od_w
     return (*_gaussian(mean, var), info)
 
 
-def run_autodeuq(data, args):
+def run_autodeuq(data, args, early_discarding="none"):
     """AgEBO search + greedy ensemble through the scikit-learn estimator, one resumable catalog per split."""
     from autodeuq import AutoDEUQRegressor
     from autodeuq.catalog import Catalog
 
-    run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}"
+    suffix = "" if early_discarding == "none" else f"-{early_discarding}"
+    run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}{suffix}"
     model = AutoDEUQRegressor(space="tabular", search="agebo", max_evals=args.max_evals,
                               ensemble_size=args.ensemble_size, workers=args.workers, run_dir=run_dir,
-                              seed=data.split, epochs=args.epochs, evaluator=args.evaluator)
+                              seed=data.split, epochs=args.epochs, evaluator=args.evaluator,
+                              early_discarding=early_discarding)
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
-    means, variances = model.ensemble_.member_predictions(data.x_test)
+    means, variances = model.ensemble_.components(data.x_test)
     frame = Catalog(run_dir).to_dataframe()
     info = {"epochs": int(frame["epochs"].fillna(0).sum()), "catalog_entries": int(len(frame)),
             "failed": int(model.search_summary_.n_failed), "members": model.ensemble_.member_ids,
+            "discarded": int(model.search_summary_.n_discarded), "early_discarding": early_discarding,
             "train_s_total": float(frame["wall_time"].fillna(0).sum()), "run_dir": str(run_dir)}
     return means, variances, model.ensemble_.weights, info
 
 
-RUNNERS = {"autodeuq": run_autodeuq, "deep-ensembles": run_deep_ensembles, "ngboost": run_ngboost,
+RUNNERS = {"autodeuq": run_autodeuq, "autodeuq-sha": functools.partial(run_autodeuq, early_discarding="sha"),
+           "deep-ensembles": run_deep_ensembles, "ngboost": run_ngboost,
            "catboost": run_catboost}
 
 

@@ -123,3 +123,17 @@ def test_temporary_catalog_lives_as_long_as_the_estimator():
         assert pickle.loads(blob).predict(X).shape == (45,)
     finally:
         shutil.rmtree(kept, ignore_errors=True)
+
+
+def test_selection_options_are_checked_before_the_search_and_reach_the_ensemble(tmp_path):
+    X = np.random.default_rng(4).uniform(-1, 1, (45, 1))
+    y = np.sin(3 * X[:, 0])
+    for name, value in (("selection_stop", "never"), ("diversity", "colour"), ("calibrate", "isotonic")):
+        with pytest.raises(ValueError, match=name):
+            AutoDEUQRegressor(**{**TINY, name: value}, run_dir=tmp_path / "bad").fit(X, y)
+    assert not (tmp_path / "bad").exists()
+    model = AutoDEUQRegressor(**{**TINY, "max_evals": 3, "ensemble_size": 2, "calibrate": "scale"},
+                              run_dir=tmp_path / "run").fit(X, y)
+    ens = model.ensemble_
+    assert ens.selection["stop"] == "size" and len(ens.member_ids) == 2
+    assert ens.calibration["method"] == "scale" and len(ens.calibration["scale"]) == 1

@@ -497,3 +497,76 @@ def test_missing_or_corrupt_model_names_the_entry(tmp_path):
 if __name__ == CHILD_RUN_NAME:  # a child started by start_in_child: runpy ran this file in it
     function_name, function_args = CHILD_CALL  # noqa: F821 - given by runpy's init_globals
     globals()[function_name](*function_args)
+
+
+# --------------------------------------------------------------------------- early discarding
+def discarded_result(entry_id, n_valid, loss=0.7):
+    result = fake_result(entry_id, n_valid) if entry_id % 5 != 4 else fake_result(entry_id + 1, n_valid)
+    result.status, result.objective = "discarded", loss
+    result.history = {"loss": [1.0, 0.8, 0.75], "val_loss": [1.2, 0.9, loss], "lr": [0.01] * 3}
+    result.epochs = 3
+    return result
+
+
+def test_discarded_entries_keep_their_model_count_as_finished_and_teach_the_searcher(tmp_path):
+    writer = open_writer(tmp_path / "run")
+    n_valid = writer.validation_targets().shape[0]
+    space = writer.space
+    rng = np.random.default_rng(0)
+    done_id = writer.submit(space.sample(rng))
+    writer.record(done_id, fake_result(1, n_valid))
+    gone_id = writer.submit(space.sample(rng))
+    writer.record(gone_id, discarded_result(2, n_valid, loss=-5.0))
+    failed_id = writer.submit(space.sample(rng))
+    writer.record(failed_id, TrainResult.failure("boom"))
+    writer.close()
+
+    cat = Catalog(tmp_path / "run")
+    assert (cat.n_done, cat.n_discarded, cat.n_finished) == (1, 1, 3)
+    assert cat.entry(gone_id)["status"] == "discarded" and cat.entry(gone_id)["epochs"] == 3
+    assert cat.model_ids() == [done_id, gone_id] and cat.ids("discarded") == [gone_id]
+    assert cat.best() == (gone_id, -5.0)  # a discarded entry can be the best one
+    assert cat.validation_predictions().ids == [done_id, gone_id]
+    assert cat.model_path(gone_id).read_bytes() == discarded_result(2, n_valid).model_bytes
+    assert [objective for _, objective in cat.history()] == [fake_result(1, n_valid).objective, -5.0, None]
+    assert cat.validation_loss_histories() == [[1.1, 0.6], [1.2, 0.9, -5.0], []]
+
+
+def test_a_version_1_catalog_is_migrated_by_its_next_writer(tmp_path):
+    run = tmp_path / "run"
+    writer = open_writer(run)
+    n_valid = writer.validation_targets().shape[0]
+    first = writer.submit(writer.space.sample(np.random.default_rng(0)))
+    writer.record(first, fake_result(1, n_valid))
+    writer.close()
+    # rebuild the table as version 1 had it: no 'discarded' status
+    conn = sqlite3.connect(run / "catalog.sqlite")
+    old_schema = catalog_module._SCHEMA.replace("'done', 'discarded', 'failed'", "'done', 'failed'")
+    create = next(s for s in old_schema.split(";") if "TABLE IF NOT EXISTS evaluations" in s)
+    conn.executescript(f"""
+        BEGIN;
+        {create.replace('TABLE IF NOT EXISTS evaluations', 'TABLE v1')};
+        INSERT INTO v1 SELECT * FROM evaluations;
+        DROP TABLE evaluations;
+        ALTER TABLE v1 RENAME TO evaluations;
+        UPDATE run SET value = 1 WHERE key = 'format_version';
+        COMMIT;
+    """)
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE evaluations SET status = 'discarded' WHERE id = ?", (first,))
+    conn.close()
+    assert Catalog(run).n_done == 1  # readers take version 1 as it is
+
+    writer = open_writer(run)
+    second = writer.submit(writer.space.sample(np.random.default_rng(1)))
+    writer.record(second, discarded_result(3, n_valid))
+    writer.close()
+    cat = Catalog(run)
+    assert cat.model_ids() == [first, second] and cat.n_discarded == 1
+    assert cat.entry(first)["objective"] == fake_result(1, n_valid).objective
+    conn = sqlite3.connect(run / "catalog.sqlite")
+    assert conn.execute("SELECT value FROM run WHERE key = 'format_version'").fetchone()[0] == 2
+    writer = open_writer(run)
+    third = writer.submit(writer.space.sample(np.random.default_rng(2)))
+    writer.close()
+    assert third > second  # ids are never reused across the migration

@@ -123,10 +123,102 @@ def test_help_documents_every_option(capsys):
         assert option in text, option
 
 
+def test_default_ensemble_has_k_distinct_members_or_says_why(run_dir):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a full ensemble warns nothing
+        ens = Ensemble.from_catalog(run_dir, size=3)
+    assert len(ens.member_ids) == 3 and ens.selection["shortfall"] is None
+    n_done = len(ens.catalog.ids("done"))
+    with pytest.warns(UserWarning, match=f"size {n_done + 2} asked, but the catalog has only {n_done} successful"):
+        big = Ensemble.from_catalog(run_dir, size=n_done + 2)
+    assert len(big.member_ids) == n_done
+    assert f"only {n_done} successful" in big.selection["shortfall"]
+
+
+@pytest.mark.parametrize("diversity", ["architecture", "activations"])
+def test_diverse_selection_keeps_members_apart(run_dir, diversity):
+    from autodeuq.ensemble.predictive import member_groups
+
+    catalog = Ensemble.from_catalog(run_dir, size=1).catalog
+    done = catalog.ids("done")
+    labels = dict(zip(done, member_groups(catalog, done, diversity)))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ens = Ensemble.from_catalog(run_dir, size=3, diversity=diversity)
+    chosen = [labels[i] for i in ens.member_ids]
+    assert len(set(chosen)) == len(chosen) == min(3, len(set(labels.values())))
+    if diversity == "activations":
+        space = catalog.space
+        for i in ens.member_ids:
+            acts = {d.activation for d, _ in space.cells(catalog.config(i)["arch"]) if d.activation}
+            assert labels[i] == ("+".join(sorted(acts)) or "identity")
+
+
+def test_recalibrated_ensemble_scales_both_parts_and_round_trips(run_dir):
+    ens = Ensemble.from_catalog(run_dir, size=3, calibrate="scale")
+    scale = np.asarray(ens.calibration["scale"])
+    assert scale.shape == (1,) and np.all(scale > 0)
+    for key in ("validation_coverage_before", "validation_coverage_after"):
+        assert set(ens.calibration[key]) == {"0.5", "0.9", "0.95"}
+    x = np.linspace(-40, 40, 30)[:, None]
+    pred = ens.predict(x)
+    raw_means, raw_vars = ens.member_predictions(x)
+    from autodeuq.metrics import mixture_moments
+
+    mean, ale, epi = mixture_moments(raw_means, raw_vars, ens.weights)
+    np.testing.assert_allclose(pred.mean, mean, rtol=1e-10)
+    np.testing.assert_allclose(pred.aleatoric, ale * scale**2, rtol=1e-10)
+    np.testing.assert_allclose(pred.epistemic, epi * scale**2, rtol=1e-8, atol=1e-12)
+    again = load_ensemble(ens.save(run_dir / "calibrated.json"))
+    assert again.calibration == json.loads(json.dumps(ens.calibration))
+    np.testing.assert_array_equal(again.predict(x).total, pred.total)
+    np.testing.assert_allclose(again.distribution(x).variance().numpy(), pred.total, rtol=1e-4, atol=1e-5)
+
+
+def test_ensemble_pickles_and_predicts_identically(run_dir):
+    import pickle
+
+    ens = load_ensemble(run_dir / "ensemble.json")
+    x = np.linspace(-30, 30, 9)[:, None]
+    before = ens.predict(x)  # models loaded and the graph compiled before pickling
+    again = pickle.loads(pickle.dumps(ens))
+    np.testing.assert_array_equal(again.predict(x).total, before.total)
+    assert again.member_ids == ens.member_ids
+
+
 def test_negative_seed_names_the_option(tmp_path, capsys):
     err = one_line_error(capsys, ["search", "--dataset", "toy-sine", "--seed", "-1", "--evaluator", "serial",
                                   "--run-dir", str(tmp_path / "run")])
     assert "--seed" in err and "-1" in err
+
+
+def test_report_of_a_recalibrated_ensemble_gives_coverage_before_and_after(run_dir, tmp_path):
+    import shutil
+
+    from autodeuq import metrics as m
+    from autodeuq.report import build_and_report
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    report = build_and_report(copy, size=3, calibrate="scale")
+    document = json.loads((copy / "metrics.json").read_text())
+    block = document["calibration"]
+    scale = np.asarray(block["scale"])
+    assert scale.shape == (1,)
+    for key in ("validation_coverage_before", "validation_coverage_after", "test_coverage_before",
+                "test_coverage_after"):
+        assert set(block[key]) == {"0.5", "0.9", "0.95"}
+    ens = report.ensemble
+    x_test, y_test = ens.catalog.test_data()
+    raw_means, raw_vars = ens.member_predictions(x_test)
+    assert block["test_coverage_before"]["0.9"] == m.coverage(raw_means, raw_vars, ens.weights, y_test, 0.9).tolist()
+    cal = ens.recalibrated(raw_means, raw_vars)
+    assert document["test"]["coverage_90"]["mean"] == pytest.approx(float(m.coverage(*cal, ens.weights, y_test, 0.9)[0]))
+    assert json.loads((copy / "ensemble.json").read_text())["calibration"]["scale"] == block["scale"]
 
 
 # ------------------------------------------------------------- ensemble size
@@ -230,3 +322,19 @@ def test_cli_runs_the_thesis_ablations(tmp_path):
     arch = default_fixed_arch(load_space("toy"))
     assert [config["arch"] for config, _ in catalog.history()] == [arch, arch]
     assert catalog.meta["search"]["options"] == {"surrogate": "rf", "acq": "lcb", "fixed_arch": arch}
+
+
+def test_cli_ensemble_selection_options_reach_the_manifest_and_metrics(run_dir, tmp_path):
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    out = tmp_path / "chosen.json"
+    assert main(["ensemble", "--run-dir", str(copy), "--size", "2", "--selection-stop", "improvement",
+                 "--diversity", "architecture", "--calibrate", "scale", "--out", str(out)]) == 0
+    manifest = json.loads(out.read_text())
+    assert manifest["selection"]["stop"] == "improvement" and manifest["selection"]["diversity"] == "architecture"
+    assert manifest["calibration"]["method"] == "scale"
+    document = json.loads((copy / "metrics.json").read_text())
+    assert document["calibration"]["scale"] == manifest["calibration"]["scale"]
+    assert [m["id"] for m in manifest["members"]] == document["ensemble"]["members"]

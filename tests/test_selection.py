@@ -58,7 +58,8 @@ def unit(n, i):
     return counts
 
 
-def reference_greedy(means, variances, y, size, objective, replace, max_selections=None):
+def reference_greedy(means, variances, y, size, objective, replace, max_selections=None,
+                     stop="size", groups=None):
     n = len(means)
     max_selections = 10 * size if max_selections is None else max_selections
     usable = reference_usable(means, variances, y)
@@ -68,16 +69,26 @@ def reference_greedy(means, variances, y, size, objective, replace, max_selectio
     counts[first] = 1
     order = [first]
     score = reference_score(means, variances, y, counts, objective)
-    while len(order) < size and counts.sum() < max_selections:
-        best, best_score = None, np.inf
-        for i in usable:
-            if not replace and counts[i]:
-                continue
-            s = reference_score(means, variances, y, counts + unit(n, i), objective)
-            if s < best_score:
-                best, best_score = i, s
-        if best is None or not best_score < score - IMPROVEMENT_RTOL * max(1.0, abs(score)):
+
+    def joinable(i):
+        return counts[i] == 0 and (groups is None or all(groups[i] != groups[j] for j in order))
+
+    def best_of(pool):
+        scores = [reference_score(means, variances, y, counts + unit(n, i), objective) for i in pool]
+        k = int(np.argmin(scores))  # ties: the first, i.e. the lower index
+        return pool[k], scores[k]
+
+    while len(order) < size:
+        pool = [i for i in usable if joinable(i) or (replace and counts[i])]
+        if not pool:
             break
+        best, best_score = best_of(pool)
+        improves = best_score < score - IMPROVEMENT_RTOL * max(1.0, abs(score))
+        if not improves or counts.sum() >= max_selections:
+            new = [i for i in usable if joinable(i)]
+            if stop == "improvement" or not new:
+                break
+            best, best_score = best_of(new)
         counts[best] += 1
         score = best_score
         if best not in order:
@@ -88,16 +99,17 @@ def reference_greedy(means, variances, y, size, objective, replace, max_selectio
 # --- greedy against the reference ------------------------------------------------------
 
 
+@pytest.mark.parametrize("stop", ["size", "improvement"])
 @pytest.mark.parametrize("objective", ["mixture", "gaussian"])
 @pytest.mark.parametrize("method", ["greedy", "greedy-noreplace"])
-def test_greedy_matches_reference(method, objective):
+def test_greedy_matches_reference(method, objective, stop):
     repeated = False
     for seed in range(12):
         means, variances, y = random_catalog(seed)
         for size in (1, 2, 3, 5):
-            indices, weights = select(means, variances, y, size, method, objective)
+            indices, weights = select(means, variances, y, size, method, objective, stop=stop)
             ref_indices, ref_weights = reference_greedy(
-                means, variances, y, size, objective, replace=(method == "greedy")
+                means, variances, y, size, objective, replace=(method == "greedy"), stop=stop
             )
             np.testing.assert_array_equal(indices, ref_indices)
             np.testing.assert_allclose(weights, ref_weights)
@@ -106,14 +118,15 @@ def test_greedy_matches_reference(method, objective):
     assert repeated == (method == "greedy")
 
 
+@pytest.mark.parametrize("stop", ["size", "improvement"])
 @pytest.mark.parametrize("objective", ["mixture", "gaussian"])
-def test_greedy_matches_reference_on_a_larger_catalog(objective):
+def test_greedy_matches_reference_on_a_larger_catalog(objective, stop):
     means, variances, y = random_catalog(100, n_models=40, n_points=30, n_targets=1)
     for max_selections in (None, 3):
         indices, weights = select(
-            means, variances, y, 5, "greedy", objective, max_selections=max_selections
+            means, variances, y, 5, "greedy", objective, max_selections=max_selections, stop=stop
         )
-        ref = reference_greedy(means, variances, y, 5, objective, True, max_selections)
+        ref = reference_greedy(means, variances, y, 5, objective, True, max_selections, stop=stop)
         np.testing.assert_array_equal(indices, ref[0])
         np.testing.assert_allclose(weights, ref[1])
 
@@ -143,7 +156,7 @@ def test_greedy_result_matches_brute_force_over_count_vectors():
             scores = [reference_score(means, variances, y, c, objective) for c in candidates]
             best = candidates[int(np.argmin(scores))]
             indices, weights = select(
-                means, variances, y, 2, "greedy", objective, max_selections=2
+                means, variances, y, 2, "greedy", objective, max_selections=2, stop="improvement"
             )
             counts = np.zeros(6)
             if min(scores) < singles[first]:
@@ -241,7 +254,7 @@ def test_ties_go_to_the_lower_index(method, objective):
     means[1] = means[4] = y + 0.01
     variances[1] = variances[4] = 0.5
     means[5], variances[5] = means[2], variances[2]
-    indices, _ = select(means, variances, y, 6, method, objective)
+    indices, _ = select(means, variances, y, 6, method, objective, stop="improvement")
     order = indices.tolist()
     assert order[0] == 1
     if 2 in order and 5 in order:
@@ -251,6 +264,82 @@ def test_ties_go_to_the_lower_index(method, objective):
         assert 4 not in order
     if method == "topk":
         assert order[:2] == [1, 4]
+
+
+def collapsing_catalog():
+    """One sharp, well-calibrated model and four poor ones: no addition improves the mixture."""
+    rng = np.random.default_rng(11)
+    y = rng.normal(size=(40, 1))
+    means = np.stack([y + 0.05 * rng.normal(size=y.shape)] + [y + rng.normal(2.0, 1.0, size=y.shape) for _ in range(4)])
+    variances = np.full(means.shape, 0.05**2)
+    variances[1:] = 0.3
+    return means, variances, y
+
+
+@pytest.mark.parametrize("method", ["greedy", "greedy-noreplace"])
+def test_stop_at_size_never_collapses_and_improvement_says_why(method):
+    means, variances, y = collapsing_catalog()
+    early = select(means, variances, y, 3, method, stop="improvement")
+    assert early.indices.tolist() == [0]
+    assert "stop='improvement'" in early.reason
+    full = select(means, variances, y, 3, method)  # default: stop="size"
+    assert len(full.indices) == 3 and full.reason is None
+    assert full.indices[0] == 0
+    # the forced members are the best remaining additions, in order
+    ref = reference_greedy(means, variances, y, 3, "mixture", replace=(method == "greedy"), stop="size")
+    np.testing.assert_array_equal(full.indices, ref[0])
+    np.testing.assert_allclose(full.weights, ref[1])
+
+
+def test_fewer_usable_models_than_size_is_explained():
+    means, variances, y = random_catalog(4, n_models=4)
+    means[2] = np.nan
+    chosen = select(means, variances, y, 5)
+    assert len(chosen.indices) == 3
+    assert "only 3 usable model(s) (1 with non-finite" in chosen.reason
+
+
+@pytest.mark.parametrize("stop", ["size", "improvement"])
+@pytest.mark.parametrize("method", ["greedy", "greedy-noreplace"])
+def test_groups_give_one_member_per_group_matching_reference(method, stop):
+    for seed in range(6):
+        means, variances, y = random_catalog(seed, n_models=8)
+        groups = np.array(["a", "b", "a", "c", "b", "a", "d", "c"])
+        chosen = select(means, variances, y, 3, method, groups=groups, stop=stop)
+        labels = groups[chosen.indices]
+        assert len(set(labels)) == len(labels)
+        ref = reference_greedy(means, variances, y, 3, "mixture", replace=(method == "greedy"), stop=stop,
+                               groups=groups)
+        np.testing.assert_array_equal(chosen.indices, ref[0])
+        np.testing.assert_allclose(chosen.weights, ref[1])
+        if stop == "size":
+            assert len(chosen.indices) == 3
+
+
+def test_groups_limit_the_size_and_say_so():
+    means, variances, y = random_catalog(3, n_models=6)
+    chosen = select(means, variances, y, 5, groups=[0, 1, 0, 1, 0, 1])
+    assert len(chosen.indices) == 2
+    assert "only 2 group(s)" in chosen.reason
+
+
+def test_topk_with_groups_takes_the_best_of_each_group():
+    means, variances, y = random_catalog(5, n_models=6)
+    single = [reference_score(means, variances, y, unit(6, i), "mixture") for i in range(6)]
+    groups = np.array([0, 0, 1, 1, 2, 2])
+    chosen = select(means, variances, y, 2, "topk", groups=groups)
+    best_per_group = {g: min((i for i in range(6) if groups[i] == g), key=lambda i: single[i]) for g in range(3)}
+    expected = sorted(best_per_group.values(), key=lambda i: single[i])[:2]
+    assert chosen.indices.tolist() == expected
+
+
+def test_effective_size():
+    means, variances, y = random_catalog(1)
+    chosen = select(means, variances, y, 3, "greedy-noreplace")
+    assert chosen.effective_size == pytest.approx(3.0)
+    from autodeuq.ensemble.selection import Selection
+
+    assert Selection(np.array([0, 1]), np.array([0.9, 0.1]), 2).effective_size == pytest.approx(1 / 0.82)
 
 
 def test_readding_the_only_member_is_no_improvement():
@@ -280,6 +369,8 @@ def test_return_types():
         ({"objective": "crps"}, "objective"),
         ({"max_selections": 0}, "max_selections"),
         ({"max_selections": 1.5}, "max_selections"),
+        ({"stop": "never"}, "stop"),
+        ({"groups": [0, 1]}, "groups"),
     ],
 )
 def test_invalid_arguments(kwargs, match):

@@ -1,5 +1,6 @@
 """Search-space files: validation of their values, and the shipped spaces."""
 import copy
+import numpy as np
 
 import pytest
 
@@ -66,3 +67,26 @@ def test_shipped_spaces_load_by_name():
 def test_unknown_space_lists_the_shipped_ones():
     with pytest.raises(SpaceError, match=r"shipped: \['tabular', 'toy'\]"):
         load_space("tabluar")
+
+
+def test_batch_range_follows_the_row_count_when_the_space_bounds_steps_per_epoch():
+    from autodeuq.space import SearchSpace, load_space
+
+    spec = load_space("tabular").to_dict()
+    spec["max_steps_per_epoch"] = 500
+    space = SearchSpace(spec)
+    assert space.for_rows(400) is space  # small data: every batch size keeps epochs short
+    big = space.for_rows(32_926)
+    hp = big.to_dict()["training"]["batch_size"]
+    assert (hp["low"], hp["high"]) == (66, 256)  # ceil(32926 / 500)
+    rng = np.random.default_rng(0)
+    assert all(66 <= big.sample(rng)["hp"]["batch_size"] <= 256 for _ in range(200))
+    huge = space.for_rows(1_000_000).to_dict()["training"]["batch_size"]
+    assert (huge["low"], huge["high"]) == (2000, 4000)
+    assert big.for_rows(32_926).to_dict() == big.to_dict()  # adapting twice changes nothing
+    del spec["max_steps_per_epoch"]
+    without = SearchSpace(spec)
+    assert without.for_rows(10**6) is without
+    spec["max_steps_per_epoch"] = 0
+    with pytest.raises(SpaceError, match="max_steps_per_epoch"):
+        SearchSpace(spec)

@@ -330,3 +330,43 @@ def test_trainer_cache_is_bounded(space, data):
             arch = [dense(space, units, act), 0, 0, 0, 0]
             assert train(config(space, arch=arch, batch_size=64), space, data, epochs=1).ok
     assert len(train_mod._CACHE) == train_mod.TRAINER_CACHE_SIZE
+
+
+# --------------------------------------------------------------------------- early discarding
+class StubDiscarder:
+    """Says stop at ``stop_at``; records when and with what loss it was consulted."""
+
+    def __init__(self, stop_at=None, reduction=3):
+        from autodeuq.discard import rung_epochs
+
+        self.stop_at, self.calls, self._rungs = stop_at, [], lambda m: rung_epochs(m, 1, reduction)
+
+    def rungs(self, max_epochs):
+        return self._rungs(max_epochs)
+
+    def should_continue(self, epoch, loss):
+        self.calls.append((epoch, loss))
+        return epoch != self.stop_at
+
+
+def test_discarded_training_stops_at_its_rung_with_its_best_model(space, data):
+    stub = StubDiscarder(stop_at=3)
+    res = train(config(space, lr=0.01), space, data, seed=1, epochs=20, discarder=stub)
+    assert res.status == "discarded" and res.ok
+    assert res.epochs == 3 and len(res.history["val_loss"]) == 3
+    assert [e for e, _ in stub.calls] == [1, 3]
+    # each rung hears the best validation loss so far; the objective is the best of the 3 epochs
+    assert stub.calls[1][1] == pytest.approx(min(res.history["val_loss"]), rel=1e-6)
+    assert res.objective == pytest.approx(min(res.history["val_loss"]), rel=1e-6)
+    assert res.extra["discarded_at"] == 3
+    mean, _ = predict(model_from_bytes(res.model_bytes), data.x_valid)
+    np.testing.assert_allclose(mean, res.valid_mean, rtol=1e-5, atol=1e-5)
+
+
+def test_promoted_training_runs_to_its_end_and_is_done(space, data):
+    stub = StubDiscarder(stop_at=None)
+    res = train(config(space, lr=0.01, p_es=30), space, data, seed=1, epochs=12, discarder=stub)
+    assert res.status == "done" and res.epochs == 12 and res.extra["discarded_at"] is None
+    assert [e for e, _ in stub.calls] == [1, 3, 9]
+    plain = train(config(space, lr=0.01, p_es=30), space, data, seed=1, epochs=12)
+    assert plain.objective == pytest.approx(res.objective, rel=1e-6)  # consulting changes nothing

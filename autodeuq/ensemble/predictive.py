@@ -13,8 +13,15 @@ import numpy as np
 
 from autodeuq.catalog import Catalog, CatalogError, atomic_write
 from autodeuq.data import FLOAT32_MAX, DataError, feature_matrix
+from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage
 from autodeuq.ensemble.selection import select
 from autodeuq.metrics import mixture_moments
+
+#: How members may be kept apart (``diversity`` of :meth:`Ensemble.from_catalog`).
+DIVERSITY = ("none", "architecture", "activations")
+#: Post-hoc recalibration methods (``calibrate`` of :meth:`Ensemble.from_catalog`).
+CALIBRATIONS = ("none", "scale")
+COVERAGE_LEVELS = (0.5, 0.9, 0.95)
 
 MANIFEST_FORMAT = "autodeuq-ensemble/1"
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists member ids and weights: kilobytes
@@ -25,7 +32,7 @@ class ManifestError(ValueError):
 
 
 class EnsembleSizeWarning(UserWarning):
-    """The ensemble has fewer members than asked: the catalog has fewer successful entries."""
+    """The ensemble has fewer distinct members than asked; the message says why."""
 
 
 @dataclass
@@ -56,6 +63,10 @@ class Ensemble:
         Member weights, summing to 1.
     selection : dict, optional
         How the members were chosen (recorded in the manifest).
+    calibration : dict, optional
+        Post-hoc recalibration: ``{"method": "scale", "scale": [c_1, ..., c_T], ...}`` stretches
+        each target's predictive mixture about its mean by ``c_t`` (see
+        :mod:`autodeuq.ensemble.calibration`); ``None``: predictions as the members make them.
 
     Examples
     --------
@@ -64,7 +75,8 @@ class Ensemble:
     >>> result.mean, result.aleatoric, result.epistemic           # doctest: +SKIP
     """
 
-    def __init__(self, run_dir, member_ids, weights, selection: dict | None = None):
+    def __init__(self, run_dir, member_ids, weights, selection: dict | None = None,
+                 calibration: dict | None = None):
         self.run_dir = Path(run_dir)
         self.member_ids = [int(i) for i in member_ids]
         self.weights = np.asarray(weights, dtype=float)
@@ -75,34 +87,67 @@ class Ensemble:
         if np.any(self.weights < 0) or not np.isclose(self.weights.sum(), 1.0):
             raise ValueError(f"weights must be non-negative and sum to 1, got {self.weights.tolist()}")
         self.selection = dict(selection or {})
+        self.calibration = dict(calibration) if calibration else None
         self.catalog = Catalog(self.run_dir)
         data = self.catalog.meta.get("data", {})
         self.feature_names = list(data.get("features", []))
         self.target_names = list(data.get("targets", []))
+        self.scale = None
+        if self.calibration is not None:
+            self.scale = np.asarray(self.calibration.get("scale"), dtype=float).reshape(-1)
+            if self.scale.shape != (len(self.target_names),) or not np.all(np.isfinite(self.scale) & (self.scale > 0)):
+                raise ValueError(f"calibration scale must hold one positive number per target "
+                                 f"{self.target_names}, got {self.calibration.get('scale')!r}")
         self._models = None
         self._predict_fn = None
 
+    def __getstate__(self):
+        # Loaded Keras models and the compiled prediction graph are rebuilt on first use after
+        # unpickling; the catalog pickles as its run directory.
+        state = dict(self.__dict__)
+        state["_models"] = state["_predict_fn"] = None
+        return state
+
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_catalog(cls, run_dir, size: int = 5, method: str = "greedy", objective: str = "mixture") -> "Ensemble":
+    def from_catalog(cls, run_dir, size: int = 5, method: str = "greedy", objective: str = "mixture", *,
+                     stop: str = "size", diversity: str = "none", calibrate: str = "none",
+                     calibration_folds: int = 2, seed: int = 0) -> "Ensemble":
         """Select members greedily (or top-k) on the cached validation predictions of a catalog.
 
         Parameters
         ----------
         run_dir : path
         size : int
-            Maximum number of distinct members. When the catalog has fewer successful entries,
-            the ensemble is selected among all of them and an :class:`EnsembleSizeWarning` says so.
-        method : {"greedy", "greedy-noreplace", "topk"}
-        objective : {"mixture", "gaussian"}
+            Distinct members wanted (K). When the catalog has fewer successful entries, the
+            ensemble is selected among all of them and an :class:`EnsembleSizeWarning` says so.
+        method, objective, stop :
+            See :func:`autodeuq.ensemble.select`. With the default ``stop="size"`` the
+            ensemble has ``size`` distinct members whenever the catalog has that many usable
+            models; otherwise a warning says how many it has and why.
+        diversity : {"none", "architecture", "activations"}
+            Keep members apart: at most one member per architecture, or per set of activation
+            functions used by the network's dense layers.
+        calibrate : {"none", "scale"}
+            ``"scale"``: fit a std scale per target on out-of-fold selections
+            (:func:`autodeuq.ensemble.calibration.cross_fitted_scale`), so the rows that
+            calibrate an ensemble are never the rows that selected it.
+        calibration_folds : int
+            Folds of the validation rows for the cross-fitting.
+        seed : int
+            Seed of the fold assignment.
 
         Warns
         -----
         EnsembleSizeWarning
-            ``size`` exceeds the number of successful catalog entries.
+            The ensemble has fewer distinct members than ``size``, with the reason.
         """
+        if diversity not in DIVERSITY:
+            raise ValueError(f"diversity must be one of {DIVERSITY}, got {diversity!r}")
+        if calibrate not in CALIBRATIONS:
+            raise ValueError(f"calibrate must be one of {CALIBRATIONS}, got {calibrate!r}")
         catalog = Catalog(run_dir)
-        ids = catalog.ids(status="done")
+        ids = catalog.model_ids()
         if not ids:
             raise ValueError(f"{run_dir}: the catalog has no successful evaluation to build an ensemble from")
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
@@ -117,10 +162,33 @@ class Ensemble:
         if not ids:
             raise CatalogError(f"{run_dir}: no successful entry has usable validation predictions "
                                f"({next(iter(loaded.skipped.values()))})")
-        members, weights = select(means, variances, catalog.validation_targets(), size=selection["size"],
-                                  method=method, objective=objective)
-        chosen = [int(ids[i]) for i in members]
-        return cls(run_dir, chosen, weights, selection={**selection, "catalog_entries": len(ids)})
+        y = catalog.validation_targets()
+        groups = None if diversity == "none" else member_groups(catalog, ids, diversity)
+
+        def select_rows(rows):
+            return select(means[:, rows], variances[:, rows], y[rows], size=selection["size"], method=method,
+                          objective=objective, stop=stop, groups=groups)
+
+        chosen = select_rows(np.arange(len(y)))
+        members = [int(ids[i]) for i in chosen.indices]
+        selection.update({"stop": stop, "diversity": diversity, "catalog_entries": len(ids), "members": len(members),
+                          "effective_size": round(chosen.effective_size, 4), "shortfall": chosen.reason})
+        if "size_requested" in selection and chosen.reason is None:
+            selection["shortfall"] = f"the catalog has only {len(ids)} successful entries"
+        if chosen.reason is not None:
+            warnings.warn(f"{run_dir}: the ensemble has {len(members)} distinct member(s), not {selection['size']}: "
+                          f"{chosen.reason}", EnsembleSizeWarning, stacklevel=2)
+        calibration = None
+        if calibrate == "scale":
+            scale, chunks = cross_fitted_scale(select_rows, means, variances, y, folds=calibration_folds, seed=seed)
+            calibration = {
+                "method": "scale", "scale": scale.tolist(), "folds": calibration_folds, "seed": seed,
+                "validation_coverage_before": {str(level): pooled_coverage(chunks, level).tolist()
+                                               for level in COVERAGE_LEVELS},
+                "validation_coverage_after": {str(level): pooled_coverage(chunks, level, scale).tolist()
+                                              for level in COVERAGE_LEVELS},
+            }
+        return cls(run_dir, members, chosen.weights, selection=selection, calibration=calibration)
 
     def save(self, path) -> Path:
         """Write the JSON manifest (catalog entries and weights; no pickle).
@@ -137,6 +205,7 @@ class Ensemble:
             "members": [{"id": i, "weight": float(w), "model": f"models/{i}.keras"}
                         for i, w in zip(self.member_ids, self.weights)],
             "selection": self.selection,
+            "calibration": self.calibration,
             "features": self.feature_names,
             "targets": self.target_names,
         }
@@ -223,12 +292,28 @@ class Ensemble:
         t = out.shape[-1] // 2
         return out[..., :t], out[..., t:]
 
-    def predict(self, x, *, source: str = "X") -> UncertaintyPrediction:
-        """Mixture mean and the aleatoric / epistemic / total variances (law of total variance).
+    def components(self, x, *, source: str = "X") -> tuple[np.ndarray, np.ndarray]:
+        """The predictive mixture's component (means, variances), recalibrated when the ensemble is.
 
-        ``x`` and ``source`` are as in :meth:`member_predictions`.
+        Without calibration these are :meth:`member_predictions`; ``x`` and ``source`` as there.
         """
-        means, variances = self.member_predictions(x, source=source)
+        return self.recalibrated(*self.member_predictions(x, source=source))
+
+    def recalibrated(self, means, variances) -> tuple[np.ndarray, np.ndarray]:
+        """Members' (means, variances) as the ensemble's mixture components: scaled when calibrated."""
+        if self.scale is None:
+            return means, variances
+        return apply_scale(means, variances, self.weights, self.scale)
+
+    def predict(self, x, *, source: str = "X") -> UncertaintyPrediction:
+        """Mixture mean and the aleatoric / epistemic / total variances.
+
+        ``mean = sum_i w_i mu_i``, ``aleatoric = sum_i w_i s2_i``,
+        ``epistemic = sum_i w_i (mu_i - mean)**2`` (Egele et al. 2022), whose sum is the mixture's
+        variance (law of total variance); a recalibrated ensemble multiplies both variance parts
+        by the square of its scale. ``x`` and ``source`` are as in :meth:`member_predictions`.
+        """
+        means, variances = self.components(x, source=source)
         mean, aleatoric, epistemic = mixture_moments(means, variances, self.weights)
         total = aleatoric + epistemic
         return UncertaintyPrediction(mean, aleatoric, epistemic, total, np.sqrt(total))
@@ -238,7 +323,7 @@ class Ensemble:
         import tensorflow_probability as tfp
 
         tfd = tfp.distributions
-        means, variances = self.member_predictions(x)
+        means, variances = self.components(x)
         loc = np.moveaxis(means, 0, -1)
         scale = np.sqrt(np.moveaxis(variances, 0, -1))
         probs = np.broadcast_to(self.weights, loc.shape)
@@ -301,10 +386,12 @@ def load_ensemble(path) -> Ensemble:
     if not isinstance(run_dir, str) or not run_dir or "\0" in run_dir:
         raise ManifestError(f"{path}: 'run_dir' must name the catalog directory, got {run_dir!r}")
     ids, weights = _manifest_members(path, manifest.get("members"))
-    selection = manifest.get("selection")
+    selection, calibration = manifest.get("selection"), manifest.get("calibration")
+    if calibration is not None and not isinstance(calibration, dict):
+        raise ManifestError(f"{path}: 'calibration' must be an object or null, got {_short(calibration)}")
     try:
         return Ensemble((path.parent.resolve() / run_dir).resolve(), ids, weights,
-                        selection=selection if isinstance(selection, dict) else None)
+                        selection=selection if isinstance(selection, dict) else None, calibration=calibration)
     except CatalogError:
         raise
     except ValueError as exc:
@@ -336,3 +423,17 @@ def _manifest_members(path: Path, members) -> tuple[list[int], list[float]]:
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def member_groups(catalog, ids, by: str) -> list[str]:
+    """A label per catalog entry for diverse selection: its architecture, or its activation set."""
+    space = catalog.space
+    labels = []
+    for entry_id in ids:
+        arch = catalog.config(entry_id)["arch"]
+        if by == "architecture":
+            labels.append(json.dumps(list(arch)))
+        else:
+            used = sorted({dense.activation for dense, _ in space.cells(arch) if dense.activation})
+            labels.append("+".join(used) or "identity")
+    return labels

@@ -18,10 +18,11 @@ import operator
 
 import numpy as np
 
-__all__ = ["select", "METHODS", "OBJECTIVES", "IMPROVEMENT_RTOL"]
+__all__ = ["select", "Selection", "METHODS", "OBJECTIVES", "STOPS", "IMPROVEMENT_RTOL"]
 
 METHODS = ("greedy", "greedy-noreplace", "topk")
 OBJECTIVES = ("mixture", "gaussian")
+STOPS = ("size", "improvement")
 
 #: A greedy step is taken only if it lowers the score by more than this fraction of
 #: ``max(1, |score|)``. It keeps float round-off (e.g. re-adding the only member, which
@@ -31,8 +32,33 @@ IMPROVEMENT_RTOL = 1e-12
 _LOG_2PI = float(np.log(2.0 * np.pi))
 
 
+class Selection(tuple):
+    """What :func:`select` chose, unpackable as ``(indices, weights)``.
+
+    Attributes
+    ----------
+    indices, weights : ndarray
+        Distinct catalog indices of the members and their weights (sum 1).
+    size : int
+        The number of distinct members asked for.
+    reason : str or None
+        Why fewer than ``size`` distinct members were chosen (``None`` when ``size`` were).
+    """
+
+    def __new__(cls, indices, weights, size, reason=None):
+        self = super().__new__(cls, (indices, weights))
+        self.indices, self.weights, self.size, self.reason = indices, weights, size, reason
+        return self
+
+    @property
+    def effective_size(self) -> float:
+        """``1 / sum(w**2)``: how many equally weighted members the weights amount to."""
+        return float(1.0 / np.sum(np.square(self.weights)))
+
+
 def select(
-    means, variances, y, size=5, method="greedy", objective="mixture", *, max_selections=None
+    means, variances, y, size=5, method="greedy", objective="mixture", *, stop="size",
+    groups=None, max_selections=None
 ):
     """Select an ensemble from a catalog of Gaussian models.
 
@@ -43,17 +69,30 @@ def select(
     y : array_like, shape (n_points, n_targets)
         Validation targets.
     size : int, default 5
-        Maximum number of distinct members (K).
+        Number of distinct members (K).
     method : {"greedy", "greedy-noreplace", "topk"}, default "greedy"
         - ``"greedy"``: Caruana et al. (2004) with replacement. Start from the best single
           model; at each step add (once more) the catalog model, members included, that
-          gives the lowest score. Stop when no addition strictly improves the score, when
-          the ensemble has ``size`` distinct members, or after ``max_selections``
-          selections. Weights are selection counts over the total.
+          gives the lowest score. Weights are selection counts over the total.
         - ``"greedy-noreplace"``: the same, each model at most once; uniform weights.
         - ``"topk"``: the ``size`` models with the best individual score; uniform weights.
     objective : {"mixture", "gaussian"}, default "mixture"
         Exact mixture NLL, or NLL of the moment-matched Gaussian.
+    stop : {"size", "improvement"}, default "size"
+        When the greedy methods stop.
+
+        - ``"size"``: at ``size`` distinct members. A step whose best addition does not
+          improve the score (or that comes after ``max_selections`` selections) adds the
+          best model not yet in the ensemble instead, as the forward selection of neural
+          ensemble search (Zaidi et al. 2021) does; so the ensemble never collapses to
+          fewer members than asked while enough usable models exist.
+        - ``"improvement"``: also as soon as no addition strictly improves the score, or
+          after ``max_selections`` selections (Caruana's original rule); the ensemble may
+          then have fewer than ``size`` members, down to one.
+    groups : array_like of shape (n_models,), optional
+        A label per model (e.g. its architecture): a model may join the ensemble only if no
+        member has its label, so the members come from ``size`` different groups.
+        Re-selecting a member is unaffected.
     max_selections : int, optional
         Cap on the total number of greedy selections, counting repeats; default
         ``10 * size``. With replacement, repeated additions of present members do not grow
@@ -61,11 +100,10 @@ def select(
 
     Returns
     -------
-    indices : ndarray of int, shape (k,)
-        Distinct catalog indices of the members, ``k <= size``, in order of first selection
-        (for ``"topk"``: best first).
-    weights : ndarray of float, shape (k,)
-        Member weights in the same order, summing to 1.
+    Selection
+        Unpacks as ``(indices, weights)``: the distinct catalog indices of the members,
+        ``k <= size`` of them, in order of first selection (for ``"topk"``: best first), and
+        their weights, summing to 1. ``.reason`` says why ``k < size`` when it is.
 
     Raises
     ------
@@ -77,8 +115,8 @@ def select(
     -----
     A model is usable when all its means and variances are finite, its variances are
     positive and its individual NLL is finite; other models are never selected. If fewer
-    than ``size`` models are usable, selection runs on those there are. Ties go to the
-    lower catalog index.
+    than ``size`` models are usable (or fewer than ``size`` groups hold one), selection runs
+    on those there are. Ties go to the lower catalog index.
 
     Examples
     --------
@@ -95,6 +133,14 @@ def select(
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if stop not in STOPS:
+        raise ValueError(f"stop must be one of {STOPS}, got {stop!r}")
+    if groups is not None:
+        groups = np.asarray(groups)
+        if groups.shape != (means.shape[0],):
+            raise ValueError(f"groups must have one label per model ({means.shape[0]}), got shape {groups.shape}")
+        # Integer codes, so that "same group" is one comparison per step.
+        groups = np.unique(groups, return_inverse=True)[1].reshape(-1)
     if max_selections is None:
         max_selections = 10 * size
     else:
@@ -121,20 +167,48 @@ def select(
         single, logpdf = single[usable], logpdf[usable]
         diff, sq_diff, variances = diff[usable], sq_diff[usable], variances[usable]
 
+    if groups is not None:
+        groups = groups[usable]
+
     if method == "topk":
-        order = np.argsort(single, kind="stable")[:size]
-        return usable[order], np.full(order.size, 1.0 / order.size)
+        ranked = np.argsort(single, kind="stable")
+        if groups is not None:
+            # the best model of each group, groups ranked by their best model
+            ranked = ranked[np.sort(np.unique(groups[ranked], return_index=True)[1])]
+        order = ranked[:size]
+        return Selection(usable[order], np.full(order.size, 1.0 / order.size), size,
+                         _shortfall(order.size, size, n_models, usable.size, groups, stopped=None))
 
     if objective == "mixture":
         state = _MixtureState(logpdf)
     else:
         state = _GaussianState(diff, sq_diff, variances)
     del diff, sq_diff, logpdf
-    order, counts = _greedy(
-        state, single, size, replace=(method == "greedy"), max_selections=max_selections
+    order, counts, stopped = _greedy(
+        state, single, size, replace=(method == "greedy"), stop=stop, groups=groups,
+        max_selections=max_selections,
     )
     counts = counts[order]
-    return usable[order], counts / counts.sum()
+    return Selection(usable[order], counts / counts.sum(), size,
+                     _shortfall(order.size, size, n_models, usable.size, groups, stopped))
+
+
+def _shortfall(chosen, size, n_models, n_usable, groups, stopped):
+    """Why an ensemble has fewer distinct members than asked, or None."""
+    if chosen >= size:
+        return None
+    if stopped == "improvement":
+        return ("no further model improved the validation score (stop='improvement'); "
+                "stop='size' always fills the ensemble")
+    if stopped == "max_selections":
+        return "the cap on greedy selections (max_selections) was reached (stop='improvement')"
+    if n_usable < size:
+        unusable = n_models - n_usable
+        return (f"the catalog has only {n_usable} usable model(s)"
+                + (f" ({unusable} with non-finite predictions or NLL)" if unusable else ""))
+    if groups is not None:
+        return f"the usable models fall into only {np.unique(groups).size} group(s)"
+    return None
 
 
 def _check_inputs(means, variances, y):
@@ -168,29 +242,47 @@ def _check_positive_int(value, name):
     return value
 
 
-def _greedy(state, single, size, replace, max_selections):
-    """Caruana's greedy loop over a scoring state; returns (first-selection order, counts)."""
+def _greedy(state, single, size, replace, stop, groups, max_selections):
+    """Caruana's greedy loop over a scoring state.
+
+    Returns (first-selection order, counts, what stopped it early: None, "improvement" or
+    "max_selections").
+    """
     counts = np.zeros(single.size, dtype=np.int64)
     first = int(np.argmin(single))
     state.add(first)
     counts[first] = 1
     order = [first]
     score = single[first]
-    for _ in range(max_selections - 1):
-        if len(order) >= size:
-            break
+    selections = 1
+    # May a model still join as a new member? Not a member yet, and its group not taken.
+    joinable = np.ones(single.size, dtype=bool)
+    joinable[first] = False
+    if groups is not None:
+        joinable &= groups != groups[first]
+    while len(order) < size:
         candidate_scores = state.candidate_scores()
-        if not replace:
-            candidate_scores[counts > 0] = np.inf
-        best = int(np.argmin(candidate_scores))
-        if not candidate_scores[best] < score - IMPROVEMENT_RTOL * max(1.0, abs(score)):
+        allowed = joinable | (counts > 0) if replace else joinable
+        if not allowed.any():
             break
+        best = int(np.argmin(np.where(allowed, candidate_scores, np.inf)))
+        improves = candidate_scores[best] < score - IMPROVEMENT_RTOL * max(1.0, abs(score))
+        if not improves or selections >= max_selections:
+            if stop == "improvement":
+                return np.asarray(order, dtype=np.int64), counts, "improvement" if not improves else "max_selections"
+            if not joinable.any():
+                break
+            best = int(np.argmin(np.where(joinable, candidate_scores, np.inf)))
         state.add(best)
         score = candidate_scores[best]
+        selections += 1
         if counts[best] == 0:
             order.append(best)
+            joinable[best] = False
+            if groups is not None:
+                joinable &= groups != groups[best]
         counts[best] += 1
-    return np.asarray(order, dtype=np.int64), counts
+    return np.asarray(order, dtype=np.int64), counts, None
 
 
 class _MixtureState:

@@ -1,6 +1,7 @@
 """The evaluator interface and the objective every evaluation runs."""
 from __future__ import annotations
 
+import copy
 import os
 import socket
 import time
@@ -22,6 +23,8 @@ class Evaluator(ABC):
     """
 
     n_slots: int = 1
+    #: The early-discarding rule the evaluations consult (shared state), or None.
+    discarder = None
 
     @abstractmethod
     def submit(self, eval_id: int, config: dict) -> None:
@@ -117,9 +120,13 @@ class TrainingObjective:
         Override of the space's epoch budget.
     threads : int, optional
         TensorFlow intra-op threads (the CPUs given to one evaluation).
+    discarder : SuccessiveHalving, optional
+        Early discarding shared by every evaluation (:mod:`autodeuq.discard`); an evaluator
+        running evaluations in other processes moves its records where they all reach them.
     """
 
-    def __init__(self, space, dataset, seed: int = 0, epochs: int | None = None, threads: int | None = None):
+    def __init__(self, space, dataset, seed: int = 0, epochs: int | None = None, threads: int | None = None,
+                 discarder=None):
         self.space_spec = space.to_dict()
         self.space_source = space.source
         self.dataset = dataset
@@ -127,7 +134,14 @@ class TrainingObjective:
         self.seed = int(seed)
         self.epochs = epochs
         self.threads = threads
+        self.discarder = discarder
         self._space = None
+
+    def with_discarder(self, discarder) -> "TrainingObjective":
+        """The same objective consulting ``discarder``."""
+        clone = copy.copy(self)
+        clone.discarder = discarder
+        return clone
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -143,4 +157,4 @@ class TrainingObjective:
         if self._space is None:
             self._space = SearchSpace(self.space_spec, source=self.space_source)
         return train(config, self._space, self.dataset, seed=evaluation_seed(self.seed, eval_id),
-                     epochs=self.epochs)
+                     epochs=self.epochs, discarder=self.discarder)

@@ -18,6 +18,7 @@ class SerialEvaluator(Evaluator):
 
     def __init__(self, objective, eval_timeout: float | None = None):
         self.objective = objective
+        self.discarder = getattr(objective, "discarder", None)
         self.eval_timeout = check_eval_timeout(eval_timeout)
         self._queue: deque[tuple[int, dict]] = deque()
 

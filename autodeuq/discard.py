@@ -1,0 +1,164 @@
+"""Early discarding of hopeless trainings: asynchronous successive halving, one training at a time.
+
+Successive halving (Jamieson & Talwalkar 2016) in its asynchronous form (Li et al. 2020, ASHA)
+needs no portfolio of configurations known in advance: each training, as it runs, reports its
+validation loss at the *rung* epochs ``min_epochs * reduction**k`` (1, 3, 9, 27, 81 for the
+defaults) and continues past a rung only if that loss is among the best ``1 / reduction`` of the
+losses recorded at the same rung by all trainings so far, its own included (Egele 2024, ch. 3.3.4
+and 5, calls this "vertical" early discarding). Until a rung holds ``reduction`` records, nobody
+is discarded there: the top third of fewer than three trainings is not defined.
+
+The loss reported at a rung is the best validation loss reached by that epoch: the objective of
+a training is its minimum validation loss, and a rung compares what each training would report
+if stopped there.
+
+The records are state shared by every concurrent training of a search. :class:`SuccessiveHalving`
+holds them in-process (serial evaluation, tests); :meth:`SuccessiveHalving.shared_on_ray` moves
+them into a Ray actor that every worker consults at its rungs (a few calls per training). A
+resumed search replays the recorded validation-loss histories of its catalog
+(:meth:`SuccessiveHalving.replay`), so its decisions continue from the same records.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+__all__ = ["SuccessiveHalving", "rung_epochs", "POLICIES"]
+
+#: Early-discarding policies by name (``none`` trains every configuration to its own early stop).
+POLICIES = ("none", "sha")
+
+
+def rung_epochs(max_epochs: int, min_epochs: int = 1, reduction: int = 3) -> list[int]:
+    """The rung epochs below ``max_epochs``: ``min_epochs * reduction**k``.
+
+    Examples
+    --------
+    >>> rung_epochs(100)
+    [1, 3, 9, 27, 81]
+    >>> rung_epochs(100, min_epochs=2, reduction=2)
+    [2, 4, 8, 16, 32, 64]
+    """
+    rungs, epoch = [], int(min_epochs)
+    while epoch < max_epochs:
+        rungs.append(epoch)
+        epoch *= int(reduction)
+    return rungs
+
+
+class SuccessiveHalving:
+    """Asynchronous successive halving: the rung schedule and the shared rung records.
+
+    Parameters
+    ----------
+    min_epochs : int, default=1
+        First rung.
+    reduction : int, default=3
+        Reduction factor ``r``: rungs are ``r`` times apart and the best ``1/r`` continue.
+
+    Examples
+    --------
+    >>> sha = SuccessiveHalving(reduction=2)
+    >>> [sha.should_continue(1, loss) for loss in (0.5, 0.4, 0.9, 0.3)]
+    [True, True, False, True]
+    """
+
+    def __init__(self, min_epochs: int = 1, reduction: int = 3):
+        if int(min_epochs) != min_epochs or min_epochs < 1:
+            raise ValueError(f"min_epochs must be an integer >= 1, got {min_epochs!r}")
+        if int(reduction) != reduction or reduction < 2:
+            raise ValueError(f"reduction must be an integer >= 2, got {reduction!r}")
+        self.min_epochs, self.reduction = int(min_epochs), int(reduction)
+        self._records: dict[int, list[float]] = defaultdict(list)
+        self._lock = threading.Lock()
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        del state["_lock"]
+        state["_records"] = dict(self._records)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._records = defaultdict(list, self._records)
+        self._lock = threading.Lock()
+
+    def describe(self) -> dict:
+        return {"policy": "sha", "min_epochs": self.min_epochs, "reduction": self.reduction}
+
+    def rungs(self, max_epochs: int) -> list[int]:
+        """Rung epochs of a training with ``max_epochs`` epochs."""
+        return rung_epochs(max_epochs, self.min_epochs, self.reduction)
+
+    def should_continue(self, epoch: int, loss: float) -> bool:
+        """Record ``loss`` at rung ``epoch`` and say whether the training goes on past it."""
+        loss = float(loss) if math.isfinite(loss) else math.inf
+        with self._lock:
+            records = self._records[int(epoch)]
+            records.append(loss)
+            keep = len(records) // self.reduction
+            if keep == 0:
+                return True
+            return loss <= sorted(records)[keep - 1]
+
+    def replay(self, histories: Iterable[Sequence[float]]) -> None:
+        """Record the rung losses of finished trainings (validation-loss histories, per epoch)."""
+        with self._lock:
+            for history in histories:
+                best = math.inf
+                rungs = set(self.rungs(len(history) + 1))
+                for epoch, loss in enumerate(history, start=1):
+                    if math.isfinite(loss):
+                        best = min(best, float(loss))
+                    if epoch in rungs:
+                        self._records[epoch].append(best)
+
+    def load_records(self, records: dict[int, Sequence[float]]) -> None:
+        """Add losses to the records, rung by rung (as returned by :meth:`records`)."""
+        with self._lock:
+            for epoch, losses in records.items():
+                self._records[int(epoch)].extend(float(v) for v in losses)
+
+    def records(self) -> dict[int, list[float]]:
+        """A copy of the losses recorded at each rung, in arrival order."""
+        with self._lock:
+            return {epoch: list(losses) for epoch, losses in sorted(self._records.items())}
+
+    def shared_on_ray(self) -> "RaySuccessiveHalving":
+        """The same rule with its records in a Ray actor, for trainings running in several processes."""
+        return RaySuccessiveHalving(self)
+
+
+class RaySuccessiveHalving:
+    """A :class:`SuccessiveHalving` whose records live in a Ray actor; picklable to Ray tasks."""
+
+    def __init__(self, local: SuccessiveHalving):
+        import ray
+
+        self.min_epochs, self.reduction = local.min_epochs, local.reduction
+        actor = ray.remote(num_cpus=0)(SuccessiveHalving)
+        self._actor = actor.remote(local.min_epochs, local.reduction)
+        ray.get(self._actor.load_records.remote(local.records()))
+
+    def describe(self) -> dict:
+        return {"policy": "sha", "min_epochs": self.min_epochs, "reduction": self.reduction}
+
+    def rungs(self, max_epochs: int) -> list[int]:
+        return rung_epochs(max_epochs, self.min_epochs, self.reduction)
+
+    def should_continue(self, epoch: int, loss: float) -> bool:
+        import ray
+
+        return ray.get(self._actor.should_continue.remote(epoch, loss))
+
+    def replay(self, histories) -> None:
+        import ray
+
+        ray.get(self._actor.replay.remote([list(h) for h in histories]))
+
+    def records(self) -> dict[int, list[float]]:
+        import ray
+
+        return ray.get(self._actor.records.remote())

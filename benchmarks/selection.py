@@ -1,0 +1,221 @@
+"""Ensemble selection study: which selection keeps an honest epistemic part and the best test NLL.
+
+Every variant selects from the same catalogs, so differences come from the selection alone:
+
+- ``greedy-early``: Caruana's greedy with replacement, stopping when no addition improves the
+  validation NLL (the rule of the original method);
+- ``greedy-k``: the same, continued to K distinct members (each non-improving step adds the best
+  model not yet in the ensemble);
+- ``noreplace-k``: greedy without replacement to K members, uniform weights;
+- ``greedy-k-arch`` / ``greedy-k-act``: ``greedy-k`` with at most one member per architecture /
+  per set of activation functions;
+- ``noreplace-k-act``: ``noreplace-k`` with one member per set of activation functions;
+- each also recalibrated (``+cal``): a std scale per target fitted on out-of-fold selections.
+
+Catalogs: toy-sine AgEBO runs (``--toy-seeds``; made here when missing) and the standard UCI
+splits searched by ``benchmarks/uci.py --methods autodeuq`` (``--uci-runs``).
+
+    python benchmarks/selection.py --toy-seeds 0 1 2 --uci boston concrete energy yacht --splits 0-4
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from autodeuq import metrics  # noqa: E402
+from autodeuq.ensemble import Ensemble  # noqa: E402
+from autodeuq.ensemble.calibration import apply_scale  # noqa: E402
+
+SIZE = 5
+VARIANTS = {
+    "greedy-early": dict(method="greedy", stop="improvement"),
+    "greedy-k": dict(method="greedy", stop="size"),
+    "noreplace-k": dict(method="greedy-noreplace", stop="size"),
+    "greedy-k-arch": dict(method="greedy", stop="size", diversity="architecture"),
+    "greedy-k-act": dict(method="greedy", stop="size", diversity="activations"),
+    "noreplace-k-act": dict(method="greedy-noreplace", stop="size", diversity="activations"),
+}
+TOY_REGIONS = {"train": None, "gap [-15,15]": (-15, 15), "beyond 32": None}
+
+
+def parse_splits(text: str) -> list[int]:
+    if "-" in text:
+        lo, hi = text.split("-")
+        return list(range(int(lo), int(hi) + 1))
+    return [int(t) for t in text.split(",")]
+
+
+def build_variants(run_dir: Path) -> dict[str, Ensemble]:
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # short ensembles are reported in the table
+        for name, options in VARIANTS.items():
+            out[name] = Ensemble.from_catalog(run_dir, size=SIZE, **options)
+            out[name + "+cal"] = Ensemble.from_catalog(run_dir, size=SIZE, calibrate="scale", **options)
+    return out
+
+
+def member_table(ensembles: dict[str, Ensemble], x) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Every member's test predictions, each model loaded once whatever the number of variants."""
+    first = next(iter(ensembles.values()))
+    ids = sorted({i for ens in ensembles.values() for i in ens.member_ids})
+    union = Ensemble(first.run_dir, ids, np.full(len(ids), 1.0 / len(ids)))
+    means, variances = union.member_predictions(x)
+    return {i: (means[k], variances[k]) for k, i in enumerate(ids)}
+
+
+def components(ens: Ensemble, table) -> tuple[np.ndarray, np.ndarray]:
+    means = np.stack([table[i][0] for i in ens.member_ids])
+    variances = np.stack([table[i][1] for i in ens.member_ids])
+    if ens.scale is not None:
+        means, variances = apply_scale(means, variances, ens.weights, ens.scale)
+    return means, variances
+
+
+def describe(ens: Ensemble) -> dict:
+    return {"members": len(ens.member_ids), "effective_size": float(1 / np.sum(ens.weights**2)),
+            "scale": None if ens.scale is None else float(ens.scale[0])}
+
+
+def score_tabular(ens, table, y) -> dict:
+    means, variances = components(ens, table)
+    mean, _, _ = metrics.mixture_moments(means, variances, ens.weights)
+    return {
+        "nll": float(metrics.mixture_nll(means, variances, ens.weights, y).mean()),
+        "rmse": float(metrics.rmse(mean, y).mean()),
+        "coverage_90": float(metrics.coverage(means, variances, ens.weights, y, 0.9).mean()),
+        **describe(ens),
+    }
+
+
+def score_toy(ens, table, grid) -> dict:
+    means, variances = components(ens, table)
+    mean, ale, epi = metrics.mixture_moments(means, variances, ens.weights)
+    x = grid[:, 0]
+    train = ((x >= -30) & (x <= -20)) | ((x >= 20) & (x <= 30))
+    gap = (x >= -15) & (x <= 15)
+    beyond = np.abs(x) > 32
+    epi_std = np.sqrt(epi[:, 0])
+    ale_std = np.sqrt(ale[:, 0])
+    return {
+        "nll": float(metrics.mixture_nll(means, variances, ens.weights, 2 * np.sin(grid)).mean()),
+        "aleatoric left": float(ale_std[(x >= -30) & (x <= -20)].mean()),
+        "aleatoric right": float(ale_std[(x >= 20) & (x <= 30)].mean()),
+        "epistemic train": float(epi_std[train].mean()),
+        "epistemic gap": float(epi_std[gap].mean()),
+        "epistemic beyond": float(epi_std[beyond].mean()),
+        **describe(ens),
+    }
+
+
+def toy_catalog(seed: int, runs: Path, max_evals: int, epochs: int | None = None) -> Path:
+    from autodeuq.data import toy_sine
+    from autodeuq.evaluator import TrainingObjective
+    from autodeuq.evaluator.ray import RayEvaluator
+    from autodeuq.runner import run_search
+    from autodeuq.space import load_space
+
+    run_dir = runs / f"toy-seed{seed}"
+    space, data = load_space("toy"), toy_sine(seed=seed)
+    with RayEvaluator(TrainingObjective(space, data, seed=seed, epochs=epochs, threads=1)) as evaluator:
+        run_search(space, data, evaluator, run_dir, search="agebo", max_evals=max_evals, seed=seed, progress=False,
+                   run_options={"epochs": epochs})
+    return run_dir
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--toy-seeds", type=int, nargs="*", default=[0, 1, 2])
+    p.add_argument("--toy-evals", type=int, default=100)
+    p.add_argument("--toy-epochs", type=int, default=None, help="override the toy space's epochs (smoke tests)")
+    p.add_argument("--toy-runs", default="runs/selection")
+    p.add_argument("--uci", nargs="*", default=["boston", "concrete", "energy", "yacht"])
+    p.add_argument("--splits", default="0-4")
+    p.add_argument("--uci-runs", default="runs/uci", help="catalogs of benchmarks/uci.py --methods autodeuq")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--raw", default="benchmarks/results/selection_raw.json")
+    args = p.parse_args(argv)
+
+    raw_path = Path(args.raw)
+    rows = json.loads(raw_path.read_text()) if raw_path.exists() else []
+    done = {(r["problem"], r["split"]) for r in rows}
+
+    def save():
+        raw_path.parent.mkdir(parents=True, exist_ok=True)
+        raw_path.write_text(json.dumps(rows, indent=1))
+
+    grid = np.linspace(-40, 40, 400)[:, None]
+    for seed in args.toy_seeds:
+        if ("toy-sine", seed) in done:
+            continue
+        started = time.time()
+        run_dir = toy_catalog(seed, Path(args.toy_runs), args.toy_evals, args.toy_epochs)
+        ensembles = build_variants(run_dir)
+        table = member_table(ensembles, grid)
+        for name, ens in ensembles.items():
+            rows.append({"problem": "toy-sine", "split": seed, "variant": name, **score_toy(ens, table, grid)})
+        print(f"toy-sine seed {seed}: {time.time() - started:.0f} s", flush=True)
+        save()
+
+    if args.uci:
+        import uci_data
+
+        data_dir = Path(args.data_dir) if args.data_dir else uci_data.default_data_dir(ROOT)
+        for name in args.uci:
+            for split in parse_splits(args.splits):
+                run_dir = Path(args.uci_runs) / f"{name}-split{split}"
+                if (name, split) in done or not (run_dir / "catalog.sqlite").exists():
+                    continue
+                data = uci_data.load_split(data_dir, name, split)
+                ensembles = build_variants(run_dir)
+                table = member_table(ensembles, data.x_test)
+                for variant, ens in ensembles.items():
+                    rows.append({"problem": name, "split": split, "variant": variant,
+                                 **score_tabular(ens, table, data.y_test)})
+                print(f"{name} split {split}: scored", flush=True)
+                save()
+    print(report(rows, " ".join(sys.argv[1:] if argv is None else argv)))
+
+
+def _mean_se(values) -> str:
+    values = np.asarray(values, dtype=float)
+    se = values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else 0.0
+    return f"{values.mean():.3f} ± {se:.3f}"
+
+
+TOY_COLUMNS = ("nll", "aleatoric left", "aleatoric right", "epistemic train", "epistemic gap", "epistemic beyond",
+               "members", "effective_size")
+TABULAR_COLUMNS = ("nll", "rmse", "coverage_90", "members", "effective_size", "scale")
+
+
+def report(rows, command: str) -> str:
+    """Markdown tables, mean ± standard error over seeds/splits of every column."""
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    problems = list(dict.fromkeys(r["problem"] for r in rows))
+    lines = [f"Command: `python benchmarks/selection.py {command}`; machine: 2-core {platform.machine()} CPU "
+             f"dev machine."]
+    for problem in problems:
+        columns = TOY_COLUMNS if problem == "toy-sine" else TABULAR_COLUMNS
+        n = len({r["split"] for r in rows if r["problem"] == problem})
+        lines += ["", f"### {problem} ({n} {'seeds' if problem == 'toy-sine' else 'splits'})", "",
+                  "| variant | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+        for variant in variants:
+            sel = [r for r in rows if r["problem"] == problem and r["variant"] == variant]
+            if sel:
+                cells = [_mean_se([np.nan if r[c] is None else r[c] for r in sel]) for c in columns]
+                lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

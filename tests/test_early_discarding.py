@@ -1,0 +1,113 @@
+"""Early discarding in a search: catalog entries, shared rung records (serial and Ray), resume."""
+import copy
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from autodeuq.catalog import Catalog, CatalogError
+from autodeuq.data import toy_sine
+from autodeuq.discard import SuccessiveHalving
+from autodeuq.evaluator import SerialEvaluator, TrainingObjective
+from autodeuq.result import TrainResult
+from autodeuq.runner import run_search
+from autodeuq.space import load_space
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return load_space("toy"), toy_sine(seed=0)
+
+
+def test_search_with_successive_halving_discards_at_rungs_and_resumes(tmp_path, setup):
+    space, data = setup
+    run = tmp_path / "run"
+    sha = SuccessiveHalving(reduction=2)
+    objective = TrainingObjective(space, data, seed=0, epochs=9, discarder=sha)
+    summary = run_search(space, data, SerialEvaluator(objective), run, search="random", max_evals=8,
+                         progress=False, run_options={"epochs": 9})
+    cat = Catalog(run)
+    frame = cat.to_dataframe()
+    discarded = frame[frame["status"] == "discarded"]
+    assert summary.n_discarded == len(discarded) >= 1 and summary.n_done + summary.n_discarded + summary.n_failed == 8
+    assert set(discarded["epochs"]) <= {1, 2, 4, 8}  # rungs of r=2 below 9 epochs
+    assert summary.epochs == int(frame["epochs"].sum()) < 8 * 9
+    # the records are exactly what the finished trainings reported at the rungs they reached
+    replayed = SuccessiveHalving(reduction=2)
+    replayed.replay(cat.validation_loss_histories())
+    assert replayed.records() == sha.records()
+    # discarded entries are catalog models like the others: loadable, selectable
+    ids = cat.validation_predictions().ids
+    assert set(discarded["id"]) <= set(ids)
+
+    # resuming continues from the same records; another rule is refused
+    resumed = SuccessiveHalving(reduction=2)
+    run_search(space, data, SerialEvaluator(objective.with_discarder(resumed)), run, search="random",
+               max_evals=10, progress=False, run_options={"epochs": 9})
+    assert sum(len(v) for v in resumed.records().values()) > sum(len(v) for v in sha.records().values())
+    for other in (None, SuccessiveHalving(reduction=3)):
+        with pytest.raises(CatalogError, match="mix the two"):
+            run_search(space, data, SerialEvaluator(TrainingObjective(space, data, seed=0, epochs=9, discarder=other)),
+                       run, search="random", max_evals=12, progress=False, run_options={"epochs": 9})
+
+
+class RungReporter:
+    """A cheap objective that reports losses at its rungs, as a training does, from any process."""
+
+    def __init__(self, n_valid, discarder=None):
+        self.n_valid, self.discarder = n_valid, discarder
+
+    def with_discarder(self, discarder):
+        clone = copy.copy(self)
+        clone.discarder = discarder
+        return clone
+
+    def __call__(self, eval_id, config):
+        start = time.time()
+        loss = abs(np.log10(config["hp"]["learning_rate"]) + 2.0)
+        status, epochs = "done", 9
+        for rung in self.discarder.rungs(9):
+            time.sleep(0.05)
+            if not self.discarder.should_continue(rung, loss):
+                status, epochs = "discarded", rung
+                break
+        rng = np.random.default_rng(eval_id)
+        return TrainResult(status, objective=float(loss), epochs=epochs, best_epoch=epochs, model_bytes=b"fake",
+                           valid_mean=rng.normal(size=(self.n_valid, 1)), valid_var=np.ones((self.n_valid, 1)),
+                           history={"val_loss": [loss] * epochs}, start_time=start, end_time=time.time())
+
+
+def test_ray_workers_share_one_set_of_rung_records(tmp_path, setup):
+    from ray import cloudpickle
+
+    from autodeuq.evaluator.ray import RayEvaluator
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this test module
+    space, data = setup
+    objective = RungReporter(len(data.y_valid), SuccessiveHalving(reduction=3))
+    with RayEvaluator(objective, workers=2, num_cpus=2) as evaluator:
+        summary = run_search(space, data, evaluator, tmp_path / "run", search="random", max_evals=12,
+                             progress=False)
+        records = evaluator.discarder.records()
+    assert len(records[1]) == 12  # every training reported at rung 1, whichever worker ran it
+    frame = Catalog(tmp_path / "run").to_dataframe()
+    assert len(records.get(3, [])) == int((frame["epochs"] >= 3).sum())  # those promoted past rung 1
+    assert summary.n_discarded == int((frame["status"] == "discarded").sum()) >= 1
+
+
+def test_cli_early_discarding_option(tmp_path, capsys):
+    from autodeuq.cli import main
+
+    code = main(["search", "--dataset", "toy-sine", "--evaluator", "serial", "--search", "random", "--max-evals", "5",
+                 "--epochs", "4", "--early-discarding", "sha", "--sha-reduction", "2", "--run-dir", str(tmp_path / "r"),
+                 "--no-progress"])
+    assert code == 0
+    meta = Catalog(tmp_path / "r").meta
+    assert meta["search"]["early_discarding"] == {"policy": "sha", "min_epochs": 1, "reduction": 2}
+    capsys.readouterr()
+    assert main(["search", "--dataset", "toy-sine", "--evaluator", "serial", "--early-discarding", "sha",
+                 "--sha-reduction", "1", "--run-dir", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--sha-reduction" in err[0]
+    assert not (tmp_path / "bad").exists()
