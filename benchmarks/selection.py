@@ -118,6 +118,20 @@ def score_toy(ens, table, grid) -> dict:
     }
 
 
+def draw_toy(ens: Ensemble, table, grid, run_dir: Path, path: Path, evals: int) -> None:
+    from autodeuq import plots
+    from autodeuq.catalog import Catalog
+    from autodeuq.ensemble import UncertaintyPrediction
+
+    means, variances = components(ens, table)
+    mean, ale, epi = metrics.mixture_moments(means, variances, ens.weights)
+    prediction = UncertaintyPrediction(mean, ale, epi, ale + epi, np.sqrt(ale + epi))
+    x_train, y_train = Catalog(run_dir).training_data()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plots.plot_uncertainty_1d(grid, prediction, path, x_train=x_train, y_train=y_train, y_true=2 * np.sin(grid),
+                              title=f"toy-sine, AgEBO, {evals} evaluations, ensemble of {len(ens.member_ids)}")
+
+
 def toy_catalog(seed: int, runs: Path, max_evals: int, epochs: int | None = None) -> Path:
     from autodeuq.data import toy_sine
     from autodeuq.evaluator import TrainingObjective
@@ -144,6 +158,9 @@ def main(argv=None):
     p.add_argument("--uci-runs", default="runs/uci", help="catalogs of benchmarks/uci.py --methods autodeuq")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--raw", default="benchmarks/results/selection_raw.json")
+    p.add_argument("--figure-variant", default="greedy-k",
+                   help="variant whose toy-sine ensemble (first seed) is drawn (default: greedy-k, the default)")
+    p.add_argument("--figure", default="examples/results/toy_sine_agebo_100.png")
     args = p.parse_args(argv)
 
     raw_path = Path(args.raw)
@@ -164,6 +181,8 @@ def main(argv=None):
         table = member_table(ensembles, grid)
         for name, ens in ensembles.items():
             rows.append({"problem": "toy-sine", "split": seed, "variant": name, **score_toy(ens, table, grid)})
+        if seed == args.toy_seeds[0] and args.figure:
+            draw_toy(ensembles[args.figure_variant], table, grid, run_dir, Path(args.figure), args.toy_evals)
         print(f"toy-sine seed {seed}: {time.time() - started:.0f} s", flush=True)
         save()
 
