@@ -10,6 +10,8 @@ Every variant selects from the same catalogs, so differences come from the selec
 - ``greedy-k-arch`` / ``greedy-k-act``: ``greedy-k`` with at most one member per architecture /
   per set of activation functions;
 - ``noreplace-k-act``: ``noreplace-k`` with one member per set of activation functions;
+- ``greedy-k-bag``: ``greedy-k`` repeated on 10 random halves of the validation rows, weights
+  averaged (bagged ensemble selection, Caruana et al. 2006);
 - each also recalibrated (``+cal``): a std scale per target fitted on out-of-fold selections.
 
 Catalogs: toy-sine AgEBO runs (``--toy-seeds``; made here when missing) and the standard UCI
@@ -44,6 +46,7 @@ VARIANTS = {
     "greedy-k-arch": dict(method="greedy", stop="size", diversity="architecture"),
     "greedy-k-act": dict(method="greedy", stop="size", diversity="activations"),
     "noreplace-k-act": dict(method="greedy-noreplace", stop="size", diversity="activations"),
+    "greedy-k-bag": dict(method="greedy", stop="size", bags=10),
 }
 TOY_REGIONS = {"train": None, "gap [-15,15]": (-15, 15), "beyond 32": None}
 
