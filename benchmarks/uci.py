@@ -322,7 +322,7 @@ def write_report(records: list[dict], path: Path) -> str:
         if not rows:
             return "–"
         text = _mean_se([r[key] for r in rows], _digits(d, key))
-        return text if len(rows) == full else f"{text} ({len(rows)} splits)"
+        return text if len(rows) == full else f"{text} ({len(rows)} split{'s' if len(rows) > 1 else ''})"
 
     def table(key, title):
         head = [LABELS[m] for m in methods] + (list(PUBLISHED) if key in ("nll", "rmse") else [])
