@@ -1,6 +1,7 @@
 """The whole job as one scikit-learn estimator: search, catalog, ensemble, decomposed prediction."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import weakref
@@ -86,7 +87,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     >>> model = AutoDEUQRegressor(max_evals=20).fit(X, y)           # doctest: +SKIP
     >>> mean, std = model.predict(X_new, return_std=True)           # doctest: +SKIP
     >>> parts = model.predict_uncertainty(X_new)                    # doctest: +SKIP
-    >>> parts.aleatoric, parts.epistemic                            # doctest: +SKIP
+    >>> parts.aleatoric_std, parts.epistemic_std                    # doctest: +SKIP
     """
 
     def __init__(self, space="tabular", search="agebo", max_evals=100, ensemble_size=5, workers=None,
@@ -237,21 +238,26 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         return X  # other mismatches: scikit-learn's own error names the unseen / missing columns
 
     def predict_uncertainty(self, X):
-        """The decomposed prediction (mean, aleatoric, epistemic, total, std), shape (n, n_targets).
+        """The decomposed prediction, shaped like :meth:`predict`'s.
+
+        Returns an :class:`~autodeuq.ensemble.UncertaintyPrediction`: ``mean``; the variances
+        ``aleatoric``, ``epistemic``, ``total`` (also ``aleatoric_var``, ...); the standard
+        deviations ``std`` (total), ``aleatoric_std``, ``epistemic_std``. Each array has shape
+        (n,) when ``fit`` got a 1-D ``y``, else (n, n_targets), as :meth:`predict` returns.
 
         A DataFrame is matched to the fit's columns by name (``feature_names_in_``), whatever
         its column order; an array by position.
         """
         check_is_fitted(self, "ensemble_")
         X = validate_data(self, self._by_name(X), reset=False, dtype=np.float64)
-        return self.ensemble_.predict(X)
+        result = self.ensemble_.predict(X)
+        return dataclasses.replace(result, **{f.name: self._shape(getattr(result, f.name))
+                                              for f in dataclasses.fields(result)})
 
     def predict(self, X, return_std=False):
         """Ensemble mean (and total predictive std when ``return_std``)."""
         result = self.predict_uncertainty(X)
-        if return_std:
-            return self._shape(result.mean), self._shape(result.std)
-        return self._shape(result.mean)
+        return (result.mean, result.std) if return_std else result.mean
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -107,8 +107,11 @@ _KERAS_MEMBERS = ("metadata.json", "config.json", "model.weights.h5")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MAX_ID = 2**63 - 1  # SQLite's largest integer
 
-# Columns of to_dataframe() / results.csv; the training hyperparameters follow "arch".
-LEADING_COLUMNS = ("id", "status", "objective", "reason", "arch")
+# Columns of to_dataframe() / results.csv; the training hyperparameters follow "architecture".
+# "objective" is the training loss (standardized targets), "valid_nll" the same NLL in the data's units.
+LEADING_COLUMNS = ("id", "status", "objective", "valid_nll", "reason", "arch", "architecture")
+# Computed by to_dataframe(), not stored in the index.
+_DERIVED_COLUMNS = ("valid_nll", "architecture")
 TRAILING_COLUMNS = (
     "epochs", "best_epoch", "wall_time", "n_params", "worker", "submit_time", "start_time", "end_time",
 )
@@ -886,39 +889,74 @@ class Catalog:
         return out
 
     # ----------------------------------------------------------------- tables
+    @property
+    def nll_offset(self) -> float:
+        """What turns an entry's objective (standardized units) into an NLL in the data's units.
+
+        The networks are trained on targets standardized per column, ``y = y_mean + y_std z``,
+        so a predictive density of ``y`` is that of ``z`` divided by ``y_std``: per point and
+        target the NLL grows by ``log(y_std)``, and the NLL averaged over the targets (the
+        objective; the ``mean`` of ``metrics.json``'s ``nll``) by ``mean_t log(y_std_t)``, this
+        number. NaN when the run's metadata has no usable ``y_std``.
+        """
+        scaling = self._meta.get("data", {}).get("standardization") or {}
+        try:
+            y_std = np.asarray(scaling.get("y_std"), dtype=float).reshape(-1)
+        except (TypeError, ValueError):
+            return math.nan
+        if not y_std.size or not np.all(np.isfinite(y_std) & (y_std > 0)):
+            return math.nan
+        return float(np.mean(np.log(y_std)))
+
     def _columns(self) -> list[str]:
         return [*LEADING_COLUMNS, *self.space.hp_names, *TRAILING_COLUMNS]
+
+    def _architecture_words(self, row: sqlite3.Row) -> str:
+        arch = _decode_json(row["arch_json"], self._where(row), "arch_json")
+        try:
+            return self.space.describe_arch(arch)
+        except (TypeError, ValueError, IndexError, KeyError):
+            raise CatalogError(f"{self._where(row)}: damaged catalog: arch_json is not an architecture "
+                               f"of the run's space") from None
 
     def to_dataframe(self):
         """One row per evaluation (all statuses), ordered by id.
 
-        Columns: id, status, objective (NaN unless done), reason, arch (compact JSON string, so
-        hashable), one column per training hyperparameter, epochs, best_epoch, wall_time,
-        n_params, worker, submit_time, start_time, end_time (Unix seconds).
+        Columns: id, status, objective (the validation NLL the training minimized, in
+        standardized units; NaN without a model), valid_nll (the same NLL in the data's units:
+        objective + :attr:`nll_offset`, what ``metrics.json`` and the command line report),
+        reason, arch (compact JSON string, so hashable), architecture (the same in words, see
+        :meth:`~autodeuq.space.SearchSpace.describe_arch`), one column per training
+        hyperparameter, epochs, best_epoch, wall_time, n_params, worker, submit_time,
+        start_time, end_time (Unix seconds).
         """
         import pandas as pd
 
         columns = self._columns()
         hp_names = self.space.hp_names
+        offset = self.nll_offset
         records = []
         for row in self._query("SELECT * FROM evaluations ORDER BY id"):
             hp = _decode_json(row["hp_json"], self._where(row), "hp_json")
             if not isinstance(hp, dict):
                 raise CatalogError(f"{self._where(row)}: damaged catalog: hp_json is not a JSON object")
             _checked_objective(row["objective"], self._where(row))
-            rec = {c: row[c] for c in LEADING_COLUMNS if c != "arch"}
+            rec = {c: row[c] for c in LEADING_COLUMNS if c != "arch" and c not in _DERIVED_COLUMNS}
+            rec["valid_nll"] = None if row["objective"] is None else float(row["objective"]) + offset
             rec["arch"] = row["arch_json"]
+            rec["architecture"] = self._architecture_words(row)
             rec.update({name: hp.get(name) for name in hp_names})
             rec.update({c: row[c] for c in TRAILING_COLUMNS})
             records.append(rec)
         frame = pd.DataFrame.from_records(records, columns=columns)
         # Same dtypes as reading results.csv back: numbers (NaN where missing) or strings.
         for column in columns:
-            if column in ("status", "reason", "arch", "worker"):
+            if column in ("status", "reason", "arch", "architecture", "worker"):
                 continue
             with contextlib.suppress(ValueError, TypeError):
                 frame[column] = pd.to_numeric(frame[column])
         frame["objective"] = frame["objective"].astype(float)
+        frame["valid_nll"] = frame["valid_nll"].astype(float)
         return frame
 
     # ----------------------------------------------------------------- files

@@ -1,4 +1,4 @@
-"""Command line: ``autodeuq search | ensemble | predict | run``.
+"""Command line: ``autodeuq search | ensemble | predict | run | catalog``.
 
 Every user error is one line on stderr (``autodeuq: error: ...``) and exit status 2; no traceback.
 A search that produced nothing usable (every evaluation failed, or its first ones all failed the
@@ -23,6 +23,13 @@ EXIT_USAGE = 2
 SEARCHES = ("agebo", "age", "bo", "random", "age-fixed-hp", "bo-fixed-arch")
 BO_SEARCHES = ("agebo", "bo", "bo-fixed-arch")  # the searchers that take --surrogate and --acq
 EXIT_SEARCH_FAILED = 1
+PREDICT_COLUMNS = (
+    "Columns, for each target, in the target's units: <target>_mean (predictive mean), <target>_std "
+    "(total predictive standard deviation), <target>_aleatoric_std and <target>_epistemic_std (standard "
+    "deviations of the two parts; their squares, the variances, add up: std^2 = aleatoric_std^2 + "
+    "epistemic_std^2), and with --interval L, <target>_lower_<100 L> and <target>_upper_<100 L> (the central "
+    "L interval, from the quantiles of the ensemble's Gaussian mixture). No column is a variance."
+)
 
 
 class CLIError(Exception):
@@ -136,14 +143,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ensemble", help="select an ensemble from a catalog, score it, plot it")
     p.add_argument("--run-dir", required=True, metavar="DIR", help="catalog directory written by 'search'")
     _add_ensemble_args(p)
-    p = sub.add_parser("predict", help="predict with a saved ensemble")
+    p = sub.add_parser("predict", help="predict with a saved ensemble",
+                       description="Predict with a saved ensemble. " + PREDICT_COLUMNS)
     p.add_argument("--ensemble", required=True, metavar="FILE", help="ensemble manifest (ensemble.json)")
     p.add_argument("--data", required=True, metavar="FILE", help="table with the model's feature columns")
     p.add_argument("--out", required=True, metavar="FILE.csv", help="where to write the predictions")
+    p.add_argument("--interval", type=float, action="append", metavar="LEVEL",
+                   help="also write the central LEVEL prediction interval of the ensemble's mixture, e.g. 0.9: "
+                        "columns <target>_lower_90 and <target>_upper_90; repeat for several levels (default: none)")
     p = sub.add_parser("run", help="search, then build and score the ensemble (the whole job)")
     _add_data_args(p)
     _add_search_args(p)
     _add_ensemble_args(p, with_test=False)
+    p = sub.add_parser("catalog", aliases=["show"], help="the best networks of a run: validation NLL, epochs, time, "
+                       "architecture in words")
+    p.add_argument("--run-dir", required=True, metavar="DIR", help="catalog directory written by 'search'")
+    p.add_argument("--top", type=int, default=10, metavar="N",
+                   help="how many of the best trained networks to list; 0 lists all (default: 10)")
     return parser
 
 
@@ -319,36 +335,114 @@ def cmd_ensemble(args, run_dir=None):
         print(f"wrote {plot}")
 
 
+def _interval_levels(levels) -> list[tuple[float, str]]:
+    """(level, column suffix) of each ``--interval``, refused unless strictly inside (0, 1)."""
+    out = []
+    for level in levels or []:
+        if not 0 < level < 1:
+            raise CLIError(f"--interval must be a probability strictly between 0 and 1 (e.g. 0.9), got {level:g}")
+        suffix = f"{100 * level:.10g}".replace(".", "_")  # 0.9 -> 90, 0.975 -> 97_5
+        if suffix not in [s for _, s in out]:
+            out.append((level, suffix))
+    return out
+
+
 def cmd_predict(args):
     import pandas as pd
 
     from autodeuq.catalog import atomic_write
     from autodeuq.data import read_table
-    from autodeuq.ensemble import load_ensemble
+    from autodeuq.ensemble import UncertaintyPrediction, load_ensemble
+    from autodeuq.metrics import central_interval
 
     if Path(args.ensemble).is_dir():
         raise CLIError(f"--ensemble {args.ensemble}: is a directory; give the manifest file (ensemble.json)")
+    levels = _interval_levels(args.interval)
     out = Path(args.out)
     _check_out(out, "--out")
     try:
         ensemble = load_ensemble(args.ensemble)
         # Columns are matched by name; target columns, when present, are ignored.
         x = read_table(args.data)
-        result = ensemble.predict(x, source=str(args.data))
+        # The components once, for the moments and the intervals alike.
+        means, variances = ensemble.components(x, source=str(args.data))
     except OSError as exc:
         raise _os_error(exc) from None
-    columns = {}
+    result = UncertaintyPrediction.from_mixture(means, variances, ensemble.weights)
+    intervals = [(suffix, central_interval(means, variances, ensemble.weights, level)) for level, suffix in levels]
+    columns = {}  # an id column, when the table has one, goes first
     for j, t in enumerate(ensemble.target_names):
         columns[f"{t}_mean"] = result.mean[:, j]
         columns[f"{t}_std"] = result.std[:, j]
-        columns[f"{t}_aleatoric_std"] = np.sqrt(result.aleatoric[:, j])
-        columns[f"{t}_epistemic_std"] = np.sqrt(result.epistemic[:, j])
+        columns[f"{t}_aleatoric_std"] = result.aleatoric_std[:, j]
+        columns[f"{t}_epistemic_std"] = result.epistemic_std[:, j]
+        for suffix, (lower, upper) in intervals:
+            columns[f"{t}_lower_{suffix}"] = lower[:, j]
+            columns[f"{t}_upper_{suffix}"] = upper[:, j]
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CLIError(f"--out {out}: cannot create its folder: {exc.strerror or exc}") from None
     atomic_write(out, pd.DataFrame(columns).to_csv(index=False).encode())
-    print(f"wrote {len(x)} predictions to {out}")
+    print(f"wrote {len(x)} predictions to {out}: columns {', '.join(columns)}")
+    print(PREDICT_COLUMNS)
+
+
+def _leaderboard(frame, nll_column: str) -> list[str]:
+    """Aligned text rows (header first) of the entries of ``frame``, the architecture last."""
+    def number(value, fmt):
+        return "-" if value is None or value != value else format(value, fmt)
+
+    rows = [["rank", "id", nll_column, "status", "epochs", "best_epoch", "time_s", "params", "optimizer", "lr",
+             "batch", "architecture"]]
+    for rank, (_, e) in enumerate(frame.iterrows(), start=1):
+        rows.append([str(rank), str(e["id"]), number(e[nll_column], ".4f"), str(e["status"]),
+                     number(e["epochs"], ".0f"), number(e["best_epoch"], ".0f"), number(e["wall_time"], ".1f"),
+                     number(e["n_params"], ".0f"), str(e["optimizer"]), number(e["learning_rate"], ".2e"),
+                     number(e["batch_size"], ".0f"), str(e["architecture"])])
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]) - 1)]
+    left = {"status", "optimizer"}
+    return ["  ".join([(cell.ljust(w) if name in left else cell.rjust(w))
+                       for cell, w, name in zip(row, widths, rows[0])] + [row[-1]]) for row in rows]
+
+
+def cmd_catalog(args):
+    from autodeuq.catalog import CSV_NAME, MODEL_STATUSES, Catalog
+
+    if args.top < 0:
+        raise CLIError(f"--top must be >= 0 (0 lists every trained network), got {args.top}")
+    run_dir = Path(args.run_dir)
+    with Catalog(run_dir) as catalog:
+        frame = catalog.to_dataframe()
+        data = catalog.meta.get("data", {})
+        space = catalog.space.name
+        original = np.isfinite(catalog.nll_offset)
+    counts = frame["status"].value_counts()
+    parts = [f"{counts.get('done', 0)} done"]
+    if counts.get("discarded", 0):
+        parts.append(f"{counts['discarded']} discarded early")
+    parts.append(f"{counts.get('failed', 0)} failed")
+    if counts.get("running", 0):
+        parts.append(f"{counts['running']} running or interrupted")
+    print(f"{run_dir}: {len(frame)} evaluations: {', '.join(parts)}; dataset {data.get('name')} "
+          f"(target(s) {', '.join(map(str, data.get('targets', [])))}); space {space}")
+    # The NLL users compare with metrics.json: in the data's units, unless the catalog lacks their scale.
+    nll_column = "valid_nll" if original else "objective"
+    models = frame[frame["status"].isin(MODEL_STATUSES)].sort_values([nll_column, "id"], na_position="last")
+    if models.empty:
+        print("no trained network yet")
+    else:
+        shown = models if args.top == 0 else models.head(args.top)
+        scale = ("in the data's original units, as metrics.json reports it" if original
+                 else "in standardized units (the catalog does not record the targets' scale)")
+        print(f"best {len(shown)} of {len(models)} trained networks by validation NLL ({nll_column}, lower is "
+              f"better), {scale}; time_s: training seconds; architecture: cells in order, "
+              f"'+skip(...)' adds the outputs of earlier cells (input: the features)")
+        print()
+        print("\n".join(_leaderboard(shown, nll_column)))
+        if len(shown) < len(models):
+            print(f"... {len(models) - len(shown)} more: --top 0 lists them all")
+    print(f"every evaluation, failures with their reason: {run_dir / CSV_NAME}")
 
 
 def cmd_run(args):
@@ -365,7 +459,8 @@ def main(argv=None) -> int:
     from autodeuq.catalog import CatalogError
     from autodeuq.space import SpaceError
 
-    handlers = {"search": cmd_search, "ensemble": cmd_ensemble, "predict": cmd_predict, "run": cmd_run}
+    handlers = {"search": cmd_search, "ensemble": cmd_ensemble, "predict": cmd_predict, "run": cmd_run,
+                "catalog": cmd_catalog, "show": cmd_catalog}
     signals = contextlib.nullcontext()
     if args.command in ("search", "run"):
         from autodeuq.runner import sigterm_interrupts

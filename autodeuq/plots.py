@@ -70,8 +70,12 @@ def plot_calibration(expected, observed, path, target_names=None) -> Path | byte
     return _save(fig, path)
 
 
-def plot_search_trace(objectives, path, failed=None) -> Path | bytes:
-    """Validation NLL of each evaluation in order, and the best so far."""
+def plot_search_trace(objectives, path, failed=None, units: str = "standardized") -> Path | bytes:
+    """Validation NLL of each evaluation in order, and the best so far.
+
+    ``units`` names the scale of ``objectives`` on the axis label: ``"standardized"`` for the
+    catalog's ``objective``, ``"original units"`` for its ``valid_nll``.
+    """
     plt = _pyplot()
     y = np.asarray(objectives, dtype=float)
     idx = np.arange(1, len(y) + 1)
@@ -86,7 +90,7 @@ def plot_search_trace(objectives, path, failed=None) -> Path | bytes:
         ax.set_ylim(lo - 0.1 * (hi - lo + 1e-9), hi + 0.1 * (hi - lo + 1e-9))
     n_failed = int((~finite).sum()) if failed is None else failed
     ax.set_xlabel("evaluation")
-    ax.set_ylabel("validation NLL (standardized)")
+    ax.set_ylabel(f"validation NLL ({units})")
     ax.set_title(f"Search trace ({n_failed} failed)")
     ax.legend(fontsize=8)
     fig.tight_layout()

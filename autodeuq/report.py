@@ -121,8 +121,12 @@ def _test_and_training_data(catalog, ensemble, test_file):
 def _trace_plot(catalog) -> bytes:
     frame = catalog.to_dataframe()
     frame = frame[frame["status"].isin(["done", "failed"])].sort_values("id")
-    objectives = np.where(frame["status"] == "done", frame["objective"].astype(float), np.inf)
-    return plots.plot_search_trace(objectives, None)
+    # In the data's units, as metrics.json reports the ensemble's NLL (the standardized training
+    # loss only where the catalog lacks the targets' scale).
+    original = np.isfinite(catalog.nll_offset)
+    column = "valid_nll" if original else "objective"
+    objectives = np.where(frame["status"] == "done", frame[column].astype(float), np.inf)
+    return plots.plot_search_trace(objectives, None, units="original units" if original else "standardized")
 
 
 def _uncertainty_plot(ensemble, catalog, test, train, run_dir) -> bytes:

@@ -41,7 +41,12 @@ class Terminated(KeyboardInterrupt):
 
 @dataclass
 class SearchSummary:
-    """What a search did: counts, the best entry, time and effective worker utilization."""
+    """What a search did: counts, the best entry, time and effective worker utilization.
+
+    ``best_objective`` is the best entry's validation NLL in standardized units (the training
+    loss, the catalog's ``objective``); ``best_valid_nll`` the same in the data's units (the
+    catalog's ``valid_nll``), which is what the summary line shows.
+    """
 
     run_dir: Path
     n_done: int
@@ -57,6 +62,7 @@ class SearchSummary:
     failure_count: int = 0
     n_discarded: int = 0
     epochs: int = 0
+    best_valid_nll: float = math.nan
 
     @property
     def error(self) -> str | None:
@@ -86,7 +92,12 @@ class SearchSummary:
         return self.busy_time / (self.slots * self.wall_time) if self.wall_time > 0 else 0.0
 
     def __str__(self):
-        best = f"{self.best_objective:.4f} (id {self.best_id})" if self.best_id is not None else "none"
+        if self.best_id is None:
+            best = "none"
+        elif math.isfinite(self.best_valid_nll):
+            best = f"{self.best_valid_nll:.4f} (id {self.best_id})"
+        else:  # a catalog without the targets' scale: say which scale the number is on
+            best = f"{self.best_objective:.4f} (standardized, id {self.best_id})"
         discarded = f"{self.n_discarded} discarded early, " if self.n_discarded else ""
         return (f"{self.n_done} done, {discarded}{self.n_failed} failed, best validation NLL {best}, "
                 f"{self.wall_time:.1f} s, utilization {100 * self.utilization:.1f} % of {self.slots} slot(s)")
@@ -376,6 +387,7 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
             wall = time.time() - started
             best, n_done, n_finished = writer.best(), writer.n_done, writer.n_finished
             n_discarded = writer.n_discarded
+            nll_offset = writer.nll_offset
             epochs = int(writer.to_dataframe()["epochs"].fillna(0).sum())
             if stopped_by == "failing":
                 failure_reason, failure_count = session_reasons[0], early_failures
@@ -391,6 +403,7 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
         run_dir=Path(run_dir), n_done=n_done, n_failed=n_finished - n_done - n_discarded, n_discarded=n_discarded,
         epochs=epochs,
         best_id=None if best is None else best[0], best_objective=math.inf if best is None else best[1],
+        best_valid_nll=math.inf if best is None else best[1] + nll_offset,
         wall_time=wall, busy_time=busy, slots=evaluator.n_slots, interrupted=interrupted,
         stopped_by=stopped_by, failure_reason=failure_reason, failure_count=failure_count,
     )
@@ -414,9 +427,18 @@ def _update_bar(bar, writer, result, busy, slots, started):
     best = writer.best()
     wall = max(time.time() - started, 1e-9)
     bar.update(1)
+    # The NLL in the data's units, as metrics.json and results.csv's valid_nll give it; the
+    # standardized training loss (the objective) would read as another, unexplained number.
+    offset = writer.nll_offset
+    if best is None:
+        shown = {"best_nll": "-"}
+    elif math.isfinite(offset):
+        shown = {"best_nll": f"{best[1] + offset:.4f}"}
+    else:  # a catalog without the targets' scale: say which scale the number is on
+        shown = {"best_nll_standardized": f"{best[1]:.4f}"}
     bar.set_postfix(
         failed=writer.n_finished - writer.n_done - writer.n_discarded,
-        best=f"{best[1]:.4f}" if best else "-",
+        **shown,
         util=f"{100 * busy / (slots * wall):.0f}%",
         refresh=False,
     )

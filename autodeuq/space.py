@@ -256,6 +256,26 @@ class SearchSpace:
             pos += 1 + len(anchors)
         return out
 
+    def describe_arch(self, arch) -> str:
+        """An architecture vector in words, cell by cell.
+
+        Each cell reads ``k: <units> <activation>`` (a Dense layer) or ``k: identity``, followed
+        by ``+skip(...)`` naming the earlier cells (``input`` for cell 0) whose outputs are added
+        to it; such a sum goes through the space's merge activation.
+
+        Examples
+        --------
+        >>> load_space("toy").describe_arch([1, 0, 0, 0, 1, 12, 1, 0, 1])
+        '1: 16 elu | 2: identity +skip(input) | 3: 32 elu +skip(2,input)'
+        """
+        parts = []
+        for k, (dense, skips) in enumerate(self.cells(arch), start=1):
+            text = f"{k}: identity" if dense.units is None else f"{k}: {dense.units} {dense.activation}"
+            if skips:
+                text += f" +skip({','.join('input' if a == 0 else str(a) for a in skips)})"
+            parts.append(text)
+        return " | ".join(parts)
+
     # --------------------------------------------------------------- sampling
     def sample_arch(self, rng: np.random.Generator) -> list[int]:
         return [int(rng.integers(d)) for d in self.arch_dims]

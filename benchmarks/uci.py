@@ -71,6 +71,7 @@ METHODS = ("autodeuq", "autodeuq-sha", "deep-ensembles", "ngboost", "catboost")
 LABELS = {"autodeuq": "AutoDEUQ", "autodeuq-sha": "AutoDEUQ + successive halving", "deep-ensembles": "Deep Ensembles",
           "ngboost": "NGBoost", "catboost": "CatBoost"}
 COVERAGE_LEVEL = 0.9
+OUTLIER_NATS = 1.0  # report splits whose NLL is this far above the median of their (method, dataset)
 
 # Published test NLL / RMSE (mean over splits) on the same datasets and splits.
 # AutoDEUQ: Egele et al. 2022, thesis Table 6.1 (500-model catalog, ensemble of 5).
@@ -329,7 +330,7 @@ def write_report(records: list[dict], path: Path) -> str:
         if not rows:
             return "–"
         text = _mean_se([r[key] for r in rows], _digits(d, key))
-        return text if len(rows) == full else f"{text} ({len(rows)} splits)"
+        return text if len(rows) == full else f"{text} ({len(rows)} split{'s' if len(rows) > 1 else ''})"
 
     def table(key, title):
         head = [LABELS[m] for m in methods] + (list(PUBLISHED) if key in ("nll", "rmse") else [])
@@ -393,6 +394,18 @@ def write_report(records: list[dict], path: Path) -> str:
         "see less data than the published ones.",
         "",
     ]
+    de_lrs = sorted({r["info"].get("learning_rate") for r in done if r["method"] == "deep-ensembles"} - {None})
+    if de_lrs:
+        lines += [f"Deep Ensembles here: Adam learning rate {', '.join(map(str, de_lrs))}. The paper states 0.1; with "
+                  "0.1 this implementation's members diverge on several datasets and miss the paper's Table 1 by "
+                  "far, while 0.01 matches it (docstring of `benchmarks/uci.py`).", ""]
+    outliers = [(m, d, r) for (m, d), rows in cell.items() for r in rows
+                if len(rows) > 2 and r["nll"] > np.median([x["nll"] for x in rows]) + OUTLIER_NATS]
+    if outliers:
+        lines += [f"Single splits whose test NLL exceeds the median of their cell by more than {OUTLIER_NATS:g} "
+                  "(they dominate the mean): "
+                  + "; ".join(f"{LABELS[m]} {d} split {r['split']}: {r['nll']:.2f} (median "
+                              f"{np.median([x['nll'] for x in cell[(m, d)]]):.2f})" for m, d, r in outliers) + ".", ""]
     if failed:
         lines += ["Failed runs: " + "; ".join(f"{r['method']} {r['dataset']} split {r['split']}: {r.get('reason')}"
                                             for r in failed), ""]

@@ -26,7 +26,7 @@ def test_fit_predict_and_uncertainty(tmp_path):
     parts = model.predict_uncertainty(X)
     assert mean.shape == (60,) and std.shape == (60,)
     np.testing.assert_allclose(mean, mean2)
-    np.testing.assert_allclose(std**2, parts.aleatoric[:, 0] + parts.epistemic[:, 0], rtol=1e-6)
+    np.testing.assert_allclose(std**2, parts.aleatoric + parts.epistemic, rtol=1e-6)
     assert model.ensemble_.run_dir == tmp_path / "run" and (tmp_path / "run" / "catalog.sqlite").exists()
 
 

@@ -378,7 +378,8 @@ def test_record_rules_history_best_and_tables_agree(tmp_path):
 
     cat = Catalog(run_dir)
     frame = cat.to_dataframe()
-    expected_columns = ["id", "status", "objective", "reason", "arch", *cat.space.hp_names, "epochs", "best_epoch",
+    expected_columns = ["id", "status", "objective", "valid_nll", "reason", "arch", "architecture",
+                        *cat.space.hp_names, "epochs", "best_epoch",
                         "wall_time", "n_params", "worker", "submit_time", "start_time", "end_time"]
     assert list(frame.columns) == expected_columns
     csv = pd.read_csv(run_dir / "results.csv")

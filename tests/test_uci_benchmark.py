@@ -190,3 +190,16 @@ def test_catboost_variance_is_knowledge_plus_data_in_target_units(tmp_path):
                                                        depths=(2, 3), od_wait=50)
     assert info["depth"] in (2, 3) and means.shape == (1, 40, 1)
     assert 10 < np.sqrt(np.median(variances)) < 300
+
+
+def test_report_names_outlier_splits_and_the_deep_ensembles_learning_rate(tmp_path):
+    def record(method, split, nll, info):
+        return {"method": method, "dataset": "energy", "split": split, "status": "done", "nll": nll, "rmse": 1.0,
+                "coverage_90": 0.9, "wall_s": 1.0, "epochs": None, "info": info}
+
+    records = [record("catboost", i, nll, {}) for i, nll in enumerate([0.5, 0.6, 4.6])]
+    records += [record("deep-ensembles", i, 1.4, {"learning_rate": 0.01}) for i in range(3)]
+    md = uci.write_report(records, tmp_path / "uci.md")
+    assert "CatBoost energy split 2: 4.60 (median 0.60)" in md
+    assert "deep-ensembles" not in md.split("Single splits")[1].lower()
+    assert "Adam learning rate 0.01. The paper states 0.1" in md

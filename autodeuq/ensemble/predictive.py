@@ -15,7 +15,7 @@ from autodeuq.catalog import Catalog, CatalogError, atomic_write
 from autodeuq.data import FLOAT32_MAX, DataError, feature_matrix
 from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage
 from autodeuq.ensemble.selection import select, select_bagged
-from autodeuq.metrics import mixture_moments
+from autodeuq.metrics import central_interval, mixture_moments
 
 #: How members may be kept apart (``diversity`` of :meth:`Ensemble.from_catalog`).
 DIVERSITY = ("none", "architecture", "activations")
@@ -39,8 +39,12 @@ class EnsembleSizeWarning(UserWarning):
 class UncertaintyPrediction:
     """Decomposed predictive uncertainty, arrays of shape (n, n_targets) in original units.
 
-    ``aleatoric``, ``epistemic`` and ``total`` are variances; ``total = aleatoric + epistemic``
-    is exactly the variance of the weighted Gaussian mixture; ``std = sqrt(total)``.
+    The fields ``aleatoric``, ``epistemic`` and ``total`` are **variances** (squared units):
+    ``total = aleatoric + epistemic`` is exactly the variance of the weighted Gaussian mixture.
+    ``std = sqrt(total)`` is a standard deviation. The properties name the scale outright:
+    ``aleatoric_var``, ``epistemic_var``, ``total_var`` (the same variances) and
+    ``aleatoric_std``, ``epistemic_std``, ``total_std`` (their square roots, in the target's
+    units; standard deviations do not add up, variances do).
     """
 
     mean: np.ndarray
@@ -48,6 +52,48 @@ class UncertaintyPrediction:
     epistemic: np.ndarray
     total: np.ndarray
     std: np.ndarray
+
+    @classmethod
+    def from_mixture(cls, means, variances, weights) -> "UncertaintyPrediction":
+        """The decomposition of a Gaussian mixture given by its components, shape (M, n, T).
+
+        ``mean = sum_i w_i mu_i``, ``aleatoric = sum_i w_i s2_i``,
+        ``epistemic = sum_i w_i (mu_i - mean)**2`` (Egele et al. 2022), whose sum is the
+        mixture's variance (law of total variance).
+        """
+        mean, aleatoric, epistemic = mixture_moments(means, variances, weights)
+        total = aleatoric + epistemic
+        return cls(mean, aleatoric, epistemic, total, np.sqrt(total))
+
+    @property
+    def aleatoric_var(self) -> np.ndarray:
+        """Aleatoric variance (the field ``aleatoric``)."""
+        return self.aleatoric
+
+    @property
+    def epistemic_var(self) -> np.ndarray:
+        """Epistemic variance (the field ``epistemic``)."""
+        return self.epistemic
+
+    @property
+    def total_var(self) -> np.ndarray:
+        """Total predictive variance (the field ``total``)."""
+        return self.total
+
+    @property
+    def aleatoric_std(self) -> np.ndarray:
+        """Aleatoric standard deviation, ``sqrt(aleatoric)``."""
+        return np.sqrt(self.aleatoric)
+
+    @property
+    def epistemic_std(self) -> np.ndarray:
+        """Epistemic standard deviation, ``sqrt(epistemic)``."""
+        return np.sqrt(self.epistemic)
+
+    @property
+    def total_std(self) -> np.ndarray:
+        """Total predictive standard deviation (the field ``std``)."""
+        return self.std
 
 
 class Ensemble:
@@ -320,10 +366,27 @@ class Ensemble:
         variance (law of total variance); a recalibrated ensemble multiplies both variance parts
         by the square of its scale. ``x`` and ``source`` are as in :meth:`member_predictions`.
         """
-        means, variances = self.components(x, source=source)
-        mean, aleatoric, epistemic = mixture_moments(means, variances, self.weights)
-        total = aleatoric + epistemic
-        return UncertaintyPrediction(mean, aleatoric, epistemic, total, np.sqrt(total))
+        return UncertaintyPrediction.from_mixture(*self.components(x, source=source), self.weights)
+
+    def interval(self, x, level: float = 0.9, *, source: str = "X") -> tuple[np.ndarray, np.ndarray]:
+        """Central ``level`` prediction interval of the predictive mixture, original units.
+
+        The ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the weighted Gaussian
+        mixture (recalibrated when the ensemble is), not ``mean +- z std``: a mixture need not be
+        Gaussian. ``x`` and ``source`` as in :meth:`member_predictions`.
+
+        Returns
+        -------
+        lower, upper : ndarray of shape (n, n_targets)
+
+        Raises
+        ------
+        ValueError
+            ``level`` is not strictly between 0 and 1.
+        """
+        if isinstance(level, bool) or not isinstance(level, (int, float, np.floating)) or not 0 < level < 1:
+            raise ValueError(f"interval level must be a probability strictly between 0 and 1, got {level!r}")
+        return central_interval(*self.components(x, source=source), self.weights, float(level))
 
     def distribution(self, x):
         """The weighted Gaussian mixture as a TFP ``MixtureSameFamily``, batch shape (n, n_targets)."""

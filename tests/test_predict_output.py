@@ -1,0 +1,133 @@
+"""Prediction output that says what it holds: intervals, standard deviations vs variances, shapes.
+
+Real (tiny) trainings of the toy data: a 3-model catalog and a 2-member ensemble.
+"""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from autodeuq import AutoDEUQRegressor, metrics
+from autodeuq.catalog import Catalog
+from autodeuq.cli import main
+from autodeuq.ensemble import load_ensemble
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run = tmp_path_factory.mktemp("predict") / "run"
+    assert main(["run", "--dataset", "toy-sine", "--evaluator", "serial", "--max-evals", "3", "--epochs", "4",
+                 "--search", "random", "--size", "2", "--run-dir", str(run), "--no-progress"]) == 0
+    assert len(json.loads((run / "ensemble.json").read_text())["members"]) == 2
+    return run
+
+
+@pytest.fixture()
+def table(tmp_path):
+    path = tmp_path / "new.csv"
+    pd.DataFrame({"x": np.linspace(-40, 40, 9)}).to_csv(path, index=False)
+    return path
+
+
+def test_predict_writes_interval_columns_from_the_mixture_quantiles(run_dir, table, tmp_path, capsys):
+    out = tmp_path / "pred.csv"
+    assert main(["predict", "--ensemble", str(run_dir / "ensemble.json"), "--data", str(table), "--out", str(out),
+                 "--interval", "0.9", "--interval", "0.5", "--interval", "0.975"]) == 0
+    frame = pd.read_csv(out)
+    assert list(frame.columns) == ["y_mean", "y_std", "y_aleatoric_std", "y_epistemic_std", "y_lower_90", "y_upper_90",
+                                   "y_lower_50", "y_upper_50", "y_lower_97_5", "y_upper_97_5"]
+    ens = load_ensemble(run_dir / "ensemble.json")
+    x = pd.read_csv(table)
+    means, variances = ens.components(x)
+    for level, suffix in ((0.9, "90"), (0.5, "50"), (0.975, "97_5")):
+        lower, upper = metrics.central_interval(means, variances, ens.weights, level)
+        np.testing.assert_allclose(frame[f"y_lower_{suffix}"], lower[:, 0], rtol=1e-12)
+        np.testing.assert_allclose(frame[f"y_upper_{suffix}"], upper[:, 0], rtol=1e-12)
+        mass = (metrics.mixture_cdf(means, variances, ens.weights, upper[:, :])
+                - metrics.mixture_cdf(means, variances, ens.weights, lower[:, :]))
+        np.testing.assert_allclose(mass, level, atol=1e-9)
+    pred = ens.predict(x)
+    np.testing.assert_allclose(frame["y_std"], pred.std[:, 0], rtol=1e-12)
+    np.testing.assert_allclose(frame["y_aleatoric_std"], np.sqrt(pred.aleatoric[:, 0]), rtol=1e-12)
+    np.testing.assert_allclose(frame["y_epistemic_std"], np.sqrt(pred.epistemic[:, 0]), rtol=1e-12)
+    printed = capsys.readouterr().out
+    assert "columns y_mean, y_std, y_aleatoric_std, y_epistemic_std, y_lower_90" in printed
+    assert "standard deviation" in printed and "No column is a variance" in printed
+
+
+def test_predict_without_interval_keeps_its_columns(run_dir, table, tmp_path):
+    out = tmp_path / "pred.csv"
+    assert main(["predict", "--ensemble", str(run_dir / "ensemble.json"), "--data", str(table), "--out", str(out)]) == 0
+    assert list(pd.read_csv(out).columns) == ["y_mean", "y_std", "y_aleatoric_std", "y_epistemic_std"]
+
+
+@pytest.mark.parametrize("level", ["90", "0", "1", "-0.5", "nan"])
+def test_bad_interval_levels_are_one_line_errors(run_dir, table, tmp_path, capsys, level):
+    out = tmp_path / "pred.csv"
+    code = main(["predict", "--ensemble", str(run_dir / "ensemble.json"), "--data", str(table), "--out", str(out),
+                 "--interval", level])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("autodeuq: error: --interval") and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_predict_help_says_which_columns_are_standard_deviations(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["predict", "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--interval" in text and "<target>_lower_<100 L>" in text
+    assert "<target>_aleatoric_std and <target>_epistemic_std (standard deviations" in text
+    assert "No column is a variance" in text
+
+
+def test_ensemble_interval_and_named_scales(run_dir):
+    ens = load_ensemble(run_dir / "ensemble.json")
+    x = np.linspace(-35, 35, 15)[:, None]
+    lower, upper = ens.interval(x, 0.8)
+    expected = metrics.central_interval(*ens.components(x), ens.weights, 0.8)
+    np.testing.assert_array_equal(lower, expected[0])
+    np.testing.assert_array_equal(upper, expected[1])
+    assert lower.shape == upper.shape == (15, 1) and np.all(lower < upper)
+    for bad in (0, 1, 1.5, -0.1, True, "0.9"):
+        with pytest.raises(ValueError, match="strictly between 0 and 1"):
+            ens.interval(x, bad)
+    pred = ens.predict(x)
+    np.testing.assert_array_equal(pred.aleatoric_std, np.sqrt(pred.aleatoric))
+    np.testing.assert_array_equal(pred.epistemic_std, np.sqrt(pred.epistemic))
+    np.testing.assert_array_equal(pred.total_std, pred.std)
+    for name in ("aleatoric", "epistemic", "total"):
+        assert getattr(pred, f"{name}_var") is getattr(pred, name)
+    np.testing.assert_allclose(pred.total_std**2, pred.aleatoric_std**2 + pred.epistemic_std**2, rtol=1e-12)
+
+
+def test_catalog_valid_nll_is_the_nll_of_real_models_in_original_units(run_dir):
+    cat = Catalog(run_dir)
+    frame = cat.to_dataframe().set_index("id")
+    ids, means, variances = cat.validation_predictions()
+    y = cat.validation_targets()
+    for i, entry_id in enumerate(ids):
+        # The objective comes from the float32 training graph, the stored predictions from the
+        # saved (original-unit) model: equal up to float32 rounding.
+        exact = metrics.gaussian_nll(means[i], variances[i], y).mean()
+        assert frame.loc[entry_id, "valid_nll"] == pytest.approx(exact, rel=1e-4, abs=1e-4)
+    assert abs(frame["valid_nll"] - frame["objective"]).min() > 0.1  # toy-sine's y_std is far from 1
+
+
+def test_regressor_predict_and_predict_uncertainty_agree_on_shapes(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (40, 2))
+    y = X[:, 0] - X[:, 1] + rng.normal(0, 0.1, 40)
+    model = AutoDEUQRegressor(space="toy", search="random", max_evals=2, ensemble_size=2, epochs=3,
+                              evaluator="serial", seed=0, run_dir=tmp_path / "run").fit(X, y)
+    mean, std = model.predict(X, return_std=True)
+    parts = model.predict_uncertainty(X)
+    for array in (mean, std, parts.mean, parts.aleatoric, parts.epistemic, parts.total, parts.std,
+                  parts.aleatoric_std, parts.epistemic_std):
+        assert array.shape == (40,)
+    np.testing.assert_array_equal(parts.mean, mean)
+    np.testing.assert_array_equal(parts.std, std)
+    model2 = AutoDEUQRegressor(space="toy", search="random", max_evals=2, ensemble_size=2, epochs=3,
+                               evaluator="serial", seed=0, run_dir=tmp_path / "run2").fit(X, y[:, None])
+    assert model2.predict(X).shape == model2.predict_uncertainty(X).epistemic.shape == (40, 1)
