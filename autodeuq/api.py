@@ -57,6 +57,9 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     calibrate : {"none", "scale"}, default="none"
         ``"scale"``: recalibrate each target's predictive std by a factor fitted on out-of-fold
         selections of the validation rows (saved with the ensemble).
+    selection_bags : int, default=0
+        When > 0, bagged selection: repeated on that many random halves of the validation rows,
+        weights averaged.
     early_discarding : {"none", "sha"}, default="none"
         ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at epochs 1, 3, 9,
         27, 81: a training continues past a rung only if its validation loss is among the best
@@ -90,7 +93,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     def __init__(self, space="tabular", search="agebo", max_evals=100, ensemble_size=5, workers=None,
                  run_dir=None, seed=None, epochs=None, evaluator="ray", valid_fraction=1 / 3,
                  selector="greedy", selection_objective="mixture", selection_stop="size", diversity="none",
-                 calibrate="none", early_discarding="none", timeout=None, verbose=False):
+                 calibrate="none", selection_bags=0, early_discarding="none", timeout=None, verbose=False):
         self.space = space
         self.search = search
         self.max_evals = max_evals
@@ -106,6 +109,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.selection_stop = selection_stop
         self.diversity = diversity
         self.calibrate = calibrate
+        self.selection_bags = selection_bags
         self.early_discarding = early_discarding
         self.timeout = timeout
         self.verbose = verbose
@@ -156,6 +160,9 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         if isinstance(self.ensemble_size, bool) or not isinstance(self.ensemble_size, (int, np.integer)) \
                 or self.ensemble_size < 1:
             raise ValueError(f"ensemble_size must be an integer >= 1, got {self.ensemble_size!r}")
+        if isinstance(self.selection_bags, bool) or not isinstance(self.selection_bags, (int, np.integer)) \
+                or self.selection_bags < 0:
+            raise ValueError(f"selection_bags must be an integer >= 0, got {self.selection_bags!r}")
         from autodeuq.ensemble.predictive import CALIBRATIONS, DIVERSITY
         from autodeuq.ensemble.selection import STOPS
 
@@ -199,7 +206,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             raise SearchError(summary.error)
         self.ensemble_ = Ensemble.from_catalog(self.run_dir_, size=self.ensemble_size, method=self.selector,
                                                objective=self.selection_objective, stop=self.selection_stop,
-                                               diversity=self.diversity, calibrate=self.calibrate, seed=seed)
+                                               diversity=self.diversity, calibrate=self.calibrate,
+                                               bags=self.selection_bags, seed=seed)
         return self
 
     def _remove_temporary_catalog(self):

@@ -119,6 +119,9 @@ def _add_ensemble_args(p, with_test=True):
                         "(default: size)")
     g.add_argument("--diversity", choices=["none", "architecture", "activations"], default="none",
                    help="at most one member per architecture, or per set of activation functions (default: none)")
+    g.add_argument("--selection-bags", type=int, default=0, metavar="B",
+                   help="repeat the selection on B random halves of the validation rows and average the weights "
+                        "(bagged selection; 0: select once on all rows) (default: 0)")
     g.add_argument("--calibrate", choices=["none", "scale"], default="none",
                    help="scale: recalibrate each target's predictive std by a factor fitted on out-of-fold "
                         "selections of the validation rows (default: none)")
@@ -214,6 +217,8 @@ def _search_options(args, space) -> dict:
 def _check_size(args):
     if args.size < 1:
         raise CLIError(f"--size must be >= 1, got {args.size}")
+    if args.selection_bags < 0:
+        raise CLIError(f"--selection-bags must be >= 0, got {args.selection_bags}")
 
 
 def _check_search_args(args):
@@ -314,7 +319,8 @@ def cmd_ensemble(args, run_dir=None):
         try:
             report = build_and_report(run_dir, size=args.size, method=args.selector, objective=args.objective,
                                       test_file=getattr(args, "test", None), manifest=out,
-                                      stop=args.selection_stop, diversity=args.diversity, calibrate=args.calibrate)
+                                      stop=args.selection_stop, diversity=args.diversity, calibrate=args.calibrate,
+                                      bags=args.selection_bags)
         except OSError as exc:  # FileNotFoundError of a --test file included
             raise _os_error(exc) from None
     for warning in caught:

@@ -10,6 +10,8 @@ Every variant selects from the same catalogs, so differences come from the selec
 - ``greedy-k-arch`` / ``greedy-k-act``: ``greedy-k`` with at most one member per architecture /
   per set of activation functions;
 - ``noreplace-k-act``: ``noreplace-k`` with one member per set of activation functions;
+- ``greedy-k-bag``: ``greedy-k`` repeated on 10 random halves of the validation rows, weights
+  averaged (bagged ensemble selection, Caruana et al. 2006);
 - each also recalibrated (``+cal``): a std scale per target fitted on out-of-fold selections.
 
 Catalogs: toy-sine AgEBO runs (``--toy-seeds``; made here when missing) and the standard UCI
@@ -44,6 +46,7 @@ VARIANTS = {
     "greedy-k-arch": dict(method="greedy", stop="size", diversity="architecture"),
     "greedy-k-act": dict(method="greedy", stop="size", diversity="activations"),
     "noreplace-k-act": dict(method="greedy-noreplace", stop="size", diversity="activations"),
+    "greedy-k-bag": dict(method="greedy", stop="size", bags=10),
 }
 TOY_REGIONS = {"train": None, "gap [-15,15]": (-15, 15), "beyond 32": None}
 
@@ -118,6 +121,20 @@ def score_toy(ens, table, grid) -> dict:
     }
 
 
+def draw_toy(ens: Ensemble, table, grid, run_dir: Path, path: Path, evals: int) -> None:
+    from autodeuq import plots
+    from autodeuq.catalog import Catalog
+    from autodeuq.ensemble import UncertaintyPrediction
+
+    means, variances = components(ens, table)
+    mean, ale, epi = metrics.mixture_moments(means, variances, ens.weights)
+    prediction = UncertaintyPrediction(mean, ale, epi, ale + epi, np.sqrt(ale + epi))
+    x_train, y_train = Catalog(run_dir).training_data()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plots.plot_uncertainty_1d(grid, prediction, path, x_train=x_train, y_train=y_train, y_true=2 * np.sin(grid),
+                              title=f"toy-sine, AgEBO, {evals} evaluations, ensemble of {len(ens.member_ids)}")
+
+
 def toy_catalog(seed: int, runs: Path, max_evals: int, epochs: int | None = None) -> Path:
     from autodeuq.data import toy_sine
     from autodeuq.evaluator import TrainingObjective
@@ -144,6 +161,9 @@ def main(argv=None):
     p.add_argument("--uci-runs", default="runs/uci", help="catalogs of benchmarks/uci.py --methods autodeuq")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--raw", default="benchmarks/results/selection_raw.json")
+    p.add_argument("--figure-variant", default="greedy-k",
+                   help="variant whose toy-sine ensemble (first seed) is drawn (default: greedy-k, the default)")
+    p.add_argument("--figure", default="examples/results/toy_sine_agebo_100.png")
     args = p.parse_args(argv)
 
     raw_path = Path(args.raw)
@@ -164,6 +184,8 @@ def main(argv=None):
         table = member_table(ensembles, grid)
         for name, ens in ensembles.items():
             rows.append({"problem": "toy-sine", "split": seed, "variant": name, **score_toy(ens, table, grid)})
+        if seed == args.toy_seeds[0] and args.figure:
+            draw_toy(ensembles[args.figure_variant], table, grid, run_dir, Path(args.figure), args.toy_evals)
         print(f"toy-sine seed {seed}: {time.time() - started:.0f} s", flush=True)
         save()
 

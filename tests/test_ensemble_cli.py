@@ -331,9 +331,11 @@ def test_cli_ensemble_selection_options_reach_the_manifest_and_metrics(run_dir, 
     shutil.copytree(run_dir, copy)
     out = tmp_path / "chosen.json"
     assert main(["ensemble", "--run-dir", str(copy), "--size", "2", "--selection-stop", "improvement",
-                 "--diversity", "architecture", "--calibrate", "scale", "--out", str(out)]) == 0
+                 "--diversity", "architecture", "--calibrate", "scale", "--selection-bags", "3",
+                 "--out", str(out)]) == 0
     manifest = json.loads(out.read_text())
     assert manifest["selection"]["stop"] == "improvement" and manifest["selection"]["diversity"] == "architecture"
+    assert manifest["selection"]["bags"] == 3
     assert manifest["calibration"]["method"] == "scale"
     document = json.loads((copy / "metrics.json").read_text())
     assert document["calibration"]["scale"] == manifest["calibration"]["scale"]

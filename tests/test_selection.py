@@ -391,3 +391,28 @@ def test_invalid_shapes_and_catalogs():
         select(means, variances, np.where(y > 1, np.nan, y))
     with pytest.raises(ValueError, match="no usable model"):
         select(means, np.zeros_like(variances), y)
+
+
+def test_bagged_selection_sums_the_weights_of_selections_on_row_subsets():
+    from autodeuq.ensemble.selection import select_bagged
+
+    means, variances, y = random_catalog(6, n_models=10, n_points=40)
+    chosen = select_bagged(means, variances, y, 3, bags=6, fraction=0.5, seed=1, method="greedy")
+    # the same computation by hand
+    rng = np.random.default_rng(1)
+    totals = np.zeros(10)
+    for _ in range(6):
+        rows = np.sort(rng.choice(40, size=20, replace=False))
+        idx, w = select(means[:, rows], variances[:, rows], y[rows], 3, "greedy")
+        totals[idx] += w
+    best = np.argsort(-totals, kind="stable")[:3]
+    np.testing.assert_array_equal(chosen.indices, best)
+    np.testing.assert_allclose(chosen.weights, totals[best] / totals[best].sum())
+    assert chosen.reason is None and len(chosen.indices) == 3
+    # one bag over all rows is plain selection
+    whole = select_bagged(means, variances, y, 3, bags=1, fraction=1.0, method="greedy-noreplace")
+    plain = select(means, variances, y, 3, "greedy-noreplace")
+    np.testing.assert_array_equal(np.sort(whole.indices), np.sort(plain.indices))
+    np.testing.assert_allclose(np.sort(whole.weights), np.sort(plain.weights))
+    with pytest.raises(ValueError, match="fraction"):
+        select_bagged(means, variances, y, 3, fraction=0)

@@ -14,7 +14,7 @@ import numpy as np
 from autodeuq.catalog import Catalog, CatalogError, atomic_write
 from autodeuq.data import FLOAT32_MAX, DataError, feature_matrix
 from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage
-from autodeuq.ensemble.selection import select
+from autodeuq.ensemble.selection import select, select_bagged
 from autodeuq.metrics import central_interval, mixture_moments
 
 #: How members may be kept apart (``diversity`` of :meth:`Ensemble.from_catalog`).
@@ -158,7 +158,7 @@ class Ensemble:
     @classmethod
     def from_catalog(cls, run_dir, size: int = 5, method: str = "greedy", objective: str = "mixture", *,
                      stop: str = "size", diversity: str = "none", calibrate: str = "none",
-                     calibration_folds: int = 2, seed: int = 0) -> "Ensemble":
+                     calibration_folds: int = 2, bags: int = 0, seed: int = 0) -> "Ensemble":
         """Select members greedily (or top-k) on the cached validation predictions of a catalog.
 
         Parameters
@@ -180,8 +180,12 @@ class Ensemble:
             calibrate an ensemble are never the rows that selected it.
         calibration_folds : int
             Folds of the validation rows for the cross-fitting.
+        bags : int
+            When > 0, bagged selection (:func:`autodeuq.ensemble.selection.select_bagged`):
+            the selection is repeated on ``bags`` random halves of the validation rows and
+            the member weights averaged, which fits the rows' noise less.
         seed : int
-            Seed of the fold assignment.
+            Seed of the fold assignment and of the bags.
 
         Warns
         -----
@@ -212,12 +216,15 @@ class Ensemble:
         groups = None if diversity == "none" else member_groups(catalog, ids, diversity)
 
         def select_rows(rows):
-            return select(means[:, rows], variances[:, rows], y[rows], size=selection["size"], method=method,
-                          objective=objective, stop=stop, groups=groups)
+            options = dict(method=method, objective=objective, stop=stop, groups=groups)
+            if bags:
+                return select_bagged(means[:, rows], variances[:, rows], y[rows], selection["size"], bags=bags,
+                                     seed=seed, **options)
+            return select(means[:, rows], variances[:, rows], y[rows], size=selection["size"], **options)
 
         chosen = select_rows(np.arange(len(y)))
         members = [int(ids[i]) for i in chosen.indices]
-        selection.update({"stop": stop, "diversity": diversity, "catalog_entries": len(ids), "members": len(members),
+        selection.update({"stop": stop, "diversity": diversity, "bags": bags, "catalog_entries": len(ids), "members": len(members),
                           "effective_size": round(chosen.effective_size, 4), "shortfall": chosen.reason})
         if "size_requested" in selection and chosen.reason is None:
             selection["shortfall"] = f"the catalog has only {len(ids)} successful entries"

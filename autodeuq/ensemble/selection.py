@@ -18,7 +18,7 @@ import operator
 
 import numpy as np
 
-__all__ = ["select", "Selection", "METHODS", "OBJECTIVES", "STOPS", "IMPROVEMENT_RTOL"]
+__all__ = ["select", "select_bagged", "Selection", "METHODS", "OBJECTIVES", "STOPS", "IMPROVEMENT_RTOL"]
 
 METHODS = ("greedy", "greedy-noreplace", "topk")
 OBJECTIVES = ("mixture", "gaussian")
@@ -367,3 +367,56 @@ class _GaussianState:
         np.log(work, out=work)
         work += mean
         return 0.5 * (_LOG_2PI + work.mean(axis=1))
+
+
+def select_bagged(means, variances, y, size=5, *, bags=10, fraction=0.5, seed=0, **options):
+    """Selection averaged over random halves of the validation rows (bagged ensemble selection).
+
+    Greedy selection on few validation rows fits their noise: it picks the models that happen to
+    suit those rows. Caruana et al. (2006) reduce that by repeating the selection on random
+    subsets and averaging. Here :func:`select` runs ``bags`` times, each on a random
+    ``fraction`` of the rows (without replacement); each model's weights are summed over the
+    runs, and the ``size`` models of largest total become the ensemble, weighted by their totals.
+
+    Parameters
+    ----------
+    means, variances, y, size :
+        As in :func:`select`.
+    bags : int, default 10
+        Number of selections.
+    fraction : float, default 0.5
+        Fraction of the rows each selection sees.
+    seed : int, default 0
+        Seed of the row subsets.
+    **options :
+        ``method``, ``objective``, ``stop``, ``groups``, ``max_selections`` of :func:`select`.
+
+    Returns
+    -------
+    Selection
+    """
+    means, variances, y = _check_inputs(means, variances, y)
+    size = _check_positive_int(size, "size")
+    bags = _check_positive_int(bags, "bags")
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
+    n_rows = y.shape[0]
+    rng = np.random.default_rng(seed)
+    totals = np.zeros(means.shape[0])
+    reasons = []
+    for _ in range(bags):
+        rows = np.sort(rng.choice(n_rows, size=max(1, int(round(fraction * n_rows))), replace=False))
+        chosen = select(means[:, rows], variances[:, rows], y[rows], size, **options)
+        totals[chosen.indices] += chosen.weights
+        reasons.append(chosen.reason)
+    ranked = np.argsort(-totals, kind="stable")
+    ranked = ranked[totals[ranked] > 0][:size]
+    groups = options.get("groups")
+    if groups is not None:  # the union of the bags may hold two members of a group: keep the heavier
+        labels = np.asarray(groups)[ranked]
+        ranked = ranked[np.sort(np.unique(labels, return_index=True)[1])]
+    reason = None
+    if ranked.size < size:
+        reason = next((r for r in reasons if r), f"the {bags} selections together chose {ranked.size} model(s)")
+    weights = totals[ranked] / totals[ranked].sum()
+    return Selection(ranked, weights, size, reason)
