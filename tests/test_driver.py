@@ -365,18 +365,6 @@ def test_fit_reraises_ctrl_c_and_leaves_the_run_resumable(tmp_path, monkeypatch)
 
 
 # ----------------------------------------------------------------------------- items 6, 15: Ray evaluator
-@pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    from ray import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    from autodeuq.evaluator.ray import init_ray
-
-    init_ray(num_cpus=2)
-    yield ray
-
-
 def test_eval_timeout_counts_from_the_start_on_a_worker(tmp_path, setup, ray_local):
     from autodeuq.evaluator.ray import RayEvaluator
 

@@ -1,6 +1,5 @@
 """Early discarding in a search: catalog entries, shared rung records (serial and Ray), resume."""
 import copy
-import sys
 import time
 
 import numpy as np
@@ -78,12 +77,9 @@ class RungReporter:
                            history={"val_loss": [loss] * epochs}, start_time=start, end_time=time.time())
 
 
-def test_ray_workers_share_one_set_of_rung_records(tmp_path, setup):
-    from ray import cloudpickle
-
+def test_ray_workers_share_one_set_of_rung_records(tmp_path, setup, ray_local):
     from autodeuq.evaluator.ray import RayEvaluator
 
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this test module
     space, data = setup
     objective = RungReporter(len(data.y_valid), SuccessiveHalving(reduction=3))
     with RayEvaluator(objective, workers=2, num_cpus=2) as evaluator:

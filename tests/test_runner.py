@@ -1,6 +1,5 @@
 """The search driver and the evaluators, with cheap fake objectives (no TensorFlow)."""
 import os
-import sys
 import time
 
 import numpy as np
@@ -85,18 +84,6 @@ def test_serial_eval_timeout_is_a_failure(tmp_path, setup):
 
 
 # ----------------------------------------------------------------------------- Ray
-@pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    from ray import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    from autodeuq.evaluator.ray import init_ray
-
-    init_ray(num_cpus=2)
-    yield ray
-
-
 def test_ray_killed_worker_is_a_failure_and_search_goes_on(tmp_path, setup, ray_local):
     from autodeuq.evaluator.ray import RayEvaluator
 

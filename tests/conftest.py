@@ -1,0 +1,16 @@
+"""Fixtures shared by the test modules."""
+import pytest
+
+
+@pytest.fixture(scope="module")
+def ray_local(request):
+    """A local Ray instance (2 CPUs) whose workers can unpickle the requesting test module's objects."""
+    ray = pytest.importorskip("ray")
+    from ray import cloudpickle
+
+    from autodeuq.evaluator.ray import init_ray
+
+    # Ray workers cannot import a test module: its fakes travel by value.
+    cloudpickle.register_pickle_by_value(request.module)
+    init_ray(num_cpus=2)
+    yield ray
