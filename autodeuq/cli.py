@@ -137,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ensemble", required=True, metavar="FILE", help="ensemble manifest (ensemble.json)")
     p.add_argument("--data", required=True, metavar="FILE", help="table with the model's feature columns")
     p.add_argument("--out", required=True, metavar="FILE.csv", help="where to write the predictions")
+    p = sub.add_parser("export", help="write a saved ensemble as a self-contained folder (no catalog needed)")
+    p.add_argument("--ensemble", required=True, metavar="PATH",
+                   help="ensemble manifest (ensemble.json), or a folder exported before")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="folder to write (new, empty, or an earlier export): ensemble.json and members/<id>.keras")
     p = sub.add_parser("run", help="search, then build and score the ensemble (the whole job)")
     _add_data_args(p)
     _add_search_args(p)
@@ -345,6 +350,20 @@ def cmd_predict(args):
     print(f"wrote {len(x)} predictions to {out}")
 
 
+def cmd_export(args):
+    from autodeuq.ensemble import load_ensemble
+
+    try:
+        ensemble = load_ensemble(args.ensemble)
+        manifest = ensemble.save(args.out, self_contained=True)
+    except OSError as exc:
+        raise _os_error(exc) from None
+    files = [manifest, *(manifest.parent / "members" / f"{i}.keras" for i in ensemble.member_ids)]
+    size = sum(f.stat().st_size for f in files)
+    print(f"wrote {manifest} and {len(ensemble.member_ids)} member model(s) to {manifest.parent} "
+          f"({size / 1e6:.2f} MB); predict with --ensemble {manifest}")
+
+
 def cmd_run(args):
     _check_size(args)  # before the search, not after it
     if args.out:
@@ -359,7 +378,8 @@ def main(argv=None) -> int:
     from autodeuq.catalog import CatalogError
     from autodeuq.space import SpaceError
 
-    handlers = {"search": cmd_search, "ensemble": cmd_ensemble, "predict": cmd_predict, "run": cmd_run}
+    handlers = {"search": cmd_search, "ensemble": cmd_ensemble, "predict": cmd_predict, "run": cmd_run,
+                "export": cmd_export}
     signals = contextlib.nullcontext()
     if args.command in ("search", "run"):
         from autodeuq.runner import sigterm_interrupts

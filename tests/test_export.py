@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from autodeuq import AutoDEUQRegressor
+from autodeuq.cli import main
 from autodeuq.ensemble import Ensemble, ManifestError, load_ensemble
 
 TINY = dict(space="toy", search="random", max_evals=3, ensemble_size=2, epochs=3, evaluator="serial", seed=0)
@@ -42,6 +43,15 @@ def fitted(tmp_path_factory):
 def assert_identical(a, b):
     for field in FIELDS:
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+
+
+def one_line_error(capsys, argv, *fragments):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autodeuq: error: ") and "\n" not in err and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    return err
 
 
 # ----------------------------------------------------------------------------- item 1: joblib
@@ -234,6 +244,31 @@ def test_re_export_replaces_the_old_members_and_foreign_folders_are_refused(fitt
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
     with pytest.raises(ValueError, match="folder"):
         ens.save(tmp_path / "x.json", self_contained=True)
+
+
+def test_export_command_writes_a_folder_that_predict_reads(fitted, tmp_path, capsys):
+    model, _ = fitted
+    manifest = model.ensemble_.save(tmp_path / "ensemble.json")
+    out = tmp_path / "shipped" / "model_dir"
+    assert main(["export", "--ensemble", str(manifest), "--out", str(out)]) == 0
+    assert "model_dir" in capsys.readouterr().out
+    X = frame(7, 6)
+    X.to_csv(tmp_path / "new.csv", index=False)
+    assert main(["predict", "--ensemble", str(out / "ensemble.json"), "--data", str(tmp_path / "new.csv"),
+                 "--out", str(tmp_path / "pred.csv")]) == 0
+    predictions = pd.read_csv(tmp_path / "pred.csv")
+    np.testing.assert_allclose(predictions["target_mean"], model.ensemble_.predict(X).mean[:, 0], rtol=1e-12)
+    # user errors: one line, exit 2
+    one_line_error(capsys, ["export", "--ensemble", str(tmp_path / "nope.json"), "--out", str(tmp_path / "o")],
+                   "nope.json", "not found")
+    (tmp_path / "a_file").write_text("x")
+    one_line_error(capsys, ["export", "--ensemble", str(manifest), "--out", str(tmp_path / "a_file")],
+                   "a_file", "not a folder")
+    tampered = out / "members" / f"{model.ensemble_.member_ids[0]}.keras"
+    data = tampered.read_bytes()
+    tampered.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    one_line_error(capsys, ["export", "--ensemble", str(out), "--out", str(tmp_path / "again")], "checksum")
+    assert not (tmp_path / "again").exists()
 
 
 def test_an_ensemble_pickled_before_member_sources_still_loads(fitted):
