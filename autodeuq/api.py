@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
 import weakref
@@ -38,7 +39,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         temporary directory that lives as long as the estimator: it is deleted when the
         estimator is garbage-collected, refitted, or at interpreter exit. Pickling (or copying)
         the fitted estimator keeps that directory, since the copy reads its models from it;
-        its path is ``run_dir_``, to delete by hand then.
+        its path is ``run_dir_``, to delete by hand then. See Notes for persistence.
     seed : int, optional
         Seed of the validation split, the search and the trainings; ``None`` means 0.
     epochs : int, optional
@@ -80,6 +81,17 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         target's name(s) (a named Series or a DataFrame ``y``), so ``autodeuq predict`` reads the
         original table.
     n_targets_ : int
+
+    Notes
+    -----
+    Persistence: ``joblib.dump(model, "model.joblib")`` and ``model = joblib.load("model.joblib")``
+    (or :mod:`pickle`) work, before or after ``predict``; the file holds the estimator and the
+    absolute path of its catalog, from which the loaded estimator reads its member models, so it
+    predicts identically on any machine that has the run directory at that path (with the same
+    package versions, as for any scikit-learn pickle). Loading a pickle runs code: load only files
+    you trust. To ship the model without its catalog, and without pickle, export the ensemble:
+    ``model.ensemble_.save("model_dir", self_contained=True)``, then
+    ``autodeuq.load_ensemble("model_dir").predict(X)`` anywhere.
 
     Examples
     --------
@@ -183,7 +195,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         space = load_space(self.space).for_rows(len(dataset.x_train))
         self._remove_temporary_catalog()
         if self.run_dir is not None:
-            self.run_dir_ = Path(self.run_dir)
+            # Absolute: a pickled estimator finds its catalog from any working directory.
+            self.run_dir_ = Path(os.path.abspath(self.run_dir))
         else:
             self.run_dir_ = Path(tempfile.mkdtemp(prefix="autodeuq-"))
             self._temporary_catalog = weakref.finalize(self, shutil.rmtree, str(self.run_dir_), ignore_errors=True)

@@ -458,6 +458,96 @@ def _keras_config(data: bytes, where: str) -> Any:
         raise CatalogError(f"{where} is not a valid .keras archive: {exc}") from None
 
 
+def checked_keras_config(data: bytes, where: str) -> Any:
+    """The config of a ``.keras`` archive, refused unless it is safe to hand to Keras.
+
+    Refuses (:class:`CatalogError`, the message starting with ``where``) an archive that is not
+    a zip, holds members a model saved by autodeuq does not have, would decompress beyond
+    :data:`MAX_MODEL_BYTES`, or holds a Lambda layer (which would run code stored in the file).
+    Nothing is decompressed before the sizes are checked, and no Keras code runs.
+    """
+    config = _keras_config(data, where)
+    try:
+        lambdas = _lambda_layers(config)
+    except RecursionError:
+        raise CatalogError(f"{where}: refusing to load it: its config is nested too deeply") from None
+    if lambdas:
+        raise CatalogError(f"{where}: refusing to load it: it contains Lambda layer(s) {lambdas}, which would run "
+                           f"code stored in the file")
+    return config
+
+
+def load_keras_model(data: bytes, where: str):
+    """A Keras model (not compiled) from the bytes of a ``.keras`` archive, safely.
+
+    The bytes pass :func:`checked_keras_config` first; Keras then loads a private copy of those
+    very bytes with ``safe_mode=True`` as a second guard. Every model autodeuq loads, from a
+    catalog or from an exported ensemble, comes through here.
+
+    Parameters
+    ----------
+    data : bytes
+        The archive, already read (and checksum-verified) by the caller.
+    where : str
+        Names the file in error messages.
+
+    Raises
+    ------
+    CatalogError
+        The archive is refused or Keras cannot load it; the message starts with ``where``.
+    """
+    checked_keras_config(data, where)
+    import keras
+
+    _import_custom_layers()
+    # Keras reads the very bytes that were checked (a private copy), not the file again.
+    with tempfile.TemporaryDirectory(prefix="autodeuq-model-") as folder:
+        copy = Path(folder) / "model.keras"
+        copy.write_bytes(data)
+        try:
+            return keras.models.load_model(copy, safe_mode=True, compile=False)
+        except Exception as exc:  # noqa: BLE001 - every loading failure names the file
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if "safe_mode" in str(exc):
+                raise CatalogError(f"{where}: refusing to load it: it holds code (e.g. a Lambda layer) that "
+                                   f"safe_mode will not run: {message}") from None
+            raise CatalogError(f"{where}: cannot load it: {message}") from None
+
+
+def read_verified(path: Path, root: Path, sha256: str, limit: int, where: str, root_name: str) -> bytes:
+    """The bytes of ``path``, refused unless it is a regular file inside ``root``, at most
+    ``limit`` bytes, whose SHA-256 is ``sha256``.
+
+    Messages start with ``where`` (which names the file); ``root_name`` says what ``root`` is
+    ("the run directory", say). The file is opened without following a final link and read
+    once: the bytes returned are the bytes checked.
+    """
+    try:
+        real = path.resolve(strict=True)
+    except FileNotFoundError:
+        raise CatalogError(f"{where} is missing") from None
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise CatalogError(f"{where}: cannot read it: {exc}") from None
+    if not real.is_relative_to(root.resolve()):
+        raise CatalogError(f"{where}: resolves to {real}, outside {root_name}; refusing to read it")
+    try:
+        fd = os.open(real, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise CatalogError(f"{where}: not a regular file")
+            data = f.read(limit + 1) if info.st_size <= limit else b""
+    except FileNotFoundError:
+        raise CatalogError(f"{where} is missing") from None
+    except OSError as exc:
+        raise CatalogError(f"{where}: cannot read it: {_os_reason(exc)}") from None
+    if info.st_size > limit or len(data) > limit:
+        raise CatalogError(f"{where}: is larger than the {limit} bytes allowed; refusing to read it")
+    if _sha256(data) != sha256:
+        raise CatalogError(f"{where} is corrupt (checksum mismatch)")
+    return data
+
+
 def _import_custom_layers() -> None:
     """Register autodeuq's serializable layers with Keras before a model is deserialized."""
     try:
@@ -980,30 +1070,7 @@ class Catalog:
             state = "missing" if sha is None else "damaged"
             raise CatalogError(f"{where}: the catalog holds no valid checksum for it ({what}_sha256 is {state}); "
                                f"refusing to use it")
-        try:
-            real = path.resolve(strict=True)
-        except FileNotFoundError:
-            raise CatalogError(f"{self.run_dir}: entry {entry_id}: {what} file {path} is missing") from None
-        except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
-            raise CatalogError(f"{where}: cannot read it: {exc}") from None
-        if not real.is_relative_to(self.run_dir.resolve()):
-            raise CatalogError(f"{where}: resolves to {real}, outside the run directory; refusing to read it")
-        try:
-            fd = os.open(real, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
-            with os.fdopen(fd, "rb") as f:
-                info = os.fstat(f.fileno())
-                if not stat.S_ISREG(info.st_mode):
-                    raise CatalogError(f"{where}: not a regular file")
-                data = f.read(limit + 1) if info.st_size <= limit else b""
-        except FileNotFoundError:
-            raise CatalogError(f"{self.run_dir}: entry {entry_id}: {what} file {path} is missing") from None
-        except OSError as exc:
-            raise CatalogError(f"{where}: cannot read it: {_os_reason(exc)}") from None
-        if info.st_size > limit or len(data) > limit:
-            raise CatalogError(f"{where}: is larger than the {limit} bytes a {what} file may have; refusing to read it")
-        if _sha256(data) != sha:
-            raise CatalogError(f"{self.run_dir}: entry {entry_id}: {what} file {path} is corrupt (checksum mismatch)")
-        return data
+        return read_verified(path, self.run_dir, sha, limit, where, "the run directory")
 
     def _read_predictions(self, entry_id: int) -> tuple[np.ndarray, np.ndarray]:
         row = self._done_row(entry_id, "predictions")
@@ -1069,6 +1136,15 @@ class Catalog:
             skipped,
         )
 
+    def model_bytes(self, entry_id: int) -> bytes:
+        """The bytes of a done entry's model file, checked as :meth:`load_model` checks them.
+
+        Refused (:class:`CatalogError`) when the file is missing, outside the run directory,
+        without a recorded checksum or not matching it, or larger than :data:`MAX_MODEL_BYTES`.
+        """
+        row = self._done_row(entry_id, "model")
+        return self._read_checked(entry_id, self.model_path(entry_id), row["model_sha256"], "model", MAX_MODEL_BYTES)
+
     def load_model(self, entry_id: int):
         """The trained Keras model of a done entry (inputs and outputs in original units).
 
@@ -1076,40 +1152,11 @@ class Catalog:
         directory, without a recorded checksum or not matching it, larger than
         :data:`MAX_MODEL_BYTES` (decompressed members included), holding members a saved model
         does not have, or holding a Lambda layer (which would run code stored in the file);
-        Keras loads the checked bytes with ``safe_mode=True`` as a second guard. The model is
-        not compiled (inference only).
+        Keras loads the checked bytes with ``safe_mode=True`` as a second guard
+        (:func:`load_keras_model`). The model is not compiled (inference only).
         """
-        row = self._done_row(entry_id, "model")
-        path = self.model_path(entry_id)
-        data = self._read_checked(entry_id, path, row["model_sha256"], "model", MAX_MODEL_BYTES)
-        where = f"{self.run_dir}: entry {entry_id}: model file {path}"
-        config = _keras_config(data, where)
-        try:
-            lambdas = _lambda_layers(config)
-        except RecursionError:
-            raise CatalogError(f"{where}: refusing to load it: its config is nested too deeply") from None
-        if lambdas:
-            raise CatalogError(
-                f"{self.run_dir}: entry {entry_id}: refusing to load model file {path}: it contains Lambda "
-                f"layer(s) {lambdas}, which would run code stored in the file"
-            )
-        import keras
-
-        _import_custom_layers()
-        # Keras reads the very bytes that were checked (a private copy), not the run's file again.
-        with tempfile.TemporaryDirectory(prefix="autodeuq-model-") as folder:
-            copy = Path(folder) / f"{int(entry_id)}.keras"
-            copy.write_bytes(data)
-            try:
-                return keras.models.load_model(copy, safe_mode=True, compile=False)
-            except Exception as exc:  # noqa: BLE001 - every loading failure names the entry
-                message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                if "safe_mode" in str(exc):
-                    raise CatalogError(f"{self.run_dir}: entry {entry_id}: refusing to load model file {path}: "
-                                       f"it holds code (e.g. a Lambda layer) that safe_mode will not run: "
-                                       f"{message}") from None
-                raise CatalogError(f"{self.run_dir}: entry {entry_id}: cannot load model file {path}: "
-                                   f"{message}") from None
+        data = self.model_bytes(entry_id)
+        return load_keras_model(data, f"{self.run_dir}: entry {entry_id}: model file {self.model_path(entry_id)}")
 
     # ----------------------------------------------------------------- writing
     @classmethod

@@ -151,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, action="append", metavar="LEVEL",
                    help="also write the central LEVEL prediction interval of the ensemble's mixture, e.g. 0.9: "
                         "columns <target>_lower_90 and <target>_upper_90; repeat for several levels (default: none)")
+    p = sub.add_parser("export", help="write a saved ensemble as a self-contained folder (no catalog needed)")
+    p.add_argument("--ensemble", required=True, metavar="PATH",
+                   help="ensemble manifest (ensemble.json), or a folder exported before")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="folder to write (new, empty, or an earlier export): ensemble.json and members/<id>.keras")
     p = sub.add_parser("run", help="search, then build and score the ensemble (the whole job)")
     _add_data_args(p)
     _add_search_args(p)
@@ -355,8 +360,9 @@ def cmd_predict(args):
     from autodeuq.ensemble import UncertaintyPrediction, load_ensemble
     from autodeuq.metrics import central_interval
 
-    if Path(args.ensemble).is_dir():
-        raise CLIError(f"--ensemble {args.ensemble}: is a directory; give the manifest file (ensemble.json)")
+    if Path(args.ensemble).is_dir() and not (Path(args.ensemble) / "ensemble.json").is_file():
+        raise CLIError(f"--ensemble {args.ensemble}: is a directory without ensemble.json; give the manifest file "
+                       f"or an exported ensemble folder")
     levels = _interval_levels(args.interval)
     out = Path(args.out)
     _check_out(out, "--out")
@@ -445,6 +451,20 @@ def cmd_catalog(args):
     print(f"every evaluation, failures with their reason: {run_dir / CSV_NAME}")
 
 
+def cmd_export(args):
+    from autodeuq.ensemble import load_ensemble
+
+    try:
+        ensemble = load_ensemble(args.ensemble)
+        manifest = ensemble.save(args.out, self_contained=True)
+    except OSError as exc:
+        raise _os_error(exc) from None
+    files = [manifest, *(manifest.parent / "members" / f"{i}.keras" for i in ensemble.member_ids)]
+    size = sum(f.stat().st_size for f in files)
+    print(f"wrote {manifest} and {len(ensemble.member_ids)} member model(s) to {manifest.parent} "
+          f"({size / 1e6:.2f} MB); predict with --ensemble {manifest}")
+
+
 def cmd_run(args):
     _check_size(args)  # before the search, not after it
     if args.out:
@@ -460,7 +480,7 @@ def main(argv=None) -> int:
     from autodeuq.space import SpaceError
 
     handlers = {"search": cmd_search, "ensemble": cmd_ensemble, "predict": cmd_predict, "run": cmd_run,
-                "catalog": cmd_catalog, "show": cmd_catalog}
+                "catalog": cmd_catalog, "show": cmd_catalog, "export": cmd_export}
     signals = contextlib.nullcontext()
     if args.command in ("search", "run"):
         from autodeuq.runner import sigterm_interrupts

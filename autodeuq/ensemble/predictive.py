@@ -1,9 +1,27 @@
-"""The predictive ensemble: catalog members with weights, predicting a Gaussian mixture."""
+"""The predictive ensemble: catalog members with weights, predicting a Gaussian mixture.
+
+An ensemble reads its members from a *member source*: a catalog (:class:`CatalogMembers`, the
+run directory a search filled) or a self-contained folder written by
+``Ensemble.save(folder, self_contained=True)`` (:class:`ExportedMembers`)::
+
+    model_dir/
+        ensemble.json          format "autodeuq-ensemble/2": members (id, weight, file, SHA-256,
+                               size), feature and target names, input standardization,
+                               calibration, selection, package versions
+        members/<id>.keras     the members' model files, the catalog's very bytes
+
+Input and output standardization live inside each ``.keras`` model; the manifest repeats the
+input standardization only for the range checks of :meth:`Ensemble.predict`. Loading checks
+every member file against its SHA-256 and refuses unsafe archives (Lambda layers, oversized
+members) before Keras sees them, exactly as the catalog does; Keras then loads with
+``safe_mode=True``. No pickle is involved, so loading runs no code from the folder.
+"""
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from autodeuq.catalog import Catalog, CatalogError, atomic_write
+from autodeuq.catalog import (MAX_MODEL_BYTES, Catalog, CatalogError, _package_versions, _sha256, atomic_write,
+                              checked_keras_config, load_keras_model, read_verified)
 from autodeuq.data import FLOAT32_MAX, DataError, feature_matrix
 from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage
 from autodeuq.ensemble.selection import select, select_bagged
@@ -23,8 +42,15 @@ DIVERSITY = ("none", "architecture", "activations")
 CALIBRATIONS = ("none", "scale")
 COVERAGE_LEVELS = (0.5, 0.9, 0.95)
 
-MANIFEST_FORMAT = "autodeuq-ensemble/1"
+MANIFEST_FORMAT = "autodeuq-ensemble/1"  #: a manifest naming its catalog (``run_dir``)
+SELF_CONTAINED_FORMAT = "autodeuq-ensemble/2"  #: a manifest next to its members' model files
+MANIFEST_NAME = "ensemble.json"
+MEMBERS_DIR = "members"
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists member ids and weights: kilobytes
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_MEMBER_FILE = re.compile(r"[0-9]+\.keras")
+# Recorded in an exported manifest: a .keras file loads in the Keras it was saved with (or a later one).
+_EXPORT_VERSIONS = ("autodeuq", "keras", "tensorflow", "numpy", "python")
 
 
 class ManifestError(ValueError):
@@ -96,13 +122,96 @@ class UncertaintyPrediction:
         return self.std
 
 
+class CatalogMembers:
+    """Ensemble members read from a catalog: its model files and its data description.
+
+    Parameters
+    ----------
+    run_dir : path
+        The run directory; kept as an absolute path, so a pickled ensemble (or estimator)
+        reopens it from any working directory.
+
+    Attributes
+    ----------
+    run_dir : Path
+    catalog : Catalog
+    feature_names, target_names : list of str
+    standardization : dict or None
+        The training split's ``x_mean``, ``x_std`` (and ``y_mean``, ``y_std``).
+    """
+
+    def __init__(self, run_dir):
+        self.run_dir = Path(os.path.abspath(run_dir))
+        self.catalog = Catalog(self.run_dir)
+        data = self.catalog.meta.get("data", {})
+        self.feature_names = list(data.get("features", []))
+        self.target_names = list(data.get("targets", []))
+        self.standardization = data.get("standardization")
+
+    @property
+    def location(self) -> Path:
+        return self.run_dir
+
+    def model_bytes(self, entry_id: int) -> bytes:
+        """The checked bytes of a member's ``.keras`` file (:meth:`Catalog.model_bytes`)."""
+        return self.catalog.model_bytes(entry_id)
+
+    def load_model(self, entry_id: int):
+        """The member's Keras model (:meth:`Catalog.load_model`)."""
+        return self.catalog.load_model(entry_id)
+
+
+class ExportedMembers:
+    """Ensemble members of a self-contained folder: their checked model bytes, held in memory.
+
+    Built by :func:`load_ensemble` once every member file has matched its SHA-256 and passed
+    :func:`autodeuq.catalog.checked_keras_config`; models are built from these bytes (never
+    from the files again), and an ensemble pickled with them needs no folder.
+
+    Parameters
+    ----------
+    folder : Path
+        Where the members were read from (named in messages).
+    models : dict of int to bytes
+        Each member's ``.keras`` archive.
+    feature_names, target_names : list of str
+    standardization : dict or None
+    """
+
+    run_dir = None
+    catalog = None
+
+    def __init__(self, folder, models: dict, feature_names, target_names, standardization):
+        self.folder = Path(folder)
+        self.models = dict(models)
+        self.feature_names = list(feature_names)
+        self.target_names = list(target_names)
+        self.standardization = standardization
+
+    @property
+    def location(self) -> Path:
+        return self.folder
+
+    def model_bytes(self, entry_id: int) -> bytes:
+        return self.models[entry_id]
+
+    def load_model(self, entry_id: int):
+        """The member's Keras model, through :func:`autodeuq.catalog.load_keras_model`."""
+        try:
+            where = f"{self.folder}: member {entry_id} ({MEMBERS_DIR}/{entry_id}.keras)"
+            return load_keras_model(self.models[entry_id], where)
+        except CatalogError as exc:
+            raise ManifestError(str(exc)) from None
+
+
 class Ensemble:
     """A weighted ensemble of catalog entries.
 
     Parameters
     ----------
-    run_dir : path
-        The catalog the members come from.
+    source : path, CatalogMembers or ExportedMembers
+        Where the members come from: a run directory (its catalog), or a member source.
+        :func:`load_ensemble` gives an ensemble read from a self-contained folder.
     member_ids : list of int
         Catalog ids of the members (distinct).
     weights : array-like
@@ -114,16 +223,27 @@ class Ensemble:
         each target's predictive mixture about its mean by ``c_t`` (see
         :mod:`autodeuq.ensemble.calibration`); ``None``: predictions as the members make them.
 
+    Attributes
+    ----------
+    source : CatalogMembers or ExportedMembers
+    run_dir : Path or None
+        The catalog's run directory; None for an ensemble read from a self-contained folder.
+    catalog : Catalog or None
+        Likewise.
+    feature_names, target_names : list of str
+
     Examples
     --------
     >>> ens = Ensemble.from_catalog("runs/demo", size=5)          # doctest: +SKIP
     >>> result = ens.predict(X)                                   # doctest: +SKIP
     >>> result.mean, result.aleatoric, result.epistemic           # doctest: +SKIP
+    >>> ens.save("model_dir", self_contained=True)                # doctest: +SKIP
+    >>> load_ensemble("model_dir").predict(X)                     # doctest: +SKIP
     """
 
-    def __init__(self, run_dir, member_ids, weights, selection: dict | None = None,
+    def __init__(self, source, member_ids, weights, selection: dict | None = None,
                  calibration: dict | None = None):
-        self.run_dir = Path(run_dir)
+        self.source = CatalogMembers(source) if isinstance(source, (str, os.PathLike)) else source
         self.member_ids = [int(i) for i in member_ids]
         self.weights = np.asarray(weights, dtype=float)
         if len(self.member_ids) != len(self.weights) or not self.member_ids:
@@ -134,10 +254,8 @@ class Ensemble:
             raise ValueError(f"weights must be non-negative and sum to 1, got {self.weights.tolist()}")
         self.selection = dict(selection or {})
         self.calibration = dict(calibration) if calibration else None
-        self.catalog = Catalog(self.run_dir)
-        data = self.catalog.meta.get("data", {})
-        self.feature_names = list(data.get("features", []))
-        self.target_names = list(data.get("targets", []))
+        self.feature_names = list(self.source.feature_names)
+        self.target_names = list(self.source.target_names)
         self.scale = None
         if self.calibration is not None:
             self.scale = np.asarray(self.calibration.get("scale"), dtype=float).reshape(-1)
@@ -147,12 +265,27 @@ class Ensemble:
         self._models = None
         self._predict_fn = None
 
+    @property
+    def run_dir(self) -> Path | None:
+        return self.source.run_dir
+
+    @property
+    def catalog(self) -> Catalog | None:
+        return self.source.catalog
+
     def __getstate__(self):
         # Loaded Keras models and the compiled prediction graph are rebuilt on first use after
-        # unpickling; the catalog pickles as its run directory.
+        # unpickling; a catalog pickles as its (absolute) run directory, an exported ensemble's
+        # members as their model bytes.
         state = dict(self.__dict__)
         state["_models"] = state["_predict_fn"] = None
         return state
+
+    def __setstate__(self, state):
+        if "source" not in state:  # pickled before member sources: it held its catalog
+            state["source"] = CatalogMembers(state.pop("run_dir"))
+            state.pop("catalog", None)
+        self.__dict__.update(state)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -243,14 +376,45 @@ class Ensemble:
             }
         return cls(run_dir, members, chosen.weights, selection=selection, calibration=calibration)
 
-    def save(self, path) -> Path:
-        """Write the JSON manifest (catalog entries and weights; no pickle).
+    def save(self, path, self_contained: bool = False) -> Path:
+        """Write the ensemble as JSON (no pickle), creating missing parent folders.
 
-        The file is replaced atomically, never written through a link (see
-        :func:`autodeuq.catalog.atomic_write`); :class:`~autodeuq.catalog.CatalogError` says
-        why when it cannot be written.
+        Parameters
+        ----------
+        path : path
+            ``self_contained=False``: the manifest file, which names the catalog by its path
+            relative to the file's folder (moving either breaks it). ``self_contained=True``: a
+            folder that receives ``ensemble.json`` and ``members/<id>.keras`` (see the module
+            documentation); :func:`load_ensemble` opens it anywhere, without the catalog. The
+            folder must be new, empty or an earlier export (whose old member files are removed).
+        self_contained : bool
+
+        Returns
+        -------
+        Path
+            The manifest written (``path/ensemble.json`` for a self-contained folder).
+
+        Raises
+        ------
+        ValueError
+            ``self_contained=True`` with a ``.json`` path, a file or a folder holding other
+            things; or ``self_contained=False`` for an ensemble that has no catalog.
+        CatalogError
+            A file or folder cannot be written (the message says which and why), or a member's
+            model file is refused.
+
+        Notes
+        -----
+        Files are replaced atomically, never written through a link (see
+        :func:`autodeuq.catalog.atomic_write`); a self-contained folder's manifest is written
+        after its members, so an interrupted export leaves no manifest naming missing files.
         """
         path = Path(path)
+        if self_contained:
+            return _export(self, path)
+        if self.run_dir is None:
+            raise ValueError(f"{path}: this ensemble was read from a self-contained folder and has no catalog to "
+                             f"name: save it with self_contained=True")
         manifest = {
             "format": MANIFEST_FORMAT,
             # relative to the folder, not to a link's target: a link at ``path`` is replaced
@@ -262,12 +426,13 @@ class Ensemble:
             "features": self.feature_names,
             "targets": self.target_names,
         }
+        _make_folder(path.parent)
         return atomic_write(path, json.dumps(manifest, indent=2).encode())
 
     # ------------------------------------------------------------------ predicting
     def _load(self):
         if self._models is None:
-            self._models = [_float64_copy(self.catalog.load_model(i)) for i in self.member_ids]
+            self._models = [_float64_copy(self.source.load_model(i)) for i in self.member_ids]
         return self._models
 
     def _check_x(self, x, source: str = "X") -> np.ndarray:
@@ -289,7 +454,7 @@ class Ensemble:
                 raise DataError(f"{source}: the ensemble expects {len(self.feature_names)} feature column(s) "
                                 f"{self.feature_names}, got an array of shape {x.shape}")
             x = feature_matrix(dict(zip(self.feature_names, x.T)), self.feature_names, source)
-        scaling = self.catalog.meta.get("data", {}).get("standardization")
+        scaling = self.source.standardization
         if scaling and len(x):
             # The networks were trained in float32 on standardized inputs of order 1; a value whose
             # standardized form is beyond float32's range was infinite in their arithmetic.
@@ -404,7 +569,7 @@ class Ensemble:
 
     def __repr__(self):
         members = ", ".join(f"{i}:{w:.2f}" for i, w in zip(self.member_ids, self.weights))
-        return f"Ensemble({str(self.run_dir)!r}, members=[{members}])"
+        return f"Ensemble({str(self.source.location)!r}, members=[{members}])"
 
 
 def _float64_copy(model):
@@ -422,19 +587,49 @@ def _float64_copy(model):
 
 
 def load_ensemble(path) -> Ensemble:
-    """Load an ensemble from its JSON manifest (written by :meth:`Ensemble.save`).
+    """Load an ensemble written by :meth:`Ensemble.save`: a manifest, or a self-contained folder.
+
+    Parameters
+    ----------
+    path : path
+        An ``ensemble.json`` manifest, or a folder holding one (a self-contained export).
 
     Raises
     ------
     ManifestError
         The file is missing, unreadable, not JSON, or not a well-formed manifest (the message
-        names the field at fault).
+        names the field at fault); for a self-contained folder also a member file that is
+        missing, outside the folder, not matching its SHA-256, or not a safe ``.keras`` archive.
     CatalogError
-        The catalog it names cannot be read.
+        The catalog a manifest names cannot be read.
     """
     path = Path(path)
     if path.is_dir():
-        raise ManifestError(f"{path}: is a directory, not an ensemble manifest (ensemble.json)")
+        if not (path / MANIFEST_NAME).exists():
+            raise ManifestError(f"{path}: is a directory, not an ensemble manifest ({MANIFEST_NAME})")
+        path = path / MANIFEST_NAME
+    manifest = _read_manifest(path)
+    if isinstance(manifest, dict) and manifest.get("format") == SELF_CONTAINED_FORMAT:
+        return _load_self_contained(path, manifest)
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise ManifestError(f"{path}: not an autodeuq ensemble manifest (format {MANIFEST_FORMAT!r} or "
+                            f"{SELF_CONTAINED_FORMAT!r} expected)")
+    run_dir = manifest.get("run_dir")
+    if not isinstance(run_dir, str) or not run_dir or "\0" in run_dir:
+        raise ManifestError(f"{path}: 'run_dir' must name the catalog directory, got {run_dir!r}")
+    ids, weights = _manifest_members(path, manifest.get("members"))
+    selection, calibration = _selection_and_calibration(path, manifest)
+    try:
+        return Ensemble((path.parent.resolve() / run_dir).resolve(), ids, weights,
+                        selection=selection, calibration=calibration)
+    except CatalogError:
+        raise
+    except ValueError as exc:
+        raise ManifestError(f"{path}: {exc}") from None
+
+
+def _read_manifest(path: Path):
+    """The parsed JSON of a manifest file, read with a size cap, or ManifestError saying why not."""
     try:
         with open(path, "rb") as f:
             text = f.read(MAX_MANIFEST_BYTES + 1)
@@ -445,27 +640,143 @@ def load_ensemble(path) -> Ensemble:
     if len(text) > MAX_MANIFEST_BYTES:
         raise ManifestError(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes: not an ensemble manifest")
     try:
-        manifest = json.loads(text)
+        return json.loads(text)
     except RecursionError:
         raise ManifestError(f"{path}: not an ensemble manifest (JSON nested too deeply)") from None
     except ValueError as exc:
         raise ManifestError(f"{path}: not a JSON ensemble manifest ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise ManifestError(f"{path}: not an autodeuq ensemble manifest (format {MANIFEST_FORMAT!r} expected)")
-    run_dir = manifest.get("run_dir")
-    if not isinstance(run_dir, str) or not run_dir or "\0" in run_dir:
-        raise ManifestError(f"{path}: 'run_dir' must name the catalog directory, got {run_dir!r}")
-    ids, weights = _manifest_members(path, manifest.get("members"))
+
+
+def _selection_and_calibration(path: Path, manifest: dict) -> tuple[dict | None, dict | None]:
     selection, calibration = manifest.get("selection"), manifest.get("calibration")
     if calibration is not None and not isinstance(calibration, dict):
         raise ManifestError(f"{path}: 'calibration' must be an object or null, got {_short(calibration)}")
+    return (selection if isinstance(selection, dict) else None), calibration
+
+
+def _load_self_contained(path: Path, manifest: dict) -> Ensemble:
+    """The ensemble of a self-contained folder: every field checked, every member file verified."""
+    if manifest.get("self_contained") is not True:
+        raise ManifestError(f"{path}: 'self_contained' must be true in a {SELF_CONTAINED_FORMAT!r} manifest, "
+                            f"got {_short(manifest.get('self_contained'))}")
+    ids, weights = _manifest_members(path, manifest.get("members"))
+    features = _manifest_names(path, manifest, "features")
+    targets = _manifest_names(path, manifest, "targets")
+    standardization = _manifest_standardization(path, manifest.get("standardization"), len(features))
+    folder = path.parent.resolve()
+    models = {}
+    for k, (entry_id, member) in enumerate(zip(ids, manifest["members"])):
+        name = f"{MEMBERS_DIR}/{entry_id}.keras"
+        if member.get("model") != name:
+            raise ManifestError(f"{path}: members[{k}]: 'model' must be {name!r}, got {_short(member.get('model'))}")
+        sha, size = member.get("sha256"), member.get("bytes")
+        if not (isinstance(sha, str) and _SHA256_HEX.fullmatch(sha)):
+            raise ManifestError(f"{path}: members[{k}]: 'sha256' must be the 64 hexadecimal digits of the file's "
+                                f"SHA-256, got {_short(sha)}")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_MODEL_BYTES:
+            raise ManifestError(f"{path}: members[{k}]: 'bytes' must be the file's size (1 to {MAX_MODEL_BYTES}), "
+                                f"got {_short(size)}")
+        where = f"{path}: members[{k}]: model file {folder / name}"
+        try:
+            # Read at most the recorded size: a grown file is refused before it is read.
+            data = read_verified(folder / name, folder, sha, size, where, "the ensemble folder")
+            checked_keras_config(data, where)
+        except CatalogError as exc:
+            raise ManifestError(str(exc)) from None
+        models[entry_id] = data
+    selection, calibration = _selection_and_calibration(path, manifest)
+    source = ExportedMembers(folder, models, features, targets, standardization)
     try:
-        return Ensemble((path.parent.resolve() / run_dir).resolve(), ids, weights,
-                        selection=selection if isinstance(selection, dict) else None, calibration=calibration)
-    except CatalogError:
-        raise
+        return Ensemble(source, ids, weights, selection=selection, calibration=calibration)
     except ValueError as exc:
         raise ManifestError(f"{path}: {exc}") from None
+
+
+def _manifest_names(path: Path, manifest: dict, key: str) -> list[str]:
+    names = manifest.get(key)
+    if (not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names)
+            or len(set(names)) != len(names)):
+        raise ManifestError(f"{path}: '{key}' must be a non-empty list of distinct column names, got {_short(names)}")
+    return names
+
+
+def _manifest_standardization(path: Path, scaling, n_features: int) -> dict | None:
+    """The input standardization (``x_mean``, ``x_std`` per feature) of a manifest, or None."""
+    if scaling is None:
+        return None
+    ok = isinstance(scaling, dict)
+    for key in ("x_mean", "x_std"):
+        values = scaling.get(key) if ok else None
+        ok = ok and (isinstance(values, list) and len(values) == n_features
+                     and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                             for v in values))
+    if not ok or not all(v > 0 for v in scaling["x_std"]):
+        raise ManifestError(f"{path}: 'standardization' must hold 'x_mean' and positive 'x_std', one finite number "
+                            f"per feature ({n_features}), or be null; got {_short(scaling)}")
+    return scaling
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CatalogError(f"cannot create the folder {folder}: {exc.strerror or exc}") from None
+
+
+def _is_export(folder: Path) -> bool:
+    try:
+        manifest = _read_manifest(folder / MANIFEST_NAME)
+    except ManifestError:
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == SELF_CONTAINED_FORMAT
+
+
+def _export(ens: Ensemble, folder: Path) -> Path:
+    """Write ``ens`` as a self-contained folder (see :meth:`Ensemble.save`); the manifest's path."""
+    if folder.suffix == ".json":
+        raise ValueError(f"{folder}: a self-contained ensemble is a folder (holding {MANIFEST_NAME} and "
+                         f"{MEMBERS_DIR}/); give a folder name, not a .json file")
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{folder}: exists and is not a folder; a self-contained ensemble is written to a folder")
+    if folder.is_dir() and any(folder.iterdir()) and not _is_export(folder):
+        raise ValueError(f"{folder}: the folder is not empty and holds no self-contained ensemble; refusing to "
+                         f"write into it (give a new or empty folder)")
+    members_dir = folder / MEMBERS_DIR
+    if members_dir.is_symlink():
+        raise CatalogError(f"{members_dir}: is a symbolic link; refusing to write through it (remove it)")
+    # Every member is read and checked before anything is written.
+    models = {}
+    for entry_id in ens.member_ids:
+        models[entry_id] = data = ens.source.model_bytes(entry_id)
+        checked_keras_config(data, f"{ens.source.location}: member {entry_id}")
+    versions = _package_versions()
+    manifest = {
+        "format": SELF_CONTAINED_FORMAT,
+        "self_contained": True,
+        "members": [{"id": i, "weight": float(w), "model": f"{MEMBERS_DIR}/{i}.keras",
+                     "sha256": _sha256(models[i]), "bytes": len(models[i])}
+                    for i, w in zip(ens.member_ids, ens.weights)],
+        "selection": ens.selection,
+        "calibration": ens.calibration,
+        "features": ens.feature_names,
+        "targets": ens.target_names,
+        "standardization": ens.source.standardization,
+        "versions": {k: versions[k] for k in _EXPORT_VERSIONS if k in versions},
+    }
+    _make_folder(members_dir)
+    for entry_id, data in models.items():
+        atomic_write(members_dir / f"{entry_id}.keras", data)
+    path = atomic_write(folder / MANIFEST_NAME, json.dumps(manifest, indent=2).encode())
+    # Members of an ensemble exported here before; only names this function writes are removed.
+    keep = {f"{i}.keras" for i in ens.member_ids}
+    for old in members_dir.iterdir():
+        if old.name not in keep and _MEMBER_FILE.fullmatch(old.name) and not old.is_dir():
+            try:
+                old.unlink()
+            except OSError as exc:
+                raise CatalogError(f"cannot remove {old} (a member of the ensemble exported there before): "
+                                   f"{exc.strerror or exc}") from None
+    return path
 
 
 def _manifest_members(path: Path, members) -> tuple[list[int], list[float]]:
