@@ -58,7 +58,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     calibrate : {"none", "scale"}, default="none"
         ``"scale"``: recalibrate each target's predictive std by a factor fitted on out-of-fold
         selections of the validation rows (saved with the ensemble).
-    selection_bags : int, default=0
+    selection_bags : int, default=10
         When > 0, bagged selection: repeated on that many random halves of the validation rows,
         weights averaged.
     early_discarding : {"none", "sha"}, default="none"
@@ -105,7 +105,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     def __init__(self, space="tabular", search="agebo", max_evals=100, ensemble_size=5, workers=None,
                  run_dir=None, seed=None, epochs=None, evaluator="ray", valid_fraction=1 / 3,
                  selector="greedy", selection_objective="mixture", selection_stop="size", diversity="none",
-                 calibrate="none", selection_bags=0, early_discarding="none", timeout=None, verbose=False):
+                 calibrate="none", selection_bags=10, early_discarding="none", timeout=None, verbose=False):
         self.space = space
         self.search = search
         self.max_evals = max_evals

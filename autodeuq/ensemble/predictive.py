@@ -291,7 +291,7 @@ class Ensemble:
     @classmethod
     def from_catalog(cls, run_dir, size: int = 5, method: str = "greedy", objective: str = "mixture", *,
                      stop: str = "size", diversity: str = "none", calibrate: str = "none",
-                     calibration_folds: int = 2, bags: int = 0, seed: int = 0) -> "Ensemble":
+                     calibration_folds: int = 2, bags: int = 10, seed: int = 0) -> "Ensemble":
         """Select members greedily (or top-k) on the cached validation predictions of a catalog.
 
         Parameters
@@ -313,8 +313,8 @@ class Ensemble:
             calibrate an ensemble are never the rows that selected it.
         calibration_folds : int
             Folds of the validation rows for the cross-fitting.
-        bags : int
-            When > 0, bagged selection (:func:`autodeuq.ensemble.selection.select_bagged`):
+        bags : int, default 10
+            For the greedy methods, when > 0, bagged selection (:func:`autodeuq.ensemble.selection.select_bagged`):
             the selection is repeated on ``bags`` random halves of the validation rows and
             the member weights averaged, which fits the rows' noise less.
         seed : int
@@ -350,7 +350,7 @@ class Ensemble:
 
         def select_rows(rows):
             options = dict(method=method, objective=objective, stop=stop, groups=groups)
-            if bags:
+            if bags and method != "topk":  # top-k ranks single models: its weights stay uniform
                 return select_bagged(means[:, rows], variances[:, rows], y[rows], selection["size"], bags=bags,
                                      seed=seed, **options)
             return select(means[:, rows], variances[:, rows], y[rows], size=selection["size"], **options)
