@@ -1,5 +1,9 @@
 """Ensemble surrogates of BO (SPEC section 6): uncertainty, ranking loss, and use inside BO."""
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,7 +61,40 @@ def test_deep_ensemble_refit_is_reproducible_and_reinitialized():
     model = DeepEnsembleSurrogate(n_members=2, epochs=30, random_state=3)
     model.fit(X, -y)
     b = model.fit(X, y).predict(INSIDE)  # a refit starts again from scratch
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(a, b)
+
+
+def _weights_digests():
+    """SHA-256 of the trained weights of both surrogates on one small problem."""
+    import hashlib
+
+    X = np.random.default_rng(0).random((13, 3))
+    y = np.sin(3.0 * X.sum(axis=1))
+    models = (DeepEnsembleSurrogate(epochs=200, random_state=4),
+              RankingEnsembleSurrogate(epochs=50, random_state=4))
+    return [hashlib.sha256(b"".join(w.tobytes() for w in m.fit(X, y).params_)).hexdigest() for m in models]
+
+
+def test_surrogate_training_does_not_depend_on_the_thread_count():
+    # Hundreds of full-batch Adam steps amplify any rounding difference (see the BO test below):
+    # a reduction order that changed with the thread pools would give other weights, and another
+    # search, on a machine with another core count. Here: this process's pools (0 = one thread
+    # per core) against a process with one thread (two if this one has one).
+    import tensorflow as tf
+
+    threads = 2 if tf.config.threading.get_intra_op_parallelism_threads() == 1 else 1
+    code = (
+        "import sys, tensorflow as tf\n"
+        f"tf.config.threading.set_intra_op_parallelism_threads({threads})\n"
+        f"tf.config.threading.set_inter_op_parallelism_threads({threads})\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+        "from test_ensemble_surrogates import _weights_digests\n"
+        "print(*_weights_digests())\n"
+    )
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+    assert other.returncode == 0, other.stderr[-2000:]
+    assert other.stdout.split() == _weights_digests()
 
 
 def test_ranking_ensemble_uncertainty_grows_away_from_data():
