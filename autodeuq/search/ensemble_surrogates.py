@@ -5,9 +5,10 @@ registered as ``"deep-ensemble"`` and ``"ranking-ensemble"`` in
 :data:`~autodeuq.search.surrogate.SURROGATES` when this module is imported:
 
 * :class:`DeepEnsembleSurrogate`: M MLPs ending in the project's
-  :class:`~autodeuq.model.GaussianHead`, trained with the project's Gaussian NLL
-  (:func:`autodeuq.train.gaussian_nll`) on standardized costs; the prediction is the mixture
-  moments of :func:`autodeuq.metrics.mixture_moments` (equal weights).
+  :class:`~autodeuq.model.GaussianHead`, trained on standardized costs with the beta-NLL of
+  Seitzer et al. (ICLR 2022): the Gaussian NLL of :func:`autodeuq.train.gaussian_nll` with each
+  row weighted by its (constant) predicted variance to the power beta; the prediction is the
+  mixture moments of :func:`autodeuq.metrics.mixture_moments` (equal weights).
 * :class:`RankingEnsembleSurrogate`: the non-meta-learned Deep Ranking Ensemble (Khazi, Pineda
   Arango & Grabocka, ICLR 2023): M scorers trained with :func:`weighted_listmle_loss`; on a
   candidate set, the mean and standard deviation across scorers of each candidate's rank.
@@ -75,17 +76,19 @@ def _forward_tf(tf, params, X):
 
 
 def _trainer(kind: str, n_layers: int):
-    """The compiled trainer ``(params, X, target, mask, epochs, lr) -> (params, final loss)``.
+    """The compiled trainer ``(params, X, target, mask, epochs, lr, beta) -> (params, final loss)``.
 
     ``kind="nll"``: ``target`` is ``(n,)`` standardized costs, each member's output goes through
-    :class:`~autodeuq.model.GaussianHead` and :func:`autodeuq.train.gaussian_nll`; rows with
-    ``mask == 0`` are padding (their outputs are cut from the gradient). This trainer is
-    XLA-compiled (about 5x faster per epoch on CPU), and XLA compiles once per input shape, so
-    :func:`_fit_stacked` pads ``n`` up to a power of two: a few compilations per search, not one
-    per ask.
+    :class:`~autodeuq.model.GaussianHead` and the beta-NLL (the rows of
+    :func:`autodeuq.train.gaussian_nll` times ``stop_gradient(var) ** beta``; ``beta=0`` is the
+    plain NLL); rows with ``mask == 0`` are padding (their outputs are cut from the gradient).
+    This trainer is XLA-compiled (about 5x faster per epoch on CPU), and XLA compiles once per
+    input shape, so :func:`_fit_stacked` pads ``n`` up to a power of two: a few compilations per
+    search, not one per ask.
     ``kind="listmle"``: ``target`` is ``(n,)`` costs, each member's single output is a score and
-    the loss is :func:`weighted_listmle_loss` (``mask`` unused). Not XLA-compiled: XLA's cumulative
-    log-sum-exp is slower than TensorFlow's kernel here, and no padding means no recompilation.
+    the loss is :func:`weighted_listmle_loss` (``mask`` and ``beta`` unused). Not XLA-compiled:
+    XLA's cumulative log-sum-exp is slower than TensorFlow's kernel here, and no padding means no
+    recompilation.
 
     The loss minimized is the sum over members, so each member follows its own loss's gradient.
     """
@@ -96,21 +99,28 @@ def _trainer(kind: str, n_layers: int):
 
     if kind == "nll":
         from autodeuq.model import GaussianHead
-        from autodeuq.train import gaussian_nll
+        from autodeuq.train import LOG_2PI
 
         head = GaussianHead(1)
 
-        def member_losses(raw, target, mask):  # raw (M, n, 2)
+        def member_losses(raw, target, mask, beta):  # raw (M, n, 2)
             n_members = tf.shape(raw)[0]
             out = head(tf.reshape(raw, [-1, 2]))
             keep = tf.reshape(tf.tile(mask[None, :], [n_members, 1]), [-1, 1]) > 0
             out = tf.where(keep, out, tf.stop_gradient(out))
             y = tf.reshape(tf.tile(target[None, :], [n_members, 1]), [-1, 1])
-            # gaussian_nll averages over all M * n rows: times M, the sum of the member means
-            return gaussian_nll(y, out[:, :1], out[:, 1:]) * tf.cast(n_members, tf.float32)
+            mean, var = out[:, :1], out[:, 1:]
+            # The plain NLL scales a row's mean gradient by 1 / var, so a member can "explain" a
+            # point it does not fit (in BO: the incumbent, far below the rest after the min-max-log
+            # cost scaling) by a large variance and stay there; the constant weight var**beta
+            # makes that 1 / var**(1 - beta) and keeps each row's optimal variance.
+            rows = 0.5 * (LOG_2PI + tf.math.log(var)) + tf.square(y - mean) / (2.0 * var)
+            weighted = rows * tf.pow(tf.stop_gradient(var), beta)
+            # averaged over all M * n rows: times M, the sum of the member means
+            return tf.reduce_mean(weighted) * tf.cast(n_members, tf.float32)
     else:
 
-        def member_losses(raw, target, mask):  # raw (M, n, 1)
+        def member_losses(raw, target, mask, beta):  # raw (M, n, 1)
             return tf.reduce_sum(weighted_listmle_loss(raw[..., 0], target))
 
     spec = [tf.TensorSpec([None, None, None], tf.float32)] * (2 * n_layers)
@@ -118,15 +128,16 @@ def _trainer(kind: str, n_layers: int):
     @tf.function(jit_compile=(kind == "nll"), input_signature=[
         spec, tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None], tf.float32),
         tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
+        tf.TensorSpec([], tf.float32),
     ])
-    def train(params, X, target, mask, epochs, lr):
+    def train(params, X, target, mask, epochs, lr, beta):
         m = [tf.zeros_like(p) for p in params]
         v = [tf.zeros_like(p) for p in params]
         loss = tf.constant(0.0)
         for step in tf.range(1, epochs + 1):
             with tf.GradientTape() as tape:
                 tape.watch(params)
-                loss = member_losses(_forward_tf(tf, params, X), target, mask)
+                loss = member_losses(_forward_tf(tf, params, X), target, mask, beta)
             grads = tape.gradient(loss, params)
             t = tf.cast(step, tf.float32)
             rate = lr * tf.sqrt(1.0 - _ADAM_BETA2**t) / (1.0 - _ADAM_BETA1**t)
@@ -143,7 +154,7 @@ def _padded_size(n: int) -> int:
     return max(32, 1 << (int(n) - 1).bit_length())
 
 
-def _fit_stacked(kind, rng, n_members, sizes, X, target, epochs, learning_rate):
+def _fit_stacked(kind, rng, n_members, sizes, X, target, epochs, learning_rate, beta=0.0):
     """Train ``n_members`` freshly initialized MLPs; returns their stacked weights."""
     import tensorflow as tf
 
@@ -159,7 +170,7 @@ def _fit_stacked(kind, rng, n_members, sizes, X, target, epochs, learning_rate):
     params, loss = train(
         [tf.constant(p) for p in params], tf.constant(X, tf.float32), tf.constant(target, tf.float32),
         tf.constant(mask, tf.float32), tf.constant(int(epochs), tf.int32),
-        tf.constant(float(learning_rate), tf.float32),
+        tf.constant(float(learning_rate), tf.float32), tf.constant(float(beta), tf.float32),
     )
     return [p.numpy() for p in params], float(loss)
 
@@ -179,9 +190,16 @@ class DeepEnsembleSurrogate(RegressorMixin, BaseEstimator):
     """Deep ensemble of Gaussian MLPs (Lakshminarayanan et al. 2017) as a BO surrogate.
 
     Each of the ``n_members`` MLPs (ReLU hidden layers) ends in a Dense(2) and the project's
-    :class:`~autodeuq.model.GaussianHead` (mean, softplus variance) and is trained with
-    :func:`autodeuq.train.gaussian_nll` on standardized costs, full batch, with Adam. All members
-    are re-initialized at each ``fit``. The prediction is the equal-weight mixture
+    :class:`~autodeuq.model.GaussianHead` (mean, softplus variance) and is trained on
+    standardized costs, full batch, with Adam, by the beta-NLL of Seitzer et al., "On the Pitfalls
+    of Heteroscedastic Uncertainty Estimation with Probabilistic Neural Networks" (ICLR 2022): the
+    Gaussian NLL of :func:`autodeuq.train.gaussian_nll` with each row weighted by its predicted
+    variance to the power ``nll_beta``, the weight held constant in the gradient. ``nll_beta=0``
+    is the plain NLL, under which a member can leave a point unfitted and give it a large variance
+    instead; BO's incumbent, far below the other costs after the min-max-log scaling, is such a
+    point, and EI, scored against ``min(y)``, then finds no candidate predicted to improve on it.
+    The optimal variance of a row is the same for any ``nll_beta``. All members are re-initialized
+    at each ``fit``. The prediction is the equal-weight mixture
     (:func:`autodeuq.metrics.mixture_moments`) in the original cost units.
 
     Parameters
@@ -196,6 +214,9 @@ class DeepEnsembleSurrogate(RegressorMixin, BaseEstimator):
     std : {"total", "epistemic"}
         The standard deviation ``predict(..., return_std=True)`` returns: of the whole mixture
         (aleatoric + epistemic) or of the members' means only.
+    nll_beta : float
+        The beta of the beta-NLL, >= 0 (0.5, the value Seitzer et al. recommend; 0 for the plain
+        Gaussian NLL).
     random_state : int or None
 
     Attributes
@@ -212,17 +233,20 @@ class DeepEnsembleSurrogate(RegressorMixin, BaseEstimator):
     """
 
     def __init__(self, n_members=5, hidden=(32, 32), epochs=1000, learning_rate=0.02, std="total",
-                 random_state=None):
+                 nll_beta=0.5, random_state=None):
         self.n_members = n_members
         self.hidden = hidden
         self.epochs = epochs
         self.learning_rate = learning_rate
         self.std = std
+        self.nll_beta = nll_beta
         self.random_state = random_state
 
     def fit(self, X, y):
         if self.std not in ("total", "epistemic"):
             raise ValueError(f"std={self.std!r}; choose 'total' or 'epistemic'")
+        if not (np.isfinite(self.nll_beta) and self.nll_beta >= 0):
+            raise ValueError(f"nll_beta={self.nll_beta!r}; need a finite value >= 0")
         X, y = _check_Xy(X, y)
         self.y_mean_ = float(y.mean())
         spread = float(y.std())
@@ -231,7 +255,7 @@ class DeepEnsembleSurrogate(RegressorMixin, BaseEstimator):
         sizes = [X.shape[1], *[int(h) for h in self.hidden], 2]
         self.params_, _ = _fit_stacked(
             "nll", rng, int(self.n_members), sizes, X, (y - self.y_mean_) / self.y_std_,
-            self.epochs, self.learning_rate,
+            self.epochs, self.learning_rate, beta=self.nll_beta,
         )
         self.n_features_in_ = X.shape[1]
         return self
