@@ -1,4 +1,4 @@
-"""Scores of Gaussian and Gaussian-mixture predictions (SPEC sections 5 and 7).
+"""Scores of Gaussian and Gaussian-mixture predictions (Gneiting & Raftery 2007; Kuleshov et al. 2018).
 
 Everything here is pure numpy/scipy and takes plain arrays.
 
@@ -160,7 +160,7 @@ def mae(mean, y):
 
 
 def mixture_moments(means, variances, weights):
-    """Mean and variance decomposition of a Gaussian mixture (SPEC section 5).
+    """Mean and variance decomposition of a Gaussian mixture (law of total variance; Egele et al. 2022).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Keras 3 networks of the joint search space (SPEC.md sections 2 and 3).
+"""Keras 3 networks of the joint search space (Egele et al. 2022; Egele 2024, Figure 6.1).
 
 A configuration's architecture vector becomes a functional model: a chain of cells, each a
 dense decision (identity or ``Dense(units, activation)``) plus skip connections to the outputs

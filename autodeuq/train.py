@@ -1,4 +1,4 @@
-"""Train one configuration with the Gaussian NLL (SPEC.md section 2) on a compiled epoch loop.
+"""Train one configuration with the Gaussian NLL (Nix & Weigend 1994; Lakshminarayanan et al. 2017) on a compiled epoch loop.
 
 Why not ``model.fit``: for the small tabular networks of the search, Keras' per-step and
 per-epoch Python machinery (data adapters, callbacks, the validation pass) costs far more than

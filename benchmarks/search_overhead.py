@@ -1,4 +1,4 @@
-"""Time per ask as the number of observations grows (SPEC section 7), for "agebo" and "bo".
+"""Time per ask as the number of observations grows, for "agebo" and "bo".
 
 For each size N, a fresh searcher over the tabular space is told N synthetic results (random
 configurations, a smooth synthetic cost, 5 % failures), then asked for 8 configurations; this is

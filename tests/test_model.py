@@ -60,7 +60,7 @@ def inbound(model, layer_name):
 
 
 def numpy_forward(space, arch, model, x):
-    """Independent re-implementation of the cell semantics of SPEC.md section 3."""
+    """Independent re-implementation of the cell semantics of the joint space (Egele 2024, Figure 6.1)."""
     w = {layer.name: layer.get_weights() for layer in model.layers if layer.get_weights()}
     outs = {0: x}
     for k, (choice, skips) in enumerate(space.cells(arch), start=1):

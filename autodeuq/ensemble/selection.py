@@ -1,4 +1,4 @@
-"""Ensemble selection from a catalog of Gaussian models (SPEC section 5).
+"""Ensemble selection from a catalog of Gaussian models (Caruana et al. 2004; Egele et al. 2022).
 
 Selection works on cached validation predictions only. Each model ``i`` of the catalog
 predicts, per point and target, a Gaussian ``N(mu_i, s2_i)``; an ensemble is a weighted

@@ -50,7 +50,7 @@ def kappa_schedule(kappa0, t, n_initial, period=25, decay=0.1):
     """Periodic exponential decay of the LCB exploration weight.
 
     ``kappa_t = kappa0 * exp(-decay * ((t - n_initial) mod period))`` for ``t >= n_initial``
-    and ``kappa0`` before (SPEC section 4). ``decay=None`` (or 0) keeps ``kappa0`` throughout.
+    and ``kappa0`` before (Egele 2024, ch. 2). ``decay=None`` (or 0) keeps ``kappa0`` throughout.
     ``t`` is the index of the suggestion (0-based) and may be an array.
     """
     t = np.asarray(t)

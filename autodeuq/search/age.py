@@ -1,4 +1,4 @@
-"""Aging evolution (regularized evolution, Real et al. 2019), SPEC section 4.
+"""Aging evolution (regularized evolution, Real et al. 2019).
 
 A FIFO population holds the last ``population_size`` successful results. Until it is full,
 configurations are random. Then each child comes from a tournament: draw ``sample_size`` members

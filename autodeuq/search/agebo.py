@@ -1,5 +1,5 @@
 """AgEBO: aging evolution for the architecture, Bayesian optimization for the training
-hyperparameters (SPEC section 4), the default searcher of autodeuq.
+hyperparameters (Egele et al. 2022), the default searcher of autodeuq.
 
 Each ``ask(n)`` pairs ``n`` children architectures from aging evolution (random while the
 population is not full) with ``n`` hyperparameter suggestions of a BO over the training

@@ -1,4 +1,4 @@
-"""Asynchronous Bayesian optimization (SPEC section 4).
+"""Asynchronous Bayesian optimization (Egele 2024, ch. 2-3).
 
 :class:`VectorBO` is the core: it works on points of [0, 1]^d drawn by a candidate sampler, so the
 same code serves the joint space (:class:`BayesianOptimization`), the training hyperparameters

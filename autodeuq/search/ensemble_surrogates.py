@@ -1,4 +1,4 @@
-"""Ensembles of small networks as Bayesian-optimization surrogates (SPEC section 6).
+"""Ensembles of small networks as Bayesian-optimization surrogates (Lakshminarayanan et al. 2017; Khazi et al. 2023).
 
 Two surrogates with the scikit-learn regressor API (``fit(X, y)``, ``predict(X, return_std=True)``),
 registered as ``"deep-ensemble"`` and ``"ranking-ensemble"`` in
