@@ -173,38 +173,29 @@ def sigterm_interrupts():
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
-def _check_epoch_budget(run_dir, space, epochs) -> None:
-    """Refuse to resume a run with another epoch budget: its entries would not be comparable."""
+def _check_resume(run_dir, space, epochs, discarder) -> None:
+    """Refuse to resume a run with another epoch budget or early-discarding rule: its entries
+    would not be comparable. Reads the catalog's recorded search options once."""
     try:
         with Catalog(run_dir) as catalog:
             recorded = catalog.meta.get("search") or {}
+            n_finished = catalog.n_finished
     except CatalogError:
         return  # no catalog yet (or a broken one, which create_or_resume reports)
     before = recorded.get("epochs") or None
-    if int(before or space.epochs) == int(epochs or space.epochs):
-        return
+    if int(before or space.epochs) != int(epochs or space.epochs):
+        def budget(e):
+            return f"--epochs {e}" if e else f"the space's {space.epochs} epochs"
 
-    def budget(e):
-        return f"--epochs {e}" if e else f"the space's {space.epochs} epochs"
+        raise CatalogError(f"{run_dir}: its catalog was trained with {budget(before)}, this run asks for "
+                           f"{budget(epochs)}; resuming would mix epoch budgets in one catalog. Use {budget(before)} "
+                           f"or a new --run-dir")
+    rule, wanted = recorded.get("early_discarding"), None if discarder is None else discarder.describe()
+    if n_finished and rule != wanted:
+        def name(r):
+            return "no early discarding" if r is None else ", ".join(f"{k} {v}" for k, v in r.items())
 
-    raise CatalogError(f"{run_dir}: its catalog was trained with {budget(before)}, this run asks for {budget(epochs)}; "
-                       f"resuming would mix epoch budgets in one catalog. Use {budget(before)} or a new --run-dir")
-
-
-def _check_discarding(run_dir, discarder) -> None:
-    """Refuse to resume a run under another early-discarding rule: its budgets would be mixed."""
-    try:
-        with Catalog(run_dir) as catalog:
-            recorded = (catalog.meta.get("search") or {}).get("early_discarding")
-            n_finished = catalog.n_finished
-    except CatalogError:
-        return
-    wanted = None if discarder is None else discarder.describe()
-    if n_finished and recorded != wanted:
-        def name(rule):
-            return "no early discarding" if rule is None else ", ".join(f"{k} {v}" for k, v in rule.items())
-
-        raise CatalogError(f"{run_dir}: its catalog was searched with {name(recorded)}, this run asks for "
+        raise CatalogError(f"{run_dir}: its catalog was searched with {name(rule)}, this run asks for "
                            f"{name(wanted)}; resuming would mix the two in one catalog. Use the same rule or a "
                            f"new run directory")
 
@@ -267,8 +258,7 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
     search_options = dict(search_options or {})
     discarder = evaluator.discarder
     if not new_run:
-        _check_epoch_budget(run_dir, space, (run_options or {}).get("epochs"))
-        _check_discarding(run_dir, discarder)
+        _check_resume(run_dir, space, (run_options or {}).get("epochs"), discarder)
     writer = Catalog.create_or_resume(
         run_dir, space, dataset,
         search_options={"search": search, "options": search_options, "evaluator": evaluator.describe(),
@@ -388,11 +378,11 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
             best, n_done, n_finished = writer.best(), writer.n_done, writer.n_finished
             n_discarded = writer.n_discarded
             nll_offset = writer.nll_offset
-            epochs = int(writer.to_dataframe()["epochs"].fillna(0).sum())
+            frame = writer.to_dataframe()
+            epochs = int(frame["epochs"].fillna(0).sum())
             if stopped_by == "failing":
                 failure_reason, failure_count = session_reasons[0], early_failures
             elif n_finished > n_done + n_discarded:
-                frame = writer.to_dataframe()
                 failure_reason, failure_count = _most_common_failure(
                     [str(r) for r in frame.loc[frame["status"] == "failed", "reason"]])
             else:
