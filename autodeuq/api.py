@@ -169,17 +169,14 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         if X_valid is not None:
             X_valid = validate_data(self, self._by_name(X_valid), reset=False, dtype=np.float64)
             y_valid = np.asarray(y_valid, dtype=np.float64).reshape(len(X_valid), -1)
-        if isinstance(self.ensemble_size, bool) or not isinstance(self.ensemble_size, (int, np.integer)) \
-                or self.ensemble_size < 1:
-            raise ValueError(f"ensemble_size must be an integer >= 1, got {self.ensemble_size!r}")
-        if isinstance(self.selection_bags, bool) or not isinstance(self.selection_bags, (int, np.integer)) \
-                or self.selection_bags < 0:
-            raise ValueError(f"selection_bags must be an integer >= 0, got {self.selection_bags!r}")
+        from autodeuq.discard import POLICIES, SuccessiveHalving
         from autodeuq.ensemble.predictive import CALIBRATIONS, DIVERSITY
         from autodeuq.ensemble.selection import STOPS
 
-        from autodeuq.discard import POLICIES, SuccessiveHalving
-
+        for name, minimum in (("ensemble_size", 1), ("selection_bags", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
         for name, allowed in (("selection_stop", STOPS), ("diversity", DIVERSITY), ("calibrate", CALIBRATIONS),
                               ("early_discarding", POLICIES)):
             if getattr(self, name) not in allowed:
