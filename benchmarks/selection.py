@@ -159,6 +159,8 @@ def main(argv=None):
     p.add_argument("--uci", nargs="*", default=["boston", "concrete", "energy", "yacht"])
     p.add_argument("--splits", default="0-4")
     p.add_argument("--uci-runs", default="runs/uci", help="catalogs of benchmarks/uci.py --methods autodeuq")
+    p.add_argument("--uci-method", default="autodeuq", choices=["autodeuq", "autodeuq-sha"],
+                   help="whose catalogs: autodeuq (<dataset>-split<i>) or autodeuq-sha (<dataset>-split<i>-sha)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--raw", default="benchmarks/results/selection_raw.json")
     p.add_argument("--figure-variant", default="greedy-k",
@@ -195,7 +197,8 @@ def main(argv=None):
         data_dir = Path(args.data_dir) if args.data_dir else uci_data.default_data_dir(ROOT)
         for name in args.uci:
             for split in parse_splits(args.splits):
-                run_dir = Path(args.uci_runs) / f"{name}-split{split}"
+                suffix = "-sha" if args.uci_method == "autodeuq-sha" else ""
+                run_dir = Path(args.uci_runs) / f"{name}-split{split}{suffix}"
                 if (name, split) in done or not (run_dir / "catalog.sqlite").exists():
                     continue
                 data = uci_data.load_split(data_dir, name, split)
