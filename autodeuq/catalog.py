@@ -35,7 +35,7 @@ Crash safety (SIGKILL or power loss at any instant):
 
 A run directory is untrusted input (it may be shared, copied from elsewhere or tampered with):
 
-- Every file is written through :func:`atomic_write`: a temporary name created exclusively
+- Every file is written through :func:`autodeuq.fileio.atomic_write`: a temporary name created exclusively
   (``O_EXCL | O_NOFOLLOW``), renamed over the final name, so a symbolic link planted at either
   name is replaced, never written through; the lock file is opened with ``O_NOFOLLOW`` and a
   writer refuses linked ``models/``, ``predictions/`` or database files.
@@ -59,7 +59,6 @@ import math
 import os
 import platform
 import re
-import secrets
 import socket
 import sqlite3
 import stat
@@ -73,13 +72,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .result import DISCARDED, DONE, FAILED, TrainResult
+from .fileio import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, TEMP_SUFFIX, os_reason, replace_file
+from .result import MODEL_STATUSES, Status, TrainResult
 from .space import SearchSpace, load_space
 
-RUNNING = "running"
-STATUSES = (RUNNING, DONE, DISCARDED, FAILED)
-#: Statuses of entries that hold a trained model (and validation predictions).
-MODEL_STATUSES = (DONE, DISCARDED)
+STATUSES = tuple(Status)
 
 FORMAT = "autodeuq-catalog"
 # Version 2 adds the status 'discarded' (early discarding); a writer migrates version 1 on opening.
@@ -92,7 +89,6 @@ TARGETS_NAME = "valid_targets.npy"
 CSV_NAME = "results.csv"
 MODELS_DIR = "models"
 PREDICTIONS_DIR = "predictions"
-TEMP_SUFFIX = ".tmp"
 # Files SQLite keeps next to the index: a planted link there would make SQLite write elsewhere.
 DB_FILES = (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", f"{DB_NAME}-journal")
 
@@ -212,116 +208,6 @@ def _number(value, kind):
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _temp_path(path: Path) -> Path:
-    # Random, so a name cannot be planted in advance; a dot-name ending in .tmp, so a writer
-    # reopening the run knows it for a leftover.
-    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
-
-
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (POSIX; elsewhere the OS gives no handle to sync)."""
-    if os.name != "posix":
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _write_temp(path: Path, data: bytes) -> Path:
-    """Write ``data`` to a new temporary file next to ``path`` and fsync it.
-
-    The name is created exclusively and without following links: a file or link already there
-    (planted, say) is never opened, another random name is tried instead.
-    """
-    for _ in range(16):
-        tmp = _temp_path(path)
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o666)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
-    try:
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    return tmp
-
-
-def _publish(tmp: Path, path: Path) -> None:
-    """Atomically give the complete temporary file its final name, durably.
-
-    A rename replaces a link at ``path`` itself, never the file it points to.
-    """
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = _write_temp(path, data)
-    try:
-        _publish(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):  # gone already when the rename itself succeeded
-            tmp.unlink()
-        raise
-
-
-def _os_reason(exc: OSError) -> str:
-    return exc.strerror or str(exc) or type(exc).__name__
-
-
-def atomic_write(path: str | Path, data: bytes) -> Path:
-    """Replace ``path`` with ``data`` atomically and durably, never writing through a link.
-
-    The bytes go to a new temporary file in the same folder (created with ``O_EXCL |
-    O_NOFOLLOW``), which is fsynced and renamed over ``path``; on any failure the temporary file
-    is removed and ``path`` is left as it was. Every file autodeuq writes into a run directory or
-    next to an ensemble manifest goes through here.
-
-    Parameters
-    ----------
-    path : str or Path
-    data : bytes
-
-    Returns
-    -------
-    Path
-
-    Raises
-    ------
-    CatalogError
-        The file cannot be written (disk full, read-only folder, ``path`` is a folder, ...);
-        the message names it and says why.
-    """
-    path = Path(path)
-    try:
-        _atomic_write(path, bytes(data))
-    except OSError as exc:
-        raise CatalogError(f"cannot write {path}: {_os_reason(exc)}") from None
-    return path
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
@@ -531,7 +417,7 @@ def read_verified(path: Path, root: Path, sha256: str, limit: int, where: str, r
     if not real.is_relative_to(root.resolve()):
         raise CatalogError(f"{where}: resolves to {real}, outside {root_name}; refusing to read it")
     try:
-        fd = os.open(real, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
+        fd = os.open(real, os.O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         with os.fdopen(fd, "rb") as f:
             info = os.fstat(f.fileno())
             if not stat.S_ISREG(info.st_mode):
@@ -540,7 +426,7 @@ def read_verified(path: Path, root: Path, sha256: str, limit: int, where: str, r
     except FileNotFoundError:
         raise CatalogError(f"{where} is missing") from None
     except OSError as exc:
-        raise CatalogError(f"{where}: cannot read it: {_os_reason(exc)}") from None
+        raise CatalogError(f"{where}: cannot read it: {os_reason(exc)}") from None
     if info.st_size > limit or len(data) > limit:
         raise CatalogError(f"{where}: is larger than the {limit} bytes allowed; refusing to read it")
     if _sha256(data) != sha256:
@@ -882,32 +768,32 @@ class Catalog:
     @property
     def n_done(self) -> int:
         """Evaluations trained to their end (early stopping included)."""
-        return int(self._query("SELECT COUNT(*) FROM evaluations WHERE status = ?", (DONE,))[0][0])
+        return int(self._query("SELECT COUNT(*) FROM evaluations WHERE status = ?", (Status.DONE,))[0][0])
 
     @property
     def n_discarded(self) -> int:
         """Evaluations stopped at a rung by early discarding (they hold a model too)."""
-        return int(self._query("SELECT COUNT(*) FROM evaluations WHERE status = ?", (DISCARDED,))[0][0])
+        return int(self._query("SELECT COUNT(*) FROM evaluations WHERE status = ?", (Status.DISCARDED,))[0][0])
 
     @property
     def n_finished(self) -> int:
         """Evaluations with a result: done, discarded or failed."""
         return int(self._query("SELECT COUNT(*) FROM evaluations WHERE status IN (?, ?, ?)",
-                               (DONE, DISCARDED, FAILED))[0][0])
+                               (Status.DONE, Status.DISCARDED, Status.FAILED))[0][0])
 
     def model_ids(self) -> list[int]:
         """Ids of the entries holding a model (done or discarded), in increasing order."""
         rows = self._query("SELECT id FROM evaluations WHERE status IN (?, ?) ORDER BY id", MODEL_STATUSES)
         return [int(r[0]) for r in rows]
 
-    def ids(self, status: str | None = DONE) -> list[int]:
+    def ids(self, status: str | None = Status.DONE) -> list[int]:
         """Ids of the entries with ``status`` (``None``: all), in increasing order."""
         if status is None:
             rows = self._query("SELECT id FROM evaluations ORDER BY id")
         elif status in STATUSES:
             rows = self._query("SELECT id FROM evaluations WHERE status = ? ORDER BY id", (status,))
         else:
-            raise ValueError(f"status must be one of {STATUSES} or None, got {status!r}")
+            raise ValueError(f"status must be one of {[str(s) for s in STATUSES]} or None, got {status!r}")
         return [int(r[0]) for r in rows]
 
     def _row(self, entry_id: int) -> sqlite3.Row:
@@ -957,7 +843,7 @@ class Catalog:
         """
         rows = self._query(
             "SELECT id, config_json, status, objective FROM evaluations WHERE status IN (?, ?, ?) "
-            "ORDER BY finish_order, id", (DONE, DISCARDED, FAILED),
+            "ORDER BY finish_order, id", (Status.DONE, Status.DISCARDED, Status.FAILED),
         )
         return [(_decode_json(r["config_json"], self._where(r), "config_json"),
                  float(_checked_objective(r["objective"], self._where(r))) if r["status"] in MODEL_STATUSES
@@ -969,7 +855,7 @@ class Catalog:
         (what an early-discarding rule replays to continue a run; see :mod:`autodeuq.discard`)."""
         rows = self._query(
             "SELECT id, history_json FROM evaluations WHERE status IN (?, ?, ?) ORDER BY finish_order, id",
-            (DONE, DISCARDED, FAILED),
+            (Status.DONE, Status.DISCARDED, Status.FAILED),
         )
         out = []
         for r in rows:
@@ -1351,11 +1237,11 @@ def _acquire_lock(run_dir: Path):
     """
     path = run_dir / LOCK_NAME
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o666)
     except OSError as exc:
         if exc.errno == errno.ELOOP or path.is_symlink():
             raise CatalogError(f"{path}: is a symbolic link; refusing to follow it (remove it)") from None
-        raise CatalogError(f"{path}: cannot open the lock file: {_os_reason(exc)}") from None
+        raise CatalogError(f"{path}: cannot open the lock file: {os_reason(exc)}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise CatalogError(f"{path}: not a regular file; remove it")
@@ -1428,14 +1314,14 @@ class CatalogWriter(Catalog):
             for tmp in folder.glob(f".*{TEMP_SUFFIX}"):
                 with contextlib.suppress(OSError):
                     tmp.unlink()
-        _atomic_write(self.run_dir / META_NAME, (json.dumps(self.meta, indent=2, sort_keys=True) + "\n").encode())
-        _atomic_write(self.run_dir / TARGETS_NAME, _npy_bytes(self._valid_targets))
+        replace_file(self.run_dir / META_NAME, (json.dumps(self.meta, indent=2, sort_keys=True) + "\n").encode())
+        replace_file(self.run_dir / TARGETS_NAME, _npy_bytes(self._valid_targets))
         self._write_results_csv()
 
     def _write_results_csv(self) -> None:
         buf = io.StringIO()
         self.to_dataframe().to_csv(buf, index=False)
-        _atomic_write(self.run_dir / CSV_NAME, buf.getvalue().encode())
+        replace_file(self.run_dir / CSV_NAME, buf.getvalue().encode())
         self._csv_written, self._csv_stale = time.monotonic(), False
 
     def _refresh_results_csv(self, force: bool = False) -> None:
@@ -1462,14 +1348,14 @@ class CatalogWriter(Catalog):
             cursor = self._conn.execute(
                 "INSERT INTO evaluations (status, config_json, arch_json, hp_json, submit_time, data_fingerprint) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                (RUNNING, _dumps(plain), json.dumps(arch, separators=(",", ":")), _dumps(hp), time.time(),
+                (Status.RUNNING, _dumps(plain), json.dumps(arch, separators=(",", ":")), _dumps(hp), time.time(),
                  self.fingerprint),
             )
             return int(cursor.lastrowid)
 
     def pending(self) -> list[tuple[int, dict[str, Any]]]:
         """(id, config) of submitted entries without a result, by id: train them again on resume."""
-        rows = self._query("SELECT id, config_json FROM evaluations WHERE status = ? ORDER BY id", (RUNNING,))
+        rows = self._query("SELECT id, config_json FROM evaluations WHERE status = ? ORDER BY id", (Status.RUNNING,))
         return [(int(r["id"]), _decode_json(r["config_json"], self._where(r), "config_json")) for r in rows]
 
     def record(self, entry_id: int, result: TrainResult) -> None:
@@ -1483,25 +1369,25 @@ class CatalogWriter(Catalog):
         entry_id = int(entry_id)
         with self._lock:
             row = self._row(entry_id)
-            if row["status"] != RUNNING:
+            if row["status"] != Status.RUNNING:
                 raise CatalogError(f"{self.run_dir}: entry {entry_id} is already {row['status']}; "
                                    f"a result is recorded once")
             if result.ok:
-                status, reason = (DISCARDED if result.status == DISCARDED else DONE), None
+                status, reason = (Status.DISCARDED if result.status == Status.DISCARDED else Status.DONE), None
             else:
-                status, reason = FAILED, str(result.reason or "unknown failure")
+                status, reason = Status.FAILED, str(result.reason or "unknown failure")
             model_sha = predictions_sha = None
             if status in MODEL_STATUSES:
                 problem = self._result_problem(result)
                 if problem:
                     warnings.warn(f"entry {entry_id}: recorded as failed: {problem}", RuntimeWarning, stacklevel=2)
-                    status, reason = FAILED, f"invalid result: {problem}"
+                    status, reason = Status.FAILED, f"invalid result: {problem}"
             if status in MODEL_STATUSES:
                 npz = _npz_bytes(np.asarray(result.valid_mean, dtype=np.float64),
                                  np.asarray(result.valid_var, dtype=np.float64))
                 model_sha, predictions_sha = _sha256(result.model_bytes), _sha256(npz)
-                _atomic_write(self.model_path(entry_id), bytes(result.model_bytes))
-                _atomic_write(self.predictions_path(entry_id), npz)
+                replace_file(self.model_path(entry_id), bytes(result.model_bytes))
+                replace_file(self.predictions_path(entry_id), npz)
             self._commit_record(entry_id, result, status, reason, model_sha, predictions_sha)
             self._refresh_results_csv()
 
@@ -1530,7 +1416,7 @@ class CatalogWriter(Catalog):
              _number(result.wall_time, float), _number(result.n_params, int), str(result.worker or ""),
              _number(result.start_time, float), _number(result.end_time, float), time.time(),
              model_sha, predictions_sha, _dumps(result.history or {}), _dumps(result.extra or {}),
-             entry_id, RUNNING),
+             entry_id, Status.RUNNING),
         )
         if cursor.rowcount != 1:
             raise CatalogError(f"{self.run_dir}: entry {entry_id} was not running when its result arrived")

@@ -355,9 +355,9 @@ def _interval_levels(levels) -> list[tuple[float, str]]:
 def cmd_predict(args):
     import pandas as pd
 
-    from autodeuq.catalog import atomic_write
     from autodeuq.data import read_table
     from autodeuq.ensemble import UncertaintyPrediction, load_ensemble
+    from autodeuq.fileio import atomic_write
     from autodeuq.metrics import central_interval
 
     if Path(args.ensemble).is_dir() and not (Path(args.ensemble) / "ensemble.json").is_file():
@@ -413,7 +413,8 @@ def _leaderboard(frame, nll_column: str) -> list[str]:
 
 
 def cmd_catalog(args):
-    from autodeuq.catalog import CSV_NAME, MODEL_STATUSES, Catalog
+    from autodeuq.catalog import CSV_NAME, Catalog
+    from autodeuq.result import MODEL_STATUSES, Status
 
     if args.top < 0:
         raise CLIError(f"--top must be >= 0 (0 lists every trained network), got {args.top}")
@@ -424,12 +425,12 @@ def cmd_catalog(args):
         space = catalog.space.name
         original = np.isfinite(catalog.nll_offset)
     counts = frame["status"].value_counts()
-    parts = [f"{counts.get('done', 0)} done"]
-    if counts.get("discarded", 0):
-        parts.append(f"{counts['discarded']} discarded early")
-    parts.append(f"{counts.get('failed', 0)} failed")
-    if counts.get("running", 0):
-        parts.append(f"{counts['running']} running or interrupted")
+    parts = [f"{counts.get(Status.DONE, 0)} done"]
+    if counts.get(Status.DISCARDED, 0):
+        parts.append(f"{counts[Status.DISCARDED]} discarded early")
+    parts.append(f"{counts.get(Status.FAILED, 0)} failed")
+    if counts.get(Status.RUNNING, 0):
+        parts.append(f"{counts[Status.RUNNING]} running or interrupted")
     print(f"{run_dir}: {len(frame)} evaluations: {', '.join(parts)}; dataset {data.get('name')} "
           f"(target(s) {', '.join(map(str, data.get('targets', [])))}); space {space}")
     # The NLL users compare with metrics.json: in the data's units, unless the catalog lacks their scale.
@@ -477,6 +478,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from autodeuq.catalog import CatalogError
+    from autodeuq.fileio import WriteError
     from autodeuq.space import SpaceError
 
     handlers = {"search": cmd_search, "ensemble": cmd_ensemble, "predict": cmd_predict, "run": cmd_run,
@@ -490,7 +492,7 @@ def main(argv=None) -> int:
     try:
         with signals as sigterm:
             handlers[args.command](args)
-    except (CLIError, DataError, SpaceError, CatalogError, ValueError, FileNotFoundError) as exc:
+    except (CLIError, DataError, SpaceError, CatalogError, WriteError, ValueError, FileNotFoundError) as exc:
         print(f"autodeuq: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:

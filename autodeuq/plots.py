@@ -1,7 +1,7 @@
 """Figures: the 1-D uncertainty plot, the calibration curve and the search trace (PNG files).
 
 Each function writes its figure to ``path`` (atomically, never through a link: see
-:func:`autodeuq.catalog.atomic_write`) and returns the path, or returns the PNG bytes when
+:func:`autodeuq.fileio.atomic_write`) and returns the path, or returns the PNG bytes when
 ``path`` is None, so a caller can render every figure before it writes any.
 """
 from __future__ import annotations
@@ -107,7 +107,7 @@ def _save(fig, path) -> Path | bytes:
         plt.close(fig)
     if path is None:
         return buf.getvalue()
-    from autodeuq.catalog import atomic_write
+    from autodeuq.fileio import atomic_write
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

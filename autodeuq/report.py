@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from autodeuq import metrics, plots
-from autodeuq.catalog import Catalog, atomic_write
+from autodeuq.catalog import Catalog
 from autodeuq.data import BUILTIN_DATASETS, DataError, load_builtin, load_test_file
 from autodeuq.ensemble import Ensemble
+from autodeuq.fileio import atomic_write
+from autodeuq.result import Status
 
 TABLE_METRICS = ("nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_95",
                  "miscalibration_area", "sharpness")
@@ -120,12 +122,12 @@ def _test_and_training_data(catalog, ensemble, test_file):
 
 def _trace_plot(catalog) -> bytes:
     frame = catalog.to_dataframe()
-    frame = frame[frame["status"].isin(["done", "failed"])].sort_values("id")
+    frame = frame[frame["status"].isin([Status.DONE, Status.FAILED])].sort_values("id")
     # In the data's units, as metrics.json reports the ensemble's NLL (the standardized training
     # loss only where the catalog lacks the targets' scale).
     original = np.isfinite(catalog.nll_offset)
     column = "valid_nll" if original else "objective"
-    objectives = np.where(frame["status"] == "done", frame[column].astype(float), np.inf)
+    objectives = np.where(frame["status"] == Status.DONE, frame[column].astype(float), np.inf)
     return plots.plot_search_trace(objectives, None, units="original units" if original else "standardized")
 
 

@@ -2,14 +2,31 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
-DONE = "done"
-FAILED = "failed"
-#: Stopped at a rung by early discarding: a usable model, trained for fewer epochs than it would have been.
-DISCARDED = "discarded"
+
+class Status(StrEnum):
+    """State of one evaluation; each member is the very string stored in the catalog and results.csv.
+
+    >>> Status.DONE == "done", f"{Status.DISCARDED}", Status("failed") is Status.FAILED
+    (True, 'discarded', True)
+    """
+
+    #: Submitted to a worker and not finished (or interrupted: re-run on resume).
+    RUNNING = "running"
+    #: Trained to its end: a usable model.
+    DONE = "done"
+    #: Stopped at a rung by early discarding: a usable model, trained for fewer epochs than it would have been.
+    DISCARDED = "discarded"
+    #: No usable model; the entry's reason says why.
+    FAILED = "failed"
+
+
+#: Statuses of entries that hold a trained model (and validation predictions).
+MODEL_STATUSES = (Status.DONE, Status.DISCARDED)
 
 
 @dataclass
@@ -46,7 +63,7 @@ class TrainResult:
         Unix timestamps of the evaluation on the worker.
     """
 
-    status: str
+    status: Status
     objective: float = float("inf")
     reason: str | None = None
     epochs: int = 0
@@ -65,8 +82,8 @@ class TrainResult:
     @property
     def ok(self) -> bool:
         """Whether the training produced a model (trained to its end, or discarded at a rung)."""
-        return self.status in (DONE, DISCARDED)
+        return self.status in MODEL_STATUSES
 
     @classmethod
     def failure(cls, reason: str, **kwargs) -> "TrainResult":
-        return cls(status=FAILED, reason=reason, **kwargs)
+        return cls(status=Status.FAILED, reason=reason, **kwargs)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from autodeuq import search as searchers
 from autodeuq.catalog import Catalog, CatalogError
-from autodeuq.result import TrainResult
+from autodeuq.result import Status, TrainResult
 
 EARLY_FAILURES = 5
 """A search with more evaluations to run stops when this many first ones all fail the same way."""
@@ -384,7 +384,7 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
                 failure_reason, failure_count = session_reasons[0], early_failures
             elif n_finished > n_done + n_discarded:
                 failure_reason, failure_count = _most_common_failure(
-                    [str(r) for r in frame.loc[frame["status"] == "failed", "reason"]])
+                    [str(r) for r in frame.loc[frame["status"] == Status.FAILED, "reason"]])
             else:
                 failure_reason, failure_count = None, 0
         finally:

@@ -51,7 +51,7 @@ import tensorflow as tf
 
 from .model import NetworkProgram, build_network, count_params, model_to_bytes, split_output, with_scaling
 from .optimizers import FlatOptimizer
-from .result import DISCARDED, DONE, TrainResult
+from .result import Status, TrainResult
 
 LOG_2PI = math.log(2.0 * math.pi)
 OPTIMIZERS = {
@@ -453,7 +453,7 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
     --------
     >>> space, data = load_space("toy"), toy_sine()
     >>> result = train(space.sample(np.random.default_rng(0)), space, data, epochs=5)
-    >>> result.status, len(result.history["val_loss"]) <= 5
+    >>> str(result.status), len(result.history["val_loss"]) <= 5
     ('done', True)
     """
     start_time = time.time()
@@ -513,7 +513,7 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         model_bytes = model_to_bytes(with_scaling(core, scaler))
         t_end = time.perf_counter()
         return TrainResult(
-            status=DISCARDED if discarded else DONE,
+            status=Status.DISCARDED if discarded else Status.DONE,
             objective=float(book.best),
             epochs=len(history["loss"]),
             best_epoch=book.best_epoch + 1,

@@ -15,7 +15,7 @@ import numpy as np
 
 from autodeuq.data import toy_sine
 from autodeuq.evaluator.ray import RayEvaluator, init_ray
-from autodeuq.result import TrainResult
+from autodeuq.result import Status, TrainResult
 from autodeuq.runner import run_search
 from autodeuq.space import load_space
 
@@ -27,7 +27,7 @@ class SleepObjective:
     def __call__(self, eval_id, config):
         start = time.time()
         time.sleep(self.seconds)
-        return TrainResult("done", objective=float(np.log(config["hp"]["learning_rate"]) ** 2), epochs=1,
+        return TrainResult(Status.DONE, objective=float(np.log(config["hp"]["learning_rate"]) ** 2), epochs=1,
                            best_epoch=1, model_bytes=b"\0" * 20_000, valid_mean=np.zeros((self.n_valid, 1)),
                            valid_var=np.ones((self.n_valid, 1)), start_time=start, end_time=time.time())
 

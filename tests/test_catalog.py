@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from autodeuq import catalog as catalog_module
+from autodeuq import fileio
 from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.data import from_arrays
 from autodeuq.result import TrainResult
@@ -88,26 +89,26 @@ def child_main(run_dir: str, mode: str, k: int, budget: int, ready=None) -> None
             die()
 
     if mode == "half_written_temp":  # dies while a temporary file is half written
-        original = catalog_module._write_temp
+        original = fileio._write_temp
 
         def write_temp(path, data):
             calls["n"] += calls["armed"] and path.suffix in (".keras", ".npz")
             if calls["n"] == k:
-                with open(catalog_module._temp_path(path), "wb") as f:
+                with open(fileio._temp_path(path), "wb") as f:
                     f.write(data[: len(data) // 2])
                 die()
             return original(path, data)
 
-        catalog_module._write_temp = write_temp
+        fileio._write_temp = write_temp
     elif mode == "before_publish":  # temp file complete, not yet renamed to its final name
-        original_publish = catalog_module._publish
+        original_publish = fileio._publish
 
         def publish(tmp, path):
             if path.suffix in (".keras", ".npz"):
                 at_point()
             original_publish(tmp, path)
 
-        catalog_module._publish = publish
+        fileio._publish = publish
     elif mode == "before_commit":  # both files in place, the index not yet updated
         original_commit = catalog_module.CatalogWriter._commit_record
 

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 from autodeuq import catalog as catalog_module
+from autodeuq import fileio
 from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.cli import main
 from autodeuq.data import from_arrays
@@ -86,8 +87,8 @@ def test_temporary_names_are_created_exclusively_never_through_links(tmp_path, m
     planted = folder / ".meta.json.planted.tmp"
     plant(planted, tmp_path / "victim")
     names = iter([planted, folder / ".meta.json.fresh.tmp"])
-    monkeypatch.setattr(catalog_module, "_temp_path", lambda path: next(names))
-    catalog_module.atomic_write(folder / "meta.json", b"new")
+    monkeypatch.setattr(fileio, "_temp_path", lambda path: next(names))
+    fileio.atomic_write(folder / "meta.json", b"new")
     assert (tmp_path / "victim").read_bytes() == b"precious"
     assert (folder / "meta.json").read_bytes() == b"new" and not (folder / "meta.json").is_symlink()
     assert not (folder / ".meta.json.fresh.tmp").exists()
@@ -334,6 +335,23 @@ def test_ensemble_works_from_anywhere_after_the_data_moved(run_dir, capsys):
     np.testing.assert_allclose(y_test[:, 0], np.sin(np.linspace(-3, 3, 20)))
 
 
+def test_ensemble_and_metrics_are_as_durable_as_the_catalog(run_dir, monkeypatch):
+    synced = []  # (name, is a folder) of every fsync, in order
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        synced.append((path.name, path.is_dir()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(fileio.os, "fsync", fsync)
+    assert main(["ensemble", "--run-dir", str(run_dir), "--size", "2"]) == 0
+    for name in ("ensemble.json", "metrics.json"):
+        # the temporary file is fsynced, renamed over the name, then the run directory is fsynced
+        k = next(i for i, (synced_name, _) in enumerate(synced) if synced_name.startswith(f".{name}."))
+        assert synced[k + 1] == (run_dir.name, True), synced
+
+
 def test_ensemble_writes_nothing_through_planted_links(run_dir, tmp_path):
     names = ("ensemble.json", "metrics.json", "ensemble.json.tmp", "metrics.json.tmp", "calibration.png",
              "search_trace.png", "uncertainty.png")
@@ -369,7 +387,7 @@ def test_disk_full_and_read_only_run_directories(run_dir, capsys, monkeypatch):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     with monkeypatch.context() as patch:
-        patch.setattr(catalog_module, "_write_all", full)
+        patch.setattr(fileio, "_write_all", full)
         one_line_error(capsys, ["ensemble", "--run-dir", str(run_dir), "--size", "2"], "No space left on device",
                        str(run_dir))
     no_temporary_files(run_dir)
@@ -383,7 +401,7 @@ def test_disk_full_and_read_only_run_directories(run_dir, capsys, monkeypatch):
         return real_open(path, flags, *args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(catalog_module.os, "open", read_only)
+        patch.setattr(fileio.os, "open", read_only)
         one_line_error(capsys, ["ensemble", "--run-dir", str(run_dir), "--size", "2"], "Read-only file system")
     no_temporary_files(run_dir)
     assert (run_dir / "catalog.sqlite").read_bytes() == before

@@ -29,11 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-from autodeuq.catalog import (MAX_MODEL_BYTES, Catalog, CatalogError, _package_versions, _sha256, atomic_write,
+from autodeuq.catalog import (MAX_MODEL_BYTES, Catalog, CatalogError, _package_versions, _sha256,
                               checked_keras_config, load_keras_model, read_verified)
 from autodeuq.data import FLOAT32_MAX, DataError, feature_matrix
 from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage
 from autodeuq.ensemble.selection import select, select_bagged
+from autodeuq.fileio import WriteError, atomic_write, os_reason
 from autodeuq.metrics import central_interval, mixture_moments
 
 #: How members may be kept apart (``diversity`` of :meth:`Ensemble.from_catalog`).
@@ -399,14 +400,15 @@ class Ensemble:
         ValueError
             ``self_contained=True`` with a ``.json`` path, a file or a folder holding other
             things; or ``self_contained=False`` for an ensemble that has no catalog.
+        WriteError
+            A file or folder cannot be written (the message says which and why).
         CatalogError
-            A file or folder cannot be written (the message says which and why), or a member's
-            model file is refused.
+            A member's model file is refused.
 
         Notes
         -----
         Files are replaced atomically, never written through a link (see
-        :func:`autodeuq.catalog.atomic_write`); a self-contained folder's manifest is written
+        :func:`autodeuq.fileio.atomic_write`); a self-contained folder's manifest is written
         after its members, so an interrupted export leaves no manifest naming missing files.
         """
         path = Path(path)
@@ -720,7 +722,7 @@ def _make_folder(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise CatalogError(f"cannot create the folder {folder}: {exc.strerror or exc}") from None
+        raise WriteError(f"cannot create the folder {folder}: {os_reason(exc)}") from None
 
 
 def _is_export(folder: Path) -> bool:
@@ -774,8 +776,8 @@ def _export(ens: Ensemble, folder: Path) -> Path:
             try:
                 old.unlink()
             except OSError as exc:
-                raise CatalogError(f"cannot remove {old} (a member of the ensemble exported there before): "
-                                   f"{exc.strerror or exc}") from None
+                raise WriteError(f"cannot remove {old} (a member of the ensemble exported there before): "
+                                 f"{os_reason(exc)}") from None
     return path
 
 

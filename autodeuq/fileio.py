@@ -1,0 +1,147 @@
+"""Durable, atomic file replacement that never writes through a symbolic link.
+
+Every file autodeuq writes (catalog files, ``ensemble.json``, ``metrics.json``, figures,
+predictions, exported members) goes through :func:`atomic_write`: the bytes go to a new
+temporary file in the destination's folder, created exclusively and without following links
+(``O_EXCL | O_NOFOLLOW``), which is fsynced, renamed over the destination, and the folder is
+fsynced. A crash at any instant leaves either the old file or the new one, never a mix, and a
+link planted at either name is replaced, never written through (the POSIX rename and fsync
+rules; Pillai et al., "All File Systems Are Not Created Equal", OSDI 2014).
+
+This module depends on the standard library only, so every layer may use it.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+from pathlib import Path
+
+__all__ = ["atomic_write", "WriteError", "TEMP_SUFFIX"]
+
+#: Temporary files are dot-names ending in this suffix: a reader never takes them for data, and
+#: a writer reopening a folder knows them for leftovers of a crash.
+TEMP_SUFFIX = ".tmp"
+
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+class WriteError(RuntimeError):
+    """A file cannot be written: the message names it and says why."""
+
+
+def os_reason(exc: OSError) -> str:
+    """The operating system's words for ``exc`` ("No space left on device", ...)."""
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+def _temp_path(path: Path) -> Path:
+    # Random, so a name cannot be planted in advance; a dot-name ending in TEMP_SUFFIX, so a
+    # writer reopening the folder knows it for a leftover.
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (POSIX; elsewhere the OS gives no handle to sync)."""
+    if os.name != "posix":
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _write_temp(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a new temporary file next to ``path`` and fsync it.
+
+    The name is created exclusively and without following links: a file or link already there
+    (planted, say) is never opened, another random name is tried instead.
+    """
+    for _ in range(16):
+        tmp = _temp_path(path)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return tmp
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    """Atomically give the complete temporary file its final name, durably.
+
+    A rename replaces a link at ``path`` itself, never the file it points to.
+    """
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """:func:`atomic_write` that lets the ``OSError`` through (for callers with their own error)."""
+    tmp = _write_temp(path, data)
+    try:
+        _publish(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # gone already when the rename itself succeeded
+            tmp.unlink()
+        raise
+
+
+def atomic_write(path: str | Path, data: bytes) -> Path:
+    """Replace ``path`` with ``data`` atomically and durably, never writing through a link.
+
+    The bytes go to a new temporary file in the same folder (created with ``O_EXCL |
+    O_NOFOLLOW``), which is fsynced and renamed over ``path``, and the folder is fsynced; on any
+    failure the temporary file is removed and ``path`` is left as it was.
+
+    Parameters
+    ----------
+    path : str or Path
+    data : bytes
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    WriteError
+        The file cannot be written (disk full, read-only folder, ``path`` is a folder, ...);
+        the message names it and says why.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     written = atomic_write(Path(folder) / "a.json", b"{}")
+    ...     print(written.read_bytes(), [p.name for p in Path(folder).iterdir()])
+    b'{}' ['a.json']
+    """
+    path = Path(path)
+    try:
+        replace_file(path, bytes(data))
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: {os_reason(exc)}") from None
+    return path
