@@ -18,6 +18,7 @@ from scipy.special import logsumexp, ndtr, ndtri
 __all__ = [
     "LOG_2PI",
     "CALIBRATION_LEVELS",
+    "check_mixture",
     "gaussian_logpdf",
     "gaussian_nll",
     "rmse",
@@ -44,38 +45,74 @@ CALIBRATION_LEVELS = np.linspace(0.01, 0.99, 99)
 _WEIGHT_SUM_TOL = 1e-6
 
 
-def _check_mixture(means, variances, weights, y=None):
-    """Cast a mixture to float arrays and check the shapes agree (cheap, boundary only)."""
+def check_mixture(means, variances, weights=None, y=None):
+    """Cast a mixture's components (and its weights and observations, when given) to float arrays
+    and check them once, at the boundary; the one validator of the scores and of ensemble selection.
+
+    Parameters
+    ----------
+    means, variances : array_like, shape (M, n, T)
+        At least one component and one point.
+    weights : array_like, shape (M,), optional
+        Non-negative, summing to 1.
+    y : array_like, shape (n, T), optional
+        Finite observations.
+
+    Returns
+    -------
+    means, variances[, weights][, y] : ndarray
+        The float arrays, ``weights`` and ``y`` only when given.
+
+    Raises
+    ------
+    ValueError
+        Naming the first argument that breaks a rule.
+
+    Examples
+    --------
+    >>> means, variances, y = check_mixture([[[0.0]]], [[[1.0]]], y=[[0.5]])
+    >>> means.shape, y.dtype
+    ((1, 1, 1), dtype('float64'))
+    >>> check_mixture([[[0.0]]], [[[1.0]]], weights=[0.5])
+    Traceback (most recent call last):
+    ...
+    ValueError: weights must be non-negative and sum to 1
+    """
     means = np.asarray(means, dtype=float)
     variances = np.asarray(variances, dtype=float)
-    weights = np.asarray(weights, dtype=float)
     if means.ndim != 3:
-        raise ValueError(f"means must have shape (M, n, T), got {means.shape}")
+        raise ValueError(f"means must have shape (n_models, n_points, n_targets), got {means.shape}")
     if variances.shape != means.shape:
-        raise ValueError(
-            f"variances must have the shape of means {means.shape}, got {variances.shape}"
-        )
-    if weights.shape != (means.shape[0],):
-        raise ValueError(f"weights must have shape ({means.shape[0]},), got {weights.shape}")
-    if np.any(weights < 0) or abs(weights.sum() - 1.0) > _WEIGHT_SUM_TOL:
-        raise ValueError("weights must be non-negative and sum to 1")
-    if y is None:
-        return means, variances, weights
+        raise ValueError(f"variances must have the shape of means {means.shape}, got {variances.shape}")
+    if means.shape[0] == 0 or means.shape[1] == 0:
+        raise ValueError(f"means must hold at least one model and one point, got {means.shape}")
+    checked = [means, variances]
+    if weights is not None:
+        weights = np.asarray(weights, dtype=float)
+        if weights.shape != (means.shape[0],):
+            raise ValueError(f"weights must have shape ({means.shape[0]},), got {weights.shape}")
+        if np.any(weights < 0) or abs(weights.sum() - 1.0) > _WEIGHT_SUM_TOL:
+            raise ValueError("weights must be non-negative and sum to 1")
+        checked.append(weights)
+    if y is not None:
+        y = np.asarray(y, dtype=float)
+        if y.shape != means.shape[1:]:
+            raise ValueError(f"y must have shape {means.shape[1:]}, got {y.shape}")
+        if not np.all(np.isfinite(y)):
+            raise ValueError("y must be finite")
+        checked.append(y)
+    return tuple(checked)
+
+
+def _check_gaussian(y, mean, var):
     y = np.asarray(y, dtype=float)
-    if y.shape != means.shape[1:]:
-        raise ValueError(f"y must have shape {means.shape[1:]}, got {y.shape}")
-    return means, variances, weights, y
-
-
-def _check_gaussian(mean, var, y):
     mean = np.asarray(mean, dtype=float)
     var = np.asarray(var, dtype=float)
-    y = np.asarray(y, dtype=float)
-    if not (mean.shape == var.shape == y.shape):
+    if not (y.shape == mean.shape == var.shape):
         raise ValueError(
-            f"mean, var and y must share one shape, got {mean.shape}, {var.shape}, {y.shape}"
+            f"y, mean and var must share one shape, got {y.shape}, {mean.shape}, {var.shape}"
         )
-    return mean, var, y
+    return y, mean, var
 
 
 def _log_weights(weights):
@@ -83,12 +120,12 @@ def _log_weights(weights):
         return np.log(weights)
 
 
-def gaussian_logpdf(mean, var, y):
+def gaussian_logpdf(y, mean, var):
     """Elementwise log-density of ``y`` under ``N(mean, var)``.
 
     Parameters
     ----------
-    mean, var, y : array_like
+    y, mean, var : array_like
         Broadcastable arrays; ``var`` must be positive.
 
     Returns
@@ -101,15 +138,17 @@ def gaussian_logpdf(mean, var, y):
     return -0.5 * (LOG_2PI + np.log(var) + (np.asarray(y, dtype=float) - mean) ** 2 / var)
 
 
-def gaussian_nll(mean, var, y):
+def gaussian_nll(y, mean, var):
     """Negative log-likelihood of a Gaussian prediction, averaged over points.
+
+    The observations come first, as in scikit-learn's metrics and :func:`autodeuq.train.gaussian_nll`.
 
     Parameters
     ----------
-    mean, var : array_like, shape (n, T)
-        Predicted mean and (positive) variance.
     y : array_like, shape (n, T)
         Observations.
+    mean, var : array_like, shape (n, T)
+        Predicted mean and (positive) variance.
 
     Returns
     -------
@@ -118,20 +157,20 @@ def gaussian_nll(mean, var, y):
 
     Examples
     --------
-    >>> gaussian_nll(np.zeros((1, 1)), np.ones((1, 1)), np.zeros((1, 1)))
+    >>> gaussian_nll(np.zeros((1, 1)), np.zeros((1, 1)), np.ones((1, 1)))
     array([0.91893853])
     """
-    mean, var, y = _check_gaussian(mean, var, y)
-    return -gaussian_logpdf(mean, var, y).mean(axis=0)
+    y, mean, var = _check_gaussian(y, mean, var)
+    return -gaussian_logpdf(y, mean, var).mean(axis=0)
 
 
-def rmse(mean, y):
+def rmse(y, mean):
     """Root mean squared error per target.
 
     Parameters
     ----------
-    mean, y : array_like, shape (n, T)
-        Point predictions and observations.
+    y, mean : array_like, shape (n, T)
+        Observations and point predictions.
 
     Returns
     -------
@@ -142,13 +181,13 @@ def rmse(mean, y):
     return np.sqrt(np.mean((mean - y) ** 2, axis=0))
 
 
-def mae(mean, y):
+def mae(y, mean):
     """Mean absolute error per target.
 
     Parameters
     ----------
-    mean, y : array_like, shape (n, T)
-        Point predictions and observations.
+    y, mean : array_like, shape (n, T)
+        Observations and point predictions.
 
     Returns
     -------
@@ -188,7 +227,7 @@ def mixture_moments(means, variances, weights):
     >>> float(m[0, 0]), float(a[0, 0]), float(e[0, 0])
     (1.0, 1.0, 1.0)
     """
-    means, variances, weights = _check_mixture(means, variances, weights)
+    means, variances, weights = check_mixture(means, variances, weights)
     mean = np.tensordot(weights, means, axes=1)
     aleatoric = np.tensordot(weights, variances, axes=1)
     epistemic = np.tensordot(weights, (means - mean) ** 2, axes=1)
@@ -209,8 +248,8 @@ def mixture_logpdf(means, variances, weights, y):
     ndarray, shape (n, T)
         ``log sum_i w_i N(y; mu_i, s2_i)``.
     """
-    means, variances, weights, y = _check_mixture(means, variances, weights, y)
-    log_terms = _log_weights(weights)[:, None, None] + gaussian_logpdf(means, variances, y)
+    means, variances, weights, y = check_mixture(means, variances, weights, y)
+    log_terms = _log_weights(weights)[:, None, None] + gaussian_logpdf(y, means, variances)
     return logsumexp(log_terms, axis=0)
 
 
@@ -254,7 +293,7 @@ def mixture_cdf(means, variances, weights, x):
     ndarray
         ``sum_i w_i Phi((x - mu_i) / s_i)``, shape of ``x`` broadcast against ``(n, T)``.
     """
-    means, variances, weights = _check_mixture(means, variances, weights)
+    means, variances, weights = check_mixture(means, variances, weights)
     x = np.asarray(x, dtype=float)
     stds = np.sqrt(variances)
     cdf = np.zeros(np.broadcast_shapes(x.shape, means.shape[1:]))
@@ -286,7 +325,7 @@ def mixture_quantile(means, variances, weights, q, max_iter=100):
     of its components, which gives a valid starting bracket. A single component (``M = 1``)
     uses the exact normal quantile.
     """
-    means, variances, weights = _check_mixture(means, variances, weights)
+    means, variances, weights = check_mixture(means, variances, weights)
     q = np.asarray(q, dtype=float)
     if np.any((q <= 0) | (q >= 1)):
         raise ValueError("q must lie strictly inside (0, 1)")
@@ -360,7 +399,7 @@ def mixture_crps(means, variances, weights, y):
     with ``A(mu, s2) = mu (2 Phi(mu/s) - 1) + 2 s phi(mu/s)``. The pairwise term costs
     ``O(M**2 n T)`` time but only ``O(M n T)`` memory.
     """
-    means, variances, weights, y = _check_mixture(means, variances, weights, y)
+    means, variances, weights, y = check_mixture(means, variances, weights, y)
     w = weights[:, None, None]
     spread = np.sum(w * _crps_a(y - means, variances), axis=0)
     pairwise = np.zeros(y.shape)
@@ -396,7 +435,7 @@ def coverage(means, variances, weights, y, level):
     ``|2 F(y) - 1| <= level``. Testing that is exact and avoids computing quantiles; it
     agrees with :func:`central_interval` up to the bisection tolerance.
     """
-    means, variances, weights, y = _check_mixture(means, variances, weights, y)
+    means, variances, weights, y = check_mixture(means, variances, weights, y)
     return np.mean(_pit_distance(means, variances, weights, y) <= level, axis=0)
 
 
@@ -418,7 +457,7 @@ def calibration_curve(means, variances, weights, y, levels=None):
     observed : ndarray, shape (L, T)
         Fraction of observations inside each central interval, per target.
     """
-    means, variances, weights, y = _check_mixture(means, variances, weights, y)
+    means, variances, weights, y = check_mixture(means, variances, weights, y)
     expected = CALIBRATION_LEVELS if levels is None else np.asarray(levels, dtype=float)
     distance = np.sort(_pit_distance(means, variances, weights, y), axis=0)
     n = distance.shape[0]
@@ -486,14 +525,14 @@ def evaluate(means, variances, weights, y):
     >>> scores["rmse"]
     {'per_target': [0.0], 'mean': 0.0}
     """
-    means, variances, weights, y = _check_mixture(means, variances, weights, y)
+    means, variances, weights, y = check_mixture(means, variances, weights, y)
     mean, aleatoric, epistemic = mixture_moments(means, variances, weights)
     total = aleatoric + epistemic
     scores = {
         "nll": mixture_nll(means, variances, weights, y),
-        "nll_gaussian": gaussian_nll(mean, total, y),
-        "rmse": rmse(mean, y),
-        "mae": mae(mean, y),
+        "nll_gaussian": gaussian_nll(y, mean, total),
+        "rmse": rmse(y, mean),
+        "mae": mae(y, mean),
         "crps": mixture_crps(means, variances, weights, y),
         "coverage_50": coverage(means, variances, weights, y, 0.50),
         "coverage_90": coverage(means, variances, weights, y, 0.90),

@@ -1,6 +1,8 @@
 """What one evaluation (one training of one configuration) sends back to the search driver."""
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -27,6 +29,11 @@ class Status(StrEnum):
 
 #: Statuses of entries that hold a trained model (and validation predictions).
 MODEL_STATUSES = (Status.DONE, Status.DISCARDED)
+
+
+def worker_name() -> str:
+    """``host:pid`` of this process: the :attr:`TrainResult.worker` of what it evaluates."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass

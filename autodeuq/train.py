@@ -37,8 +37,6 @@ import contextlib
 import gc
 import json
 import math
-import os
-import socket
 import threading
 import time
 import warnings
@@ -49,11 +47,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from .metrics import LOG_2PI
 from .model import NetworkProgram, build_network, count_params, model_to_bytes, split_output, with_scaling
 from .optimizers import FlatOptimizer
-from .result import Status, TrainResult
+from .result import Status, TrainResult, worker_name
 
-LOG_2PI = math.log(2.0 * math.pi)
 OPTIMIZERS = {
     "sgd": keras.optimizers.SGD,
     "rmsprop": keras.optimizers.RMSprop,
@@ -410,10 +408,6 @@ def _seed32(seed) -> int:
     return int(np.random.SeedSequence(seed).generate_state(1, np.uint32)[0])
 
 
-def _worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
           threads: int | None = None, discarder=None) -> TrainResult:
     """Train one configuration; never raises (problems become a failed :class:`TrainResult`).
@@ -458,7 +452,7 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
     """
     start_time = time.time()
     t0 = time.perf_counter()
-    worker = _worker_name()
+    worker = worker_name()
     history: dict[str, list[float]] = {"loss": [], "val_loss": [], "lr": []}
 
     def failure(reason, **kwargs):

@@ -95,7 +95,7 @@ def score_tabular(ens, table, y) -> dict:
     mean, _, _ = metrics.mixture_moments(means, variances, ens.weights)
     return {
         "nll": float(metrics.mixture_nll(means, variances, ens.weights, y).mean()),
-        "rmse": float(metrics.rmse(mean, y).mean()),
+        "rmse": float(metrics.rmse(y, mean).mean()),
         "coverage_90": float(metrics.coverage(means, variances, ens.weights, y, 0.9).mean()),
         **describe(ens),
     }

@@ -133,8 +133,8 @@ def score(means, variances, weights, y) -> dict:
     mean, ale, epi = metrics.mixture_moments(means, variances, weights)
     return {
         "nll": float(metrics.mixture_nll(means, variances, weights, y)[0]),
-        "nll_gaussian": float(metrics.gaussian_nll(mean, ale + epi, y)[0]),
-        "rmse": float(metrics.rmse(mean, y)[0]),
+        "nll_gaussian": float(metrics.gaussian_nll(y, mean, ale + epi)[0]),
+        "rmse": float(metrics.rmse(y, mean)[0]),
         "coverage_90": float(metrics.coverage(means, variances, weights, y, COVERAGE_LEVEL)[0]),
     }
 
@@ -230,7 +230,7 @@ def run_catboost(data, args, *, iterations=CB_ITERATIONS, depths=CB_DEPTHS, od_w
                                   allow_writing_files=False)
         model.fit(data.x_fit, data.y_fit[:, 0], eval_set=(data.x_valid, data.y_valid[:, 0]), use_best_model=True)
         mean, var = catboost_predictive(model, data.x_valid)
-        valid_nll = float(metrics.gaussian_nll(mean[:, None], var[:, None], data.y_valid)[0])
+        valid_nll = float(metrics.gaussian_nll(data.y_valid, mean[:, None], var[:, None])[0])
         if best is None or valid_nll < best[0]:
             best = (valid_nll, depth, model)
     valid_nll, depth, model = best

@@ -31,9 +31,9 @@ def test_gaussian_nll_rmse_mae_values():
         np.mean([0.5 * np.log(2 * np.pi) + 0.5, 0.5 * np.log(2 * np.pi)]),
         np.mean([0.5 * np.log(8 * np.pi), 0.5 * np.log(8 * np.pi) + 0.5]),
     ]
-    np.testing.assert_allclose(metrics.gaussian_nll(mean, var, y), expected_nll)
-    np.testing.assert_allclose(metrics.rmse(mean, y), [np.sqrt(0.5), np.sqrt(2.0)])
-    np.testing.assert_allclose(metrics.mae(mean, y), [0.5, 1.0])
+    np.testing.assert_allclose(metrics.gaussian_nll(y, mean, var), expected_nll)
+    np.testing.assert_allclose(metrics.rmse(y, mean), [np.sqrt(0.5), np.sqrt(2.0)])
+    np.testing.assert_allclose(metrics.mae(y, mean), [0.5, 1.0])
 
 
 def test_moments_decomposition_equals_mixture_variance():
@@ -80,14 +80,14 @@ def test_mixture_nll_single_component_equals_gaussian_nll():
     means, variances, _, y = random_mixture(rng, M=1)
     np.testing.assert_allclose(
         metrics.mixture_nll(means, variances, [1.0], y),
-        metrics.gaussian_nll(means[0], variances[0], y),
+        metrics.gaussian_nll(y, means[0], variances[0]),
     )
     # duplicated components are the same distribution
     np.testing.assert_allclose(
         metrics.mixture_nll(
             np.repeat(means, 3, 0), np.repeat(variances, 3, 0), [0.2, 0.5, 0.3], y
         ),
-        metrics.gaussian_nll(means[0], variances[0], y),
+        metrics.gaussian_nll(y, means[0], variances[0]),
     )
 
 
@@ -97,7 +97,7 @@ def test_mixture_nll_is_stable_far_in_the_tails():
     variances = np.full((2, 1, 1), 1e-4)
     y = np.array([[100.0]])
     nll = metrics.mixture_nll(means, variances, [0.5, 0.5], y)
-    single = metrics.gaussian_nll(means[1], variances[1], y) - np.log(0.5)
+    single = metrics.gaussian_nll(y, means[1], variances[1]) - np.log(0.5)
     assert np.isfinite(nll).all()
     np.testing.assert_allclose(nll, single, rtol=1e-12)
 
@@ -227,9 +227,9 @@ def test_evaluate_is_consistent_and_json_serializable():
     )
     np.testing.assert_allclose(
         scores["nll_gaussian"]["per_target"],
-        metrics.gaussian_nll(mean, aleatoric + epistemic, y),
+        metrics.gaussian_nll(y, mean, aleatoric + epistemic),
     )
-    np.testing.assert_allclose(scores["rmse"]["per_target"], metrics.rmse(mean, y))
+    np.testing.assert_allclose(scores["rmse"]["per_target"], metrics.rmse(y, mean))
     np.testing.assert_allclose(
         scores["coverage_90"]["per_target"],
         metrics.coverage(means, variances, weights, y, 0.9),

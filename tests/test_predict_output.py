@@ -110,7 +110,7 @@ def test_catalog_valid_nll_is_the_nll_of_real_models_in_original_units(run_dir):
     for i, entry_id in enumerate(ids):
         # The objective comes from the float32 training graph, the stored predictions from the
         # saved (original-unit) model: equal up to float32 rounding.
-        exact = metrics.gaussian_nll(means[i], variances[i], y).mean()
+        exact = metrics.gaussian_nll(y, means[i], variances[i]).mean()
         assert frame.loc[entry_id, "valid_nll"] == pytest.approx(exact, rel=1e-4, abs=1e-4)
     assert abs(frame["valid_nll"] - frame["objective"]).min() > 0.1  # toy-sine's y_std is far from 1
 

@@ -34,7 +34,7 @@ def standardized_result(dataset, rng, status="done", epochs=7):
     scaler = dataset.scaler
     z_mean = scaler.transform_y(dataset.y_valid) + rng.normal(0, 0.3, dataset.y_valid.shape)
     z_var = rng.uniform(0.2, 1.5, dataset.y_valid.shape)
-    objective = float(metrics.gaussian_nll(z_mean, z_var, scaler.transform_y(dataset.y_valid)).mean())
+    objective = float(metrics.gaussian_nll(scaler.transform_y(dataset.y_valid), z_mean, z_var).mean())
     mean, var = scaler.inverse_y(z_mean, z_var)
     return TrainResult(status=status, objective=objective, epochs=epochs, best_epoch=epochs - 1, wall_time=1.5,
                        n_params=123, model_bytes=b"fake-model", valid_mean=mean, valid_var=var,
@@ -72,7 +72,7 @@ def test_valid_nll_is_the_original_unit_nll_of_the_stored_predictions(run_dir):
     frame = cat.to_dataframe().set_index("id")
     ids, means, variances = cat.validation_predictions()
     for i, entry_id in enumerate(ids):
-        exact = metrics.gaussian_nll(means[i], variances[i], cat.validation_targets()).mean()
+        exact = metrics.gaussian_nll(cat.validation_targets(), means[i], variances[i]).mean()
         assert frame.loc[entry_id, "valid_nll"] == pytest.approx(exact, rel=1e-10)
         assert frame.loc[entry_id, "valid_nll"] == pytest.approx(frame.loc[entry_id, "objective"] + cat.nll_offset)
     assert math.isnan(frame.loc[5, "valid_nll"]) and frame.loc[5, "status"] == "failed"

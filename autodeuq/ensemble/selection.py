@@ -18,6 +18,8 @@ import operator
 
 import numpy as np
 
+from autodeuq.metrics import LOG_2PI, check_mixture
+
 __all__ = ["select", "select_bagged", "Selection", "METHODS", "OBJECTIVES", "STOPS", "IMPROVEMENT_RTOL"]
 
 METHODS = ("greedy", "greedy-noreplace", "topk")
@@ -28,8 +30,6 @@ STOPS = ("size", "improvement")
 #: ``max(1, |score|)``. It keeps float round-off (e.g. re-adding the only member, which
 #: leaves the mixture unchanged) from counting as an improvement.
 IMPROVEMENT_RTOL = 1e-12
-
-_LOG_2PI = float(np.log(2.0 * np.pi))
 
 
 class Selection(tuple):
@@ -127,7 +127,7 @@ def select(
     >>> int(indices[0])
     0
     """
-    means, variances, y = _check_inputs(means, variances, y)
+    means, variances, y = check_mixture(means, variances, y=y)
     size = _check_positive_int(size, "size")
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -154,7 +154,7 @@ def select(
         sq_diff = np.square(diff)
         logpdf = sq_diff / variances
         logpdf += np.log(variances)
-        logpdf += _LOG_2PI
+        logpdf += LOG_2PI
         logpdf *= -0.5
         single = -logpdf.reshape(n_models, -1).mean(axis=1)
     usable = np.flatnonzero(np.isfinite(single))
@@ -209,27 +209,6 @@ def _shortfall(chosen, size, n_models, n_usable, groups, stopped):
     if groups is not None:
         return f"the usable models fall into only {np.unique(groups).size} group(s)"
     return None
-
-
-def _check_inputs(means, variances, y):
-    means = np.asarray(means, dtype=float)
-    variances = np.asarray(variances, dtype=float)
-    y = np.asarray(y, dtype=float)
-    if means.ndim != 3:
-        raise ValueError(
-            f"means must have shape (n_models, n_points, n_targets), got {means.shape}"
-        )
-    if variances.shape != means.shape:
-        raise ValueError(
-            f"variances must have the shape of means {means.shape}, got {variances.shape}"
-        )
-    if y.shape != means.shape[1:]:
-        raise ValueError(f"y must have shape {means.shape[1:]}, got {y.shape}")
-    if means.shape[0] == 0 or y.size == 0:
-        raise ValueError(f"means must hold at least one model and one point, got {means.shape}")
-    if not np.all(np.isfinite(y)):
-        raise ValueError("y must be finite")
-    return means, variances, y
 
 
 def _check_positive_int(value, name):
@@ -366,7 +345,7 @@ class _GaussianState:
         np.divide(mean, work, out=mean)  # squared error / variance
         np.log(work, out=work)
         work += mean
-        return 0.5 * (_LOG_2PI + work.mean(axis=1))
+        return 0.5 * (LOG_2PI + work.mean(axis=1))
 
 
 def select_bagged(means, variances, y, size=5, *, bags=10, fraction=0.5, seed=0, **options):
@@ -395,7 +374,7 @@ def select_bagged(means, variances, y, size=5, *, bags=10, fraction=0.5, seed=0,
     -------
     Selection
     """
-    means, variances, y = _check_inputs(means, variances, y)
+    means, variances, y = check_mixture(means, variances, y=y)
     size = _check_positive_int(size, "size")
     bags = _check_positive_int(bags, "bags")
     if not 0 < fraction <= 1:

@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import copy
-import os
-import socket
 import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable
 
 import numpy as np
 
-from autodeuq.result import TrainResult
+from autodeuq.result import TrainResult, worker_name
 
 Objective = Callable[[int, dict], TrainResult]
 
@@ -82,10 +80,6 @@ def evaluation_seed(seed: int, eval_id: int) -> int:
     if seed < 0 or eval_id < 0:
         raise ValueError(f"seed and evaluation id must be >= 0, got seed={seed}, id={eval_id}")
     return int(np.random.SeedSequence(seed, spawn_key=(eval_id,)).generate_state(1, np.uint32)[0])
-
-
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def guarded(objective: Objective, eval_id: int, config: dict) -> TrainResult:

@@ -99,7 +99,7 @@ def _trainer(kind: str, n_layers: int):
 
     if kind == "nll":
         from autodeuq.model import GaussianHead
-        from autodeuq.train import LOG_2PI
+        from autodeuq.metrics import LOG_2PI
 
         head = GaussianHead(1)
 
