@@ -636,11 +636,30 @@ class Catalog:
 
     Examples
     --------
-    >>> cat = Catalog("runs/toy")
-    >>> cat.to_dataframe().sort_values("objective").head()
-    >>> ids, means, variances = cat.validation_predictions()   # all done entries
-    >>> best_id, best_objective = cat.best()
-    >>> model = cat.load_model(best_id)
+    A run with three recorded trainings (their "models" are placeholders here; a search stores
+    the ``.keras`` bytes that :meth:`load_model` turns back into a network):
+
+    >>> import shutil, tempfile
+    >>> from autodeuq.data import from_arrays
+    >>> from autodeuq.result import TrainResult
+    >>> from autodeuq.space import load_space
+    >>> rng = np.random.default_rng(0)
+    >>> dataset = from_arrays(rng.normal(size=(30, 1)), rng.normal(size=30), seed=0)
+    >>> space, run_dir = load_space("toy"), tempfile.mkdtemp()
+    >>> n_valid = len(dataset.y_valid)
+    >>> with Catalog.create_or_resume(run_dir, space, dataset, {"algorithm": "random"}, seed=0) as writer:
+    ...     for objective in (0.9, 0.4, 1.3):
+    ...         entry_id = writer.submit(space.sample(rng))
+    ...         writer.record(entry_id, TrainResult("done", objective=objective, epochs=3, best_epoch=3,
+    ...                                             model_bytes=b"model", valid_mean=np.zeros((n_valid, 1)),
+    ...                                             valid_var=np.ones((n_valid, 1))))
+    >>> with Catalog(run_dir) as cat:
+    ...     frame = cat.to_dataframe()
+    ...     best_id, best_objective = cat.best()
+    ...     ids, means, variances = cat.validation_predictions()   # every entry with a model
+    >>> frame["objective"].tolist(), best_objective, means.shape == (3, n_valid, 1)
+    ([0.9, 0.4, 1.3], 0.4, True)
+    >>> shutil.rmtree(run_dir)
     """
 
     def __init__(self, run_dir: str | Path):
@@ -1279,11 +1298,13 @@ class CatalogWriter(Catalog):
 
     Examples
     --------
-    >>> writer = Catalog.create_or_resume("runs/toy", space, dataset, {"algorithm": "agebo"}, seed=0)
-    >>> for entry_id, config in writer.pending():      # interrupted by a crash: train again
-    ...     submit_to_worker(entry_id, config)
-    >>> entry_id = writer.submit(config)
-    >>> writer.record(entry_id, result)
+    The driver's loop, in outline (:class:`Catalog` has a complete example)::
+
+        writer = Catalog.create_or_resume("runs/toy", space, dataset, {"algorithm": "agebo"}, seed=0)
+        for entry_id, config in writer.pending():      # interrupted by a crash: train again
+            submit_to_worker(entry_id, config)
+        entry_id = writer.submit(config)
+        writer.record(entry_id, result)
     """
 
     # results.csv is an export (the index is the truth): rewriting it for every result would put

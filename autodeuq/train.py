@@ -23,10 +23,10 @@ Choices that keep tracing cheap and rare:
 Long-lived workers: each training resets Keras' session state; the objects alive after the first
 training's imports are moved out of the garbage collector's sight (``gc.freeze``), and full
 collections run every :data:`FULL_GC_EVERY` trainings, so that collecting the cyclic garbage of
-old models does not rescan TensorFlow's own objects each time (~0.45 s a collection otherwise,
-~0.1 s frozen). Keras' ``swish`` (``tf.nn.silu``, a ``tf.custom_gradient`` that pins every traced
-graph forever in TF 2.21) is replaced by :func:`autodeuq.model.swish`. Measured: RSS stays flat
-over 200 trainings (``benchmarks/results/training_speed.md``).
+old models does not rescan TensorFlow's own objects each time (a full collection is several
+times cheaper frozen). Keras' ``swish`` (``tf.nn.silu``, a ``tf.custom_gradient`` that pins every traced
+graph forever in TF 2.21) is replaced by :func:`autodeuq.model.swish`. The collection times and
+the memory held over 200 trainings are in ``benchmarks/results/training_speed.md``.
 
 One training runs at a time per process (Keras' global seed and session state, and the Grappler
 switch of :func:`_graph_optimizer_off`, are per process).
@@ -51,6 +51,7 @@ from .metrics import LOG_2PI
 from .model import NetworkProgram, build_network, count_params, model_to_bytes, split_output, with_scaling
 from .optimizers import FlatOptimizer
 from .result import Status, TrainResult, worker_name
+from .space import SpaceError
 
 OPTIMIZERS = {
     "sgd": keras.optimizers.SGD,
@@ -348,25 +349,9 @@ def clear_trainer_cache():
 def _check_config(config, space, dataset) -> str | None:
     """Why this configuration cannot be trained on this data, or None."""
     try:
-        arch, hp = space.split(config)
-    except (KeyError, TypeError) as exc:
-        return f"configuration must be a dict with 'arch' and 'hp': {exc!r}"
-    if len(arch) != len(space.arch_dims):
-        return f"arch has {len(arch)} variables, the space has {len(space.arch_dims)}"
-    for name, value, dim in zip(space.arch_names, arch, space.arch_dims):
-        if not 0 <= int(value) < dim:
-            return f"arch variable {name} = {value!r} is outside [0, {dim - 1}]"
-    missing = [k for k in ("learning_rate", "batch_size", "optimizer", "patience_reduce_lr",
-                           "patience_early_stopping") if k not in hp]
-    if missing:
-        return f"hp is missing {missing}"
-    if hp["optimizer"] not in OPTIMIZERS:
-        return f"unknown optimizer {hp['optimizer']!r}; known: {sorted(OPTIMIZERS)}"
-    lr = float(hp["learning_rate"])
-    if not (math.isfinite(lr) and lr > 0):
-        return f"learning_rate must be a positive finite number, got {hp['learning_rate']!r}"
-    if int(hp["batch_size"]) < 1:
-        return f"batch_size must be >= 1, got {hp['batch_size']!r}"
+        space.validate(config)
+    except SpaceError as exc:
+        return str(exc)
     if len(dataset.x_train) < 1 or len(dataset.x_valid) < 1:
         return "the dataset needs at least one training and one validation row"
     y_std = np.asarray(dataset.scaler.y_std, dtype=float)
@@ -382,8 +367,8 @@ _trainings_since_gc = -1  # -1: nothing frozen yet
 def _clear_state():
     """Reset Keras' global state; collect garbage fully only every FULL_GC_EVERY trainings.
 
-    A full ``gc.collect()`` costs about half a second once TensorFlow is imported, more than many
-    whole trainings, so the cyclic garbage of old models is collected in batches, and the objects
+    A full ``gc.collect()`` costs more than many whole trainings once TensorFlow is imported
+    (``benchmarks/results/training_speed.md``), so the cyclic garbage of old models is collected in batches, and the objects
     that exist before the first training (modules, TensorFlow's registries) are frozen once, so
     that collections, the automatic ones included, skip them.
     """

@@ -1,5 +1,14 @@
-"""Fixtures shared by the test modules."""
+"""The TensorFlow environment and the fixtures shared by the test modules.
+
+pytest imports this file before any test module, so the environment below is set before
+TensorFlow is first imported and no test module repeats it.
+"""
+import os
+
 import pytest
+
+# TensorFlow's C++ INFO/WARNING logs would bury pytest's output.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
 @pytest.fixture(scope="module")

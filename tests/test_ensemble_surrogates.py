@@ -8,15 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("tensorflow")
-
-from autodeuq.search.bo import VectorBO, scale_costs  # noqa: E402
-from autodeuq.search.ensemble_surrogates import (  # noqa: E402
+from autodeuq.search.bo import VectorBO, scale_costs
+from autodeuq.search.ensemble_surrogates import (
     DeepEnsembleSurrogate,
     RankingEnsembleSurrogate,
     weighted_listmle_loss,
 )
-from autodeuq.search.surrogate import SURROGATES, make_surrogate  # noqa: E402
+from autodeuq.search.surrogate import SURROGATES, make_surrogate
 
 
 def _one_d_data(n=40, seed=0):

@@ -1,14 +1,12 @@
 """Networks built from architecture vectors: structure, numerics, serialization."""
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import numpy as np
+import pytest
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from autodeuq.data import Standardizer  # noqa: E402
-from autodeuq.model import (  # noqa: E402
+from autodeuq.data import Standardizer
+from autodeuq.model import (
     ACTIVATION_GRADIENTS,
     GaussianHead,
     NetworkProgram,
@@ -21,7 +19,7 @@ from autodeuq.model import (  # noqa: E402
     split_output,
     with_scaling,
 )
-from autodeuq.space import ACTIVATIONS, SearchSpace  # noqa: E402
+from autodeuq.space import ACTIVATIONS, SearchSpace
 
 ACTS = ["relu", "tanh", "linear", "swish"]
 NP_ACTS = {

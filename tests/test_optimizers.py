@@ -1,16 +1,14 @@
 """Fused flat-vector optimizers against Keras' optimizers with default settings."""
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from autodeuq.optimizers import FlatOptimizer  # noqa: E402
-from autodeuq.space import OPTIMIZERS as SPACE_OPTIMIZERS  # noqa: E402
-from autodeuq.train import make_optimizer  # noqa: E402
+from autodeuq.optimizers import FlatOptimizer
+from autodeuq.space import OPTIMIZERS as SPACE_OPTIMIZERS
+from autodeuq.train import make_optimizer
 
 
 def keras_run(name, start, grads, rates):

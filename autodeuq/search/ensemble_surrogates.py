@@ -20,9 +20,7 @@ state, so re-initializing at each fit costs no retracing). The function is trace
 process and network depth; the deep ensemble's is also XLA-compiled, once per power-of-two
 padded data size (see :func:`_trainer`). TensorFlow is imported on the first fit, never at import.
 
-Measured on the 2-core dev machine (benchmarks/results/surrogates.md, 6 features, one thread):
-one warm refit at 100 / 500 observations takes 0.14 / 0.58 s for the deep ensemble (5 x (32, 32),
-1000 epochs) and 0.22 / 0.74 s for the ranking ensemble (10 x (32, 32, 32, 32), 300 epochs).
+The refit times of both ensembles, first and later fits, are in benchmarks/results/surrogates.md.
 """
 from __future__ import annotations
 

@@ -188,13 +188,10 @@ class GaussianProcessSurrogate(RegressorMixin, BaseEstimator):
 
 
 # Trees per ensemble when BO builds a tree surrogate by name (the classes keep 100 as their own
-# default). Measured on the 2-core dev machine at 1000 observations of the tabular space
-# (benchmarks/results/search_overhead.md): sklearn's ExtraTreesRegressor fit costs about 2-3 ms
-# per tree on the 22 joint-space variables and ``apply`` on 10,000 candidates about 0.7 ms per
-# tree, so one ask(8) of "bo" takes about 40-70 ms with 10 trees, 75-150 ms with 25 and 0.3-0.5 s
-# with 100 (ranges: the machine was shared). On synthetic box problems (sphere in 6 and 20 dimensions, Ackley in 6; 120 evaluations,
-# 6 seeds) 10 and 25 trees reached the same median best cost. DeepHyper's current CBO also
-# defaults to 10 trees.
+# default). The fit and the acquisition of an ask grow linearly with the trees
+# (benchmarks/results/search_overhead.md times ask(8) with 10, 25 and 100). On synthetic box
+# problems (sphere in 6 and 20 dimensions, Ackley in 6; 120 evaluations, 6 seeds) 10 and 25 trees
+# reached the same median best cost. DeepHyper's current CBO also defaults to 10 trees.
 BO_N_ESTIMATORS = 10
 
 SURROGATES: dict[str, Callable[[int | None], Any]] = {

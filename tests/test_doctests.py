@@ -1,0 +1,22 @@
+"""The examples in the docstrings of the pure-numpy modules and the catalog run and print what they show."""
+import doctest
+import importlib
+
+import pytest
+
+MODULES = (
+    "autodeuq.metrics",
+    "autodeuq.ensemble.selection",
+    "autodeuq.ensemble.calibration",
+    "autodeuq.catalog",
+    "autodeuq.fileio",
+    "autodeuq.result",
+)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    failed, attempted = doctest.testmod(module, optionflags=doctest.ELLIPSIS, report=True)
+    assert attempted > 0, f"{name} has no docstring example"
+    assert failed == 0, f"{failed} of {attempted} docstring examples of {name} failed (see the output above)"
