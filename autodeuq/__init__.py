@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Catalog": "autodeuq.catalog",
     "CatalogError": "autodeuq.catalog",
+    "WriteError": "autodeuq.fileio",
     "Ensemble": "autodeuq.ensemble",
     "load_ensemble": "autodeuq.ensemble",
     "UncertaintyPrediction": "autodeuq.ensemble",

@@ -568,8 +568,9 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
 def _graph_optimizer_off():
     """Run without Grappler while training (restoring the previous setting afterwards).
 
-    Grappler roughly doubles the first call of a freshly traced epoch (~0.1-0.2 s, a large share
-    of a short training) and brought no measurable per-epoch gain on these small networks.
+    Grappler makes the first call of a freshly traced epoch slower, a large share of a short
+    training (``benchmarks/grappler.py``; times in ``benchmarks/results/training_speed.md``), and
+    brought no measurable per-epoch gain on these small networks.
     The setting is process-wide: one training at a time per process.
     """
     if GRAPPLER_IN_TRAINING:

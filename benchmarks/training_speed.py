@@ -25,7 +25,7 @@ accumulate.
 
 Usage (from the repository root)::
 
-    python benchmarks/training_speed.py                       # defaults, about 7.5 min on 2 cores
+    python benchmarks/training_speed.py                       # defaults: several minutes
     python benchmarks/training_speed.py --markdown benchmarks/results/training_speed.md
 """
 from __future__ import annotations

@@ -65,6 +65,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: import the check
 
 from autodeuq import metrics  # noqa: E402
 from autodeuq.data import DataError  # noqa: E402
+from autodeuq.fileio import atomic_write  # noqa: E402
 from benchmarks.uci_data import DATASETS, VALID_FRACTION, default_data_dir, load_split, n_splits  # noqa: E402
 
 METHODS = ("autodeuq", "autodeuq-sha", "deep-ensembles", "ngboost", "catboost")
@@ -279,9 +280,7 @@ def load_raw(path: Path) -> list[dict]:
 
 
 def save_raw(path: Path, records: list[dict]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"format": "autodeuq-uci-raw/1", "records": records}, indent=1))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps({"format": "autodeuq-uci-raw/1", "records": records}, indent=1).encode())
 
 
 def run_one(method, data, args) -> dict:
