@@ -532,6 +532,11 @@ def test_discarded_entries_keep_their_model_count_as_finished_and_teach_the_sear
     assert cat.model_path(gone_id).read_bytes() == discarded_result(2, n_valid).model_bytes
     assert [objective for _, objective in cat.history()] == [fake_result(1, n_valid).objective, -5.0, None]
     assert cat.validation_loss_histories() == [[1.1, 0.6], [1.2, 0.9, -5.0], []]
+    # The Status enum stores plain strings: the index and results.csv read as before.
+    with sqlite3.connect(tmp_path / "run" / "catalog.sqlite") as conn:
+        stored = conn.execute("SELECT status, typeof(status) FROM evaluations ORDER BY id").fetchall()
+    assert stored == [("done", "text"), ("discarded", "text"), ("failed", "text")]
+    assert pd.read_csv(tmp_path / "run" / "results.csv")["status"].tolist() == ["done", "discarded", "failed"]
 
 
 def test_a_version_1_catalog_is_migrated_by_its_next_writer(tmp_path):
