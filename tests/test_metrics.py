@@ -251,3 +251,8 @@ def test_invalid_mixture_arguments():
         metrics.mixture_nll(means, variances, [0.5, 0.5], y[:2])
     with pytest.raises(ValueError, match="means"):
         metrics.mixture_moments(means[0], variances[0], [1.0])
+    # the rules ensemble selection applies too (one validator for both)
+    with pytest.raises(ValueError, match="y must be finite"):
+        metrics.mixture_nll(means, variances, [0.5, 0.5], np.full((3, 1), np.nan))
+    with pytest.raises(ValueError, match="at least one model and one point"):
+        metrics.mixture_nll(means[:, :0], variances[:, :0], [0.5, 0.5], y[:0])
