@@ -1383,9 +1383,9 @@ class CatalogWriter(Catalog):
         """Store the result of a submitted entry, atomically.
 
         A successful (or discarded) result's model and predictions are made durable under their
-        final names first; then one transaction marks the entry done (or discarded). A failed result stores its reason and
-        no file. A successful result that lacks its model or has predictions of the wrong shape
-        is stored as failed, with the reason (and a warning).
+        final names first; then one transaction marks the entry done (or discarded). A failed
+        result stores its reason and no file. A successful result that lacks its model or has
+        predictions of the wrong shape is stored as failed, with the reason (and a warning).
         """
         entry_id = int(entry_id)
         with self._lock:

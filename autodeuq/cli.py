@@ -73,11 +73,13 @@ def _add_search_args(p):
                         "no skip connection)")
     g.add_argument("--max-evals", type=int, default=100, metavar="N",
                    help="evaluations to finish in the run directory, earlier sessions included (default: 100)")
-    g.add_argument("--timeout", type=float, default=None, metavar="S", help="wall-clock limit of the search in seconds, > 0 (default: none)")
+    g.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="wall-clock limit of the search in seconds, > 0 (default: none)")
     g.add_argument("--eval-timeout", type=float, default=None, metavar="S",
                    help="per-evaluation limit in seconds (> 0) of running on a worker; overrunning evaluations are "
                         "cancelled and recorded as failures (default: none)")
-    g.add_argument("--epochs", type=int, default=None, metavar="E", help="override the space's epoch budget (default: the space's)")
+    g.add_argument("--epochs", type=int, default=None, metavar="E",
+                   help="override the space's epoch budget (default: the space's)")
     g.add_argument("--early-discarding", choices=["none", "sha"], default="none",
                    help="sha: asynchronous successive halving; a training continues past each rung epoch "
                         "(min x reduction^k) only if its validation loss is among the best 1/reduction recorded "

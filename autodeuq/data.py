@@ -154,7 +154,8 @@ def read_table(path: str | Path):
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: file is empty") from None
     except Exception as exc:  # noqa: BLE001 - any reader failure becomes one clear message
-        raise DataError(f"{path}: cannot read file: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"{path}: cannot read file: {first_line}") from None
     if frame.shape[0] == 0:
         raise DataError(f"{path}: file has no data rows")
     _check_unique_names(header, str(path))

@@ -1,4 +1,5 @@
-"""Train one configuration with the Gaussian NLL (Nix & Weigend 1994; Lakshminarayanan et al. 2017) on a compiled epoch loop.
+"""Train one configuration with the Gaussian NLL (Nix & Weigend 1994; Lakshminarayanan et al. 2017)
+on a compiled epoch loop.
 
 Why not ``model.fit``: for the small tabular networks of the search, Keras' per-step and
 per-epoch Python machinery (data adapters, callbacks, the validation pass) costs far more than
@@ -368,8 +369,9 @@ def _clear_state():
     """Reset Keras' global state; collect garbage fully only every FULL_GC_EVERY trainings.
 
     A full ``gc.collect()`` costs more than many whole trainings once TensorFlow is imported
-    (``benchmarks/results/training_speed.md``), so the cyclic garbage of old models is collected in batches, and the objects
-    that exist before the first training (modules, TensorFlow's registries) are frozen once, so
+    (``benchmarks/results/training_speed.md``), so the cyclic garbage of old models is collected
+    in batches, and the objects that exist before the first training (modules, TensorFlow's
+    registries) are frozen once, so
     that collections, the automatic ones included, skip them.
     """
     global _trainings_since_gc

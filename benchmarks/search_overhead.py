@@ -3,7 +3,8 @@
 For each size N, a fresh searcher over the tabular space is told N synthetic results (random
 configurations, a smooth synthetic cost, 5 % failures), then asked for 8 configurations; this is
 repeated with different seeds and the median latency is reported (and the minimum, as a floor
-when the machine is shared), with the median surrogate-fit and acquisition parts (candidate sampling, prediction, constant-liar selection).
+when the machine is shared), with the median surrogate-fit and acquisition parts (candidate
+sampling, prediction, constant-liar selection).
 
 Usage::
 
@@ -67,13 +68,14 @@ def main(argv=None):
           f"options: ET surrogate with {surrogate.BO_N_ESTIMATORS} trees, 10,000 candidates, constant liar; "
           f"median of {args.repeats} seeds; python {platform.python_version()}")
     print()
-    print(f"| searcher | observations | ask({args.batch}) ms, median | min | fit ms | acquisition ms | tell(history) ms |")
+    print(f"| searcher | observations | ask({args.batch}) ms, median | min | fit ms | acquisition ms "
+          "| tell(history) ms |")
     print("|---|---|---|---|---|---|---|")
     for name in ("agebo", "bo"):
         for n in args.sizes:
             row = measure(name, space, synthetic_history(space, n), args.repeats, args.batch)
-            print(f"| {name} | {n} | {row['ask']:.1f} | {row['ask_min']:.1f} | {row['fit']:.1f} | {row['acquisition']:.1f} | {row['tell']:.1f} |",
-                  flush=True)
+            cells = [row[key] for key in ("ask", "ask_min", "fit", "acquisition", "tell")]
+            print(f"| {name} | {n} | " + " | ".join(f"{value:.1f}" for value in cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

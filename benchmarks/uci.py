@@ -436,7 +436,8 @@ def parse_splits(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="uci.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="uci.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     p.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS),
                    help="run in the order given (default: smallest first)")
@@ -471,7 +472,8 @@ def _limit_threads(n: int) -> None:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.command = "python benchmarks/uci.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    given = sys.argv[1:] if argv is None else argv
+    args.command = "python benchmarks/uci.py " + " ".join(shlex.quote(a) for a in given)
     raw_path, md_path = args.results / "uci_raw.json", args.results / "uci.md"
     try:
         records = load_raw(raw_path)

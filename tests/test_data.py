@@ -4,7 +4,14 @@ import pandas as pd
 import pytest
 
 from autodeuq.data import (
-    DataError, Standardizer, feature_matrix, from_arrays, load_builtin, load_files, load_test_file, toy_sine,
+    DataError,
+    Standardizer,
+    feature_matrix,
+    from_arrays,
+    load_builtin,
+    load_files,
+    load_test_file,
+    toy_sine,
 )
 
 

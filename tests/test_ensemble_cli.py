@@ -217,7 +217,8 @@ def test_report_of_a_recalibrated_ensemble_gives_coverage_before_and_after(run_d
     raw_means, raw_vars = ens.member_predictions(x_test)
     assert block["test_coverage_before"]["0.9"] == m.coverage(raw_means, raw_vars, ens.weights, y_test, 0.9).tolist()
     cal = ens.recalibrated(raw_means, raw_vars)
-    assert document["test"]["coverage_90"]["mean"] == pytest.approx(float(m.coverage(*cal, ens.weights, y_test, 0.9)[0]))
+    expected = float(m.coverage(*cal, ens.weights, y_test, 0.9)[0])
+    assert document["test"]["coverage_90"]["mean"] == pytest.approx(expected)
     assert json.loads((copy / "ensemble.json").read_text())["calibration"]["scale"] == block["scale"]
 
 

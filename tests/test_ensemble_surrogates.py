@@ -1,4 +1,5 @@
-"""Ensemble surrogates of BO (Lakshminarayanan et al. 2017; Khazi et al. 2023): uncertainty, ranking loss, and use inside BO."""
+"""Ensemble surrogates of BO (Lakshminarayanan et al. 2017; Khazi et al. 2023): uncertainty, ranking loss
+and use inside BO."""
 import math
 import os
 import subprocess

@@ -1,5 +1,4 @@
 """Networks built from architecture vectors: structure, numerics, serialization."""
-import os
 
 import keras
 import numpy as np

@@ -1,5 +1,4 @@
 """Fused flat-vector optimizers against Keras' optimizers with default settings."""
-import os
 
 import keras
 import numpy as np

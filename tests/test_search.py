@@ -15,8 +15,12 @@ from autodeuq.search.age import AgingEvolution, mutate_hp
 from autodeuq.search.base import config_key
 from autodeuq.search.bo import BayesianOptimization, VectorBO, scale_costs
 from autodeuq.search.surrogate import (
-    SURROGATES, ExtraTreesSurrogate, GaussianProcessSurrogate, RandomForestSurrogate,
-    candidate_predictions, make_surrogate,
+    SURROGATES,
+    ExtraTreesSurrogate,
+    GaussianProcessSurrogate,
+    RandomForestSurrogate,
+    candidate_predictions,
+    make_surrogate,
 )
 from autodeuq.space import load_space
 

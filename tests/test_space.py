@@ -1,7 +1,7 @@
 """Search-space files: validation of their values, and the shipped spaces."""
 import copy
-import numpy as np
 
+import numpy as np
 import pytest
 
 from autodeuq.space import SearchSpace, SpaceError, load_space

@@ -1,6 +1,5 @@
 """The compiled training loop: loss, bookkeeping semantics, results, failures, reproducibility."""
 import math
-import os
 import warnings
 
 import keras

@@ -29,8 +29,16 @@ from pathlib import Path
 
 import numpy as np
 
-from autodeuq.catalog import (MAX_MODEL_BYTES, Catalog, CatalogError, _package_versions, _sha256,
-                              checked_keras_config, load_keras_model, read_verified)
+from autodeuq.catalog import (
+    MAX_MODEL_BYTES,
+    Catalog,
+    CatalogError,
+    _package_versions,
+    _sha256,
+    checked_keras_config,
+    load_keras_model,
+    read_verified,
+)
 from autodeuq.data import FLOAT32_MAX, DataError, feature_matrix
 from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage
 from autodeuq.ensemble.selection import select, select_bagged
@@ -358,8 +366,9 @@ class Ensemble:
 
         chosen = select_rows(np.arange(len(y)))
         members = [int(ids[i]) for i in chosen.indices]
-        selection.update({"stop": stop, "diversity": diversity, "bags": bags, "catalog_entries": len(ids), "members": len(members),
-                          "effective_size": round(chosen.effective_size, 4), "shortfall": chosen.reason})
+        selection.update({"stop": stop, "diversity": diversity, "bags": bags, "catalog_entries": len(ids),
+                          "members": len(members), "effective_size": round(chosen.effective_size, 4),
+                          "shortfall": chosen.reason})
         if "size_requested" in selection and chosen.reason is None:
             selection["shortfall"] = f"the catalog has only {len(ids)} successful entries"
         if chosen.reason is not None:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from autodeuq.search import ensemble_surrogates  # noqa: F401  (registers "deep-ensemble", "ranking-ensemble")
 from autodeuq.search.age import AgingEvolution
 from autodeuq.search.agebo import AgEBO
 from autodeuq.search.base import Searcher
 from autodeuq.search.bo import BayesianOptimization, VectorBO
 from autodeuq.search.random import RandomSearch
-from autodeuq.search import ensemble_surrogates  # noqa: F401  (registers "deep-ensemble", "ranking-ensemble")
 from autodeuq.space import SpaceError, load_space
 
 SEARCHERS: dict[str, type[Searcher]] = {

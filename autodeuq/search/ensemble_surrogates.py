@@ -96,8 +96,8 @@ def _trainer(kind: str, n_layers: int):
     import tensorflow as tf
 
     if kind == "nll":
-        from autodeuq.model import GaussianHead
         from autodeuq.metrics import LOG_2PI
+        from autodeuq.model import GaussianHead
 
         head = GaussianHead(1)
 
