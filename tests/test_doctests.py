@@ -1,4 +1,4 @@
-"""The examples in the docstrings of the pure-numpy modules and the catalog run and print what they show."""
+"""The examples in the docstrings of the modules that need no TensorFlow run and print what they show."""
 import doctest
 import importlib
 
@@ -11,6 +11,13 @@ MODULES = (
     "autodeuq.catalog",
     "autodeuq.fileio",
     "autodeuq.result",
+    "autodeuq.space",
+    "autodeuq.discard",
+    "autodeuq.evaluator.base",
+    "autodeuq.search",
+    "autodeuq.search.agebo",
+    "autodeuq.search.bo",
+    "autodeuq.search.surrogate",
 )
 
 
