@@ -1,9 +1,11 @@
 """Command line: ``autodeuq search | ensemble | predict | run | catalog``.
 
-Every user error is one line on stderr (``autodeuq: error: ...``) and exit status 2; no traceback.
+Every error of autodeuq's (an :class:`~autodeuq.errors.AutoDEUQError`) is one line on stderr
+(``autodeuq: error: ...``) and exit status 2, no traceback; parameters are named by their options.
 A search that produced nothing usable (every evaluation failed, or its first ones all failed the
 same way) exits 1 with the most common failure reason; Ctrl-C exits 130, SIGTERM 143, both
-leaving the run resumable.
+leaving the run resumable. Any other exception is a bug: its traceback, a line asking to report
+it, exit status 1.
 """
 from __future__ import annotations
 
@@ -11,14 +13,17 @@ import argparse
 import contextlib
 import json
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-from autodeuq.data import BUILTIN_DATASETS, DataError
+from autodeuq.data import BUILTIN_DATASETS
+from autodeuq.errors import AutoDEUQError, ParameterError
 
 EXIT_USAGE = 2
+EXIT_INTERNAL = 1  # an unexpected exception (a bug), as for any Python program that dies of one
 # Literal names: importing autodeuq.search (ConfigSpace) would cost --help seconds.
 SEARCHES = ("agebo", "age", "bo", "random", "age-fixed-hp", "bo-fixed-arch")
 BO_SEARCHES = ("agebo", "bo", "bo-fixed-arch")  # the searchers that take --surrogate and --acq
@@ -32,8 +37,30 @@ PREDICT_COLUMNS = (
 )
 
 
-class CLIError(Exception):
+class CLIError(AutoDEUQError):
     """A user-facing error: printed as one line, exit status 2."""
+
+
+# Options not named after the library parameter they set (the others are ``--`` + its name, dashed).
+OPTIONS = {"size": "--size", "ensemble_size": "--size", "address": "--ray-address", "min_epochs": "--sha-min-epochs",
+           "reduction": "--sha-reduction"}
+
+
+def option(parameter: str) -> str:
+    """The command-line option that sets a library parameter."""
+    return OPTIONS.get(parameter, "--" + parameter.replace("_", "-"))
+
+
+def error_line(exc: AutoDEUQError) -> str:
+    """``exc`` as one line in command-line terms: a parameter is named by its option, and the
+    options that can fix the problem are appended as a hint."""
+    if isinstance(exc, ParameterError):
+        value = f"{exc.value:g}" if isinstance(exc.value, float) else repr(exc.value)
+        return f"{option(exc.parameter)} {exc.requirement}, got {value}"
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    hints = [option(p) for p in exc.parameters if option(p) not in line]
+    return f"{line} ({', '.join(hints)})" if hints else line
 
 
 # ----------------------------------------------------------------------------- parsers
@@ -476,9 +503,6 @@ def cmd_run(args):
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from autodeuq.catalog import CatalogError
-    from autodeuq.space import SpaceError
-
     handlers = {"search": cmd_search, "ensemble": cmd_ensemble, "predict": cmd_predict, "run": cmd_run,
                 "catalog": cmd_catalog, "show": cmd_catalog, "export": cmd_export}
     signals = contextlib.nullcontext()
@@ -490,27 +514,21 @@ def main(argv=None) -> int:
     try:
         with signals as sigterm:
             handlers[args.command](args)
-    except (CLIError, DataError, SpaceError, CatalogError, ValueError, FileNotFoundError) as exc:
-        print(f"autodeuq: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
-        return EXIT_USAGE
+    except AutoDEUQError as exc:
+        from autodeuq.runner import SearchError
+
+        print(f"autodeuq: error: {error_line(exc)}", file=sys.stderr)
+        return EXIT_SEARCH_FAILED if isinstance(exc, SearchError) else EXIT_USAGE
     except KeyboardInterrupt as exc:
         print("autodeuq: interrupted", file=sys.stderr)
         return 143 if getattr(sigterm, "received", False) else getattr(exc, "exit_status", 130)
     except SystemExit as exc:
         return int(exc.code or 0)
-    except Exception as exc:  # noqa: BLE001 - last resort: still one line, but say it is a bug
-        from autodeuq.evaluator.ray import RayConnectionError
-
-        if isinstance(exc, RayConnectionError):
-            print(f"autodeuq: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        from autodeuq.runner import SearchError
-
-        if isinstance(exc, SearchError):
-            print(f"autodeuq: error: {exc}", file=sys.stderr)
-            return EXIT_SEARCH_FAILED
-        print(f"autodeuq: internal error: {type(exc).__name__}: {exc} (please report it)", file=sys.stderr)
-        return 1
+    except Exception:  # noqa: BLE001 - not one of autodeuq's errors: a bug, whose traceback helps fix it
+        traceback.print_exc()
+        print("autodeuq: internal error: this is a bug in autodeuq; please report it with the traceback above",
+              file=sys.stderr)
+        return EXIT_INTERNAL
     return 0
 
 

@@ -40,13 +40,13 @@ from autodeuq.ensemble.calibration import apply_scale  # noqa: E402
 
 SIZE = 5
 VARIANTS = {
-    "greedy-early": dict(method="greedy", stop="improvement"),
-    "greedy-k": dict(method="greedy", stop="size"),
-    "noreplace-k": dict(method="greedy-noreplace", stop="size"),
-    "greedy-k-arch": dict(method="greedy", stop="size", diversity="architecture"),
-    "greedy-k-act": dict(method="greedy", stop="size", diversity="activations"),
-    "noreplace-k-act": dict(method="greedy-noreplace", stop="size", diversity="activations"),
-    "greedy-k-bag": dict(method="greedy", stop="size", bags=10),
+    "greedy-early": dict(selector="greedy", stop="improvement"),
+    "greedy-k": dict(selector="greedy", stop="size"),
+    "noreplace-k": dict(selector="greedy-noreplace", stop="size"),
+    "greedy-k-arch": dict(selector="greedy", stop="size", diversity="architecture"),
+    "greedy-k-act": dict(selector="greedy", stop="size", diversity="activations"),
+    "noreplace-k-act": dict(selector="greedy-noreplace", stop="size", diversity="activations"),
+    "greedy-k-bag": dict(selector="greedy", stop="size", bags=10),
 }
 TOY_REGIONS = {"train": None, "gap [-15,15]": (-15, 15), "beyond 32": None}
 

@@ -61,7 +61,7 @@ def test_tfp_distribution_matches_predict(run_dir):
 
 
 def test_saved_and_reloaded_ensemble_predicts_identically(run_dir, tmp_path):
-    ens = Ensemble.from_catalog(run_dir, size=2, method="topk")
+    ens = Ensemble.from_catalog(run_dir, size=2, selector="topk")
     path = ens.save(run_dir / "top2.json")
     again = load_ensemble(path)
     assert again.member_ids == ens.member_ids and np.allclose(again.weights, [0.5, 0.5])
@@ -249,11 +249,11 @@ def test_from_catalog_larger_than_the_successes_warns_and_selects_among_all(tmp_
 
     run = fake_catalog(tmp_path / "run", 3)
     with pytest.warns(EnsembleSizeWarning, match=r"size 7 asked, but the catalog has only 3 successful"):
-        ens = Ensemble.from_catalog(run, size=7, method="topk")
+        ens = Ensemble.from_catalog(run, size=7, selector="topk")
     assert len(ens.member_ids) == 3 and ens.selection["size"] == 3 and ens.selection["size_requested"] == 7
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert len(Ensemble.from_catalog(run, size=3, method="topk").member_ids) == 3
+        assert len(Ensemble.from_catalog(run, size=3, selector="topk").member_ids) == 3
     with pytest.raises(ValueError, match="size"):
         Ensemble.from_catalog(run, size=0)
 
