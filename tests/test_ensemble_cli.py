@@ -340,3 +340,18 @@ def test_cli_ensemble_selection_options_reach_the_manifest_and_metrics(run_dir, 
     document = json.loads((copy / "metrics.json").read_text())
     assert document["calibration"]["scale"] == manifest["calibration"]["scale"]
     assert [m["id"] for m in manifest["members"]] == document["ensemble"]["members"]
+
+
+def test_cli_selection_score_and_its_former_name(run_dir, tmp_path, capsys):
+    out, former = tmp_path / "score.json", tmp_path / "former.json"
+    assert main(["ensemble", "--run-dir", str(run_dir), "--selection-score", "gaussian", "--out", str(out)]) == 0
+    assert "deprecated" not in capsys.readouterr().err
+    assert main(["ensemble", "--run-dir", str(run_dir), "--objective", "gaussian", "--out", str(former)]) == 0
+    err = capsys.readouterr().err
+    assert "autodeuq: warning: --objective is deprecated and will be removed in the next release; use " \
+           "--selection-score" in err
+    chosen, again = (json.loads(path.read_text()) for path in (out, former))
+    assert chosen["selection"]["score"] == again["selection"]["score"] == "gaussian"
+    assert chosen["members"] == again["members"]
+    err = one_line_error(capsys, ["ensemble", "--run-dir", str(run_dir), "--selection-bags", "-1"])
+    assert "--selection-bags must be an integer >= 0, got -1" in err
