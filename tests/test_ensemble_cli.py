@@ -222,15 +222,20 @@ def test_report_of_a_recalibrated_ensemble_gives_coverage_before_and_after(run_d
 
 
 # ------------------------------------------------------------- ensemble size
-def fake_catalog(run_dir, n_done):
-    """A catalog of ``n_done`` successful entries (validation predictions only, no trainings)."""
+def fake_catalog(run_dir, n_done, n_valid=None):
+    """A catalog of ``n_done`` successful entries (validation predictions only, no trainings); ``n_valid``
+    validation rows (default: a third of 30)."""
     from autodeuq.catalog import Catalog as CatalogReader
     from autodeuq.data import from_arrays
     from autodeuq.result import TrainResult
     from autodeuq.space import load_space
 
     rng = np.random.default_rng(0)
-    dataset = from_arrays(rng.normal(size=(30, 1)), rng.normal(size=30), seed=0)
+    if n_valid is None:
+        dataset = from_arrays(rng.normal(size=(30, 1)), rng.normal(size=30), seed=0)
+    else:
+        dataset = from_arrays(rng.normal(size=(30, 1)), rng.normal(size=30), rng.normal(size=(n_valid, 1)),
+                              rng.normal(size=(n_valid, 1)), seed=0)
     writer = CatalogReader.create_or_resume(run_dir, load_space("toy"), dataset, {"search": "fake"}, seed=0)
     n_valid = len(dataset.y_valid)
     for i in range(n_done):
@@ -355,3 +360,10 @@ def test_cli_selection_score_and_its_former_name(run_dir, tmp_path, capsys):
     assert chosen["members"] == again["members"]
     err = one_line_error(capsys, ["ensemble", "--run-dir", str(run_dir), "--selection-bags", "-1"])
     assert "--selection-bags must be an integer >= 0, got -1" in err
+
+
+def test_recalibration_with_too_few_validation_rows_is_one_line(tmp_path, capsys):
+    run = fake_catalog(tmp_path / "run", 3, n_valid=1)
+    err = one_line_error(capsys, ["ensemble", "--run-dir", str(run), "--size", "2", "--calibrate", "scale"])
+    assert "recalibration cross-fits on 2 folds of the validation rows, and there are 1" in err
+    assert err.endswith("(--calibrate)")

@@ -354,6 +354,10 @@ class Ensemble:
             raise CatalogError(f"{run_dir}: no successful entry has usable validation predictions "
                                f"({next(iter(loaded.skipped.values()))})")
         y = catalog.validation_targets()
+        if calibrate == "scale" and len(y) < calibration_folds:
+            raise EnsembleError(f"{run_dir}: recalibration cross-fits on {calibration_folds} folds of the validation "
+                                f"rows, and there are {len(y)}; give more validation rows or no recalibration",
+                                parameters=("calibrate",))
         groups = None if diversity == "none" else member_groups(catalog, ids, diversity)
 
         def select_rows(rows):
