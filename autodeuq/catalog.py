@@ -1199,7 +1199,8 @@ class Catalog:
         contents = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_NAME) if run_dir.exists() else []
         if new_run and contents:
             raise CatalogError(f"{run_dir}: already exists and is not empty ({', '.join(contents[:5])}"
-                               f"{', ...' if len(contents) > 5 else ''}); use a new run directory", parameters=("run_dir",))
+                               f"{', ...' if len(contents) > 5 else ''}); use a new run directory",
+                               parameters=("run_dir",))
         if contents and not db.exists():
             raise CatalogError(f"{run_dir}: exists, is not empty and holds no autodeuq catalog; "
                                f"use a new run directory", parameters=("run_dir",))
@@ -1319,7 +1320,8 @@ def _arrays_to_store(dataset) -> dict[str, bytes]:
         stored = {key: _npy_bytes(value) for key, value in zip(keys, (x, y))}
         if sum(map(len, stored.values())) > MAX_ARRAY_BYTES:
             warnings.warn(f"the {what} is too large to keep in the catalog ({MAX_ARRAY_BYTES} bytes at most); "
-                          f"reports will not show it unless the test table is given again", RuntimeWarning, stacklevel=4)
+                          f"reports will not show it unless the test table is given again", RuntimeWarning,
+                          stacklevel=4)
             continue
         out.update(stored)
     return out

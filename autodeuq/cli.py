@@ -298,7 +298,7 @@ def cmd_search(args):
             timeout=args.timeout, seed=args.seed, epochs=args.epochs, early_discarding=args.early_discarding,
             sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction, evaluator=args.evaluator,
             workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
-            address=args.ray_address, eval_timeout=args.eval_timeout, new_run=args.new_run,
+            ray_address=args.ray_address, eval_timeout=args.eval_timeout, new_run=args.new_run,
             progress=not args.no_progress, on_start=announce)
     except OSError as exc:  # the run directory cannot be written, say
         raise _os_error(exc) from None

@@ -13,7 +13,7 @@ import os
 
 from autodeuq.errors import ParameterError
 
-__all__ = ["SEARCHES", "EVALUATORS", "check_search_parameters", "check_ensemble_parameters", "fill_catalog"]
+__all__ = ["EVALUATORS", "SEARCHES", "check_ensemble_parameters", "check_search_parameters", "fill_catalog"]
 
 #: Searcher names (:func:`autodeuq.search.create`); the two last are the thesis' ablations.
 SEARCHES = ("agebo", "age", "bo", "random", "age-fixed-hp", "bo-fixed-arch")
@@ -96,9 +96,9 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
                  search_options: dict | None = None, max_evals: int = 100, timeout: float | None = None,
                  seed: int = 0, epochs: int | None = None, early_discarding: str = "none", sha_min_epochs: int = 1,
                  sha_reduction: int = 3, evaluator: str = "ray", workers: int | None = None,
-                 cpus_per_eval: float | None = None, gpus_per_eval: float | None = None, address: str | None = None,
-                 eval_timeout: float | None = None, new_run: bool = False, progress: bool = True,
-                 on_start=None):
+                 cpus_per_eval: float | None = None, gpus_per_eval: float | None = None,
+                 ray_address: str | None = None, eval_timeout: float | None = None, new_run: bool = False,
+                 progress: bool = True, on_start=None):
     """Search ``space`` on ``dataset``, filling (or resuming) the catalog in ``run_dir``.
 
     Parameters
@@ -116,7 +116,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         ``sha_min_epochs * sha_reduction**k`` epochs (:class:`autodeuq.discard.SuccessiveHalving`).
     evaluator : {"ray", "serial"}
         ``"serial"`` runs one evaluation at a time in this process and ignores the Ray options
-        (``workers``, ``cpus_per_eval``, ``gpus_per_eval``, ``address``).
+        (``workers``, ``cpus_per_eval``, ``gpus_per_eval``, ``ray_address``).
     cpus_per_eval : float, optional
         CPUs of each evaluation; its TensorFlow uses that many threads (default 1).
     eval_timeout : float, optional
@@ -154,7 +154,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         runner = evaluators.create("serial", objective, eval_timeout=eval_timeout)
     else:
         runner = evaluators.create("ray", objective, workers=workers, cpus_per_eval=cpus_per_eval,
-                                   gpus_per_eval=gpus_per_eval, address=address, eval_timeout=eval_timeout)
+                                   gpus_per_eval=gpus_per_eval, address=ray_address, eval_timeout=eval_timeout)
     with runner:
         if on_start is not None:
             on_start(runner)

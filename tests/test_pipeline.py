@@ -82,6 +82,6 @@ def test_cli_and_estimator_share_the_wiring(tmp_path, monkeypatch):
         AutoDEUQRegressor(space="toy", search="random", max_evals=7, epochs=3, seed=2, evaluator="serial",
                           early_discarding="sha", run_dir=tmp_path / "b").fit(X, X[:, 0])
     shared = ("search", "max_evals", "epochs", "seed", "evaluator", "early_discarding", "timeout", "workers")
-    assert [{k: c[k] for k in shared} for c in calls] == 2 * [
-        dict(search="random", max_evals=7, epochs=3, seed=2, evaluator="serial", early_discarding="sha",
-             timeout=None, workers=None)]
+    expected = {"search": "random", "max_evals": 7, "epochs": 3, "seed": 2, "evaluator": "serial",
+                "early_discarding": "sha", "timeout": None, "workers": None}
+    assert [{k: c[k] for k in shared} for c in calls] == [expected, expected]

@@ -308,10 +308,11 @@ class Ensemble:
             Distinct members wanted (K). When the catalog has fewer successful entries, the
             ensemble is selected among all of them and an :class:`EnsembleSizeWarning` says so.
         selector, score, stop :
-            See :func:`autodeuq.ensemble.select` (``score`` was ``objective``, ``selector`` was
-            ``method``: the old keywords still work for one release, with a ``DeprecationWarning``). With the default ``stop="size"`` the
-            ensemble has ``size`` distinct members whenever the catalog has that many usable
-            models; otherwise a warning says how many it has and why.
+            See :func:`autodeuq.ensemble.select`. With the default ``stop="size"`` the ensemble
+            has ``size`` distinct members whenever the catalog has that many usable models;
+            otherwise a warning says how many it has and why. ``selector`` and ``score`` were
+            ``method`` and ``objective``: those keywords still work for one release, with a
+            ``DeprecationWarning``.
         diversity : {"none", "architecture", "activations"}
             Keep members apart: at most one member per architecture, or per set of activation
             functions used by the network's dense layers.

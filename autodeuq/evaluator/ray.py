@@ -362,7 +362,8 @@ class RayEvaluator(Evaluator):
                 ray.cancel(task, force=True)
                 del self._running[task]
                 expired.append((info.eval_id, self._failure(
-                    info, f"timeout: cancelled after the per-evaluation limit (eval_timeout) of {self.eval_timeout:g} s", now)))
+                    info, f"timeout: cancelled after the per-evaluation limit (eval_timeout) of {self.eval_timeout:g} s",
+                    now)))
         return expired
 
     def cancel_all(self):
