@@ -137,16 +137,13 @@ def draw_toy(ens: Ensemble, table, grid, run_dir: Path, path: Path, evals: int) 
 
 def toy_catalog(seed: int, runs: Path, max_evals: int, epochs: int | None = None) -> Path:
     from autodeuq.data import toy_sine
-    from autodeuq.evaluator import TrainingObjective
-    from autodeuq.evaluator.ray import RayEvaluator
-    from autodeuq.runner import run_search
+    from autodeuq.pipeline import fill_catalog
     from autodeuq.space import load_space
 
     run_dir = runs / f"toy-seed{seed}"
     space, data = load_space("toy"), toy_sine(seed=seed)
-    with RayEvaluator(TrainingObjective(space, data, seed=seed, epochs=epochs, threads=1)) as evaluator:
-        run_search(space, data, evaluator, run_dir, search="agebo", max_evals=max_evals, seed=seed, progress=False,
-                   run_options={"epochs": epochs})
+    fill_catalog(space, data, run_dir, search="agebo", max_evals=max_evals, seed=seed, epochs=epochs,
+                 progress=False).raise_for_error()
     return run_dir
 
 
