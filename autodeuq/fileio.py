@@ -8,7 +8,8 @@ fsynced. A crash at any instant leaves either the old file or the new one, never
 link planted at either name is replaced, never written through (the POSIX rename and fsync
 rules; Pillai et al., "All File Systems Are Not Created Equal", OSDI 2014).
 
-This module depends on the standard library only, so every layer may use it.
+This module depends on the standard library and :mod:`autodeuq.errors` only, so every layer may
+use it.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import errno
 import os
 import secrets
 from pathlib import Path
+
+from .errors import AutoDEUQError
 
 __all__ = ["atomic_write", "WriteError", "TEMP_SUFFIX"]
 
@@ -29,7 +32,7 @@ O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
-class WriteError(RuntimeError):
+class WriteError(AutoDEUQError, RuntimeError):
     """A file cannot be written: the message names it and says why."""
 
 
