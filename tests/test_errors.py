@@ -21,6 +21,7 @@ def _error_classes():
     from autodeuq.data import DataError
     from autodeuq.ensemble.predictive import EnsembleError, ManifestError
     from autodeuq.evaluator.ray import RayConnectionError
+    from autodeuq.fileio import WriteError
     from autodeuq.runner import SearchError
     from autodeuq.space import SpaceError
 
@@ -28,7 +29,7 @@ def _error_classes():
     return [(DataError, ValueError), (SpaceError, ValueError), (CatalogError, RuntimeError),
             (RayConnectionError, RuntimeError), (SearchError, RuntimeError), (ManifestError, ValueError),
             (EnsembleError, ValueError), (ParameterError, ValueError), (ParameterError, TypeError),
-            (cli.CLIError, Exception)]
+            (WriteError, RuntimeError), (cli.CLIError, Exception)]
 
 
 def test_every_error_has_the_root_and_its_former_base():
