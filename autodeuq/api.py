@@ -73,7 +73,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         27, 81: a training continues past a rung only if its validation loss is among the best
         third recorded there (see :mod:`autodeuq.discard`).
     timeout : float, optional
-        Wall-clock limit of the search in seconds.
+        Wall-clock limit of ``fit`` in seconds: the search stops early enough to leave the
+        ensemble step a tenth of it (30 s to 5 min; :func:`autodeuq.pipeline.search_timeout`).
     verbose : bool, default=False
         Show the search progress bar.
     selection_objective : {"mixture", "gaussian"}, optional
@@ -168,7 +169,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         """
         from autodeuq.data import MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_arrays
         from autodeuq.ensemble import Ensemble
-        from autodeuq.pipeline import fill_catalog
+        from autodeuq.pipeline import fill_catalog, search_timeout
         from autodeuq.runner import Terminated
         from autodeuq.space import load_space
 
@@ -201,7 +202,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             self.run_dir_ = Path(tempfile.mkdtemp(prefix="autodeuq-"))
             self._temporary_catalog = weakref.finalize(self, shutil.rmtree, str(self.run_dir_), ignore_errors=True)
         self.search_summary_ = summary = fill_catalog(
-            space, dataset, self.run_dir_, search=self.search, max_evals=self.max_evals, timeout=self.timeout,
+            space, dataset, self.run_dir_, search=self.search, max_evals=self.max_evals,
+            timeout=search_timeout(self.timeout),
             seed=seed, epochs=self.epochs, early_discarding=self.early_discarding, evaluator=self.evaluator,
             workers=self.workers, progress=bool(self.verbose))
         if summary.interrupted:

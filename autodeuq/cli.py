@@ -101,7 +101,9 @@ def _add_search_args(p):
     g.add_argument("--max-evals", type=int, default=100, metavar="N",
                    help="evaluations to finish in the run directory, earlier sessions included (default: 100)")
     g.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help="wall-clock limit of the search in seconds, > 0 (default: none)")
+                   help="wall-clock limit in seconds, > 0: of the search (search), of the search and the ensemble "
+                        "step (run: the search keeps a tenth of it, 30 s to 5 min, for the ensemble step); "
+                        "no evaluation starts that would not finish in time (default: none)")
     g.add_argument("--eval-timeout", type=float, default=None, metavar="S",
                    help="per-evaluation limit in seconds (> 0) of running on a worker; overrunning evaluations are "
                         "cancelled and recorded as failures (default: none)")
@@ -278,7 +280,8 @@ def _check_search_args(args):
         raise CLIError(f"--target {repeated[0]} is given more than once; name each target column once")
 
 
-def cmd_search(args):
+def cmd_search(args, *, timeout=None):
+    """``autodeuq search``; ``timeout``: the search's wall-clock limit when not ``args.timeout``."""
     from autodeuq.pipeline import fill_catalog
     from autodeuq.space import load_space
 
@@ -297,7 +300,7 @@ def cmd_search(args):
     try:
         summary = fill_catalog(
             space, dataset, run_dir, search=args.search, search_options=search_options, max_evals=args.max_evals,
-            timeout=args.timeout, seed=args.seed, epochs=args.epochs, early_discarding=args.early_discarding,
+            timeout=timeout or args.timeout, seed=args.seed, epochs=args.epochs, early_discarding=args.early_discarding,
             sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction, evaluator=args.evaluator,
             workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
             ray_address=args.ray_address, eval_timeout=args.eval_timeout, new_run=args.new_run,
@@ -484,10 +487,13 @@ def cmd_export(args):
 
 
 def cmd_run(args):
+    from autodeuq.pipeline import search_timeout
+
     _check_ensemble_args(args)  # before the search, not after it
     if args.out:
         _check_out(Path(args.out), "--out")
-    run_dir = cmd_search(args)
+    # --timeout bounds the whole run: the search stops early enough for the ensemble step.
+    run_dir = cmd_search(args, timeout=search_timeout(args.timeout))
     cmd_ensemble(args, run_dir=run_dir)
 
 

@@ -10,14 +10,33 @@ from __future__ import annotations
 
 import numbers
 import os
+import time
 
 from autodeuq.errors import ParameterError
 
-__all__ = ["EVALUATORS", "SEARCHES", "check_ensemble_parameters", "check_search_parameters", "fill_catalog"]
+__all__ = ["EVALUATORS", "SEARCHES", "check_ensemble_parameters", "check_search_parameters", "fill_catalog",
+           "search_timeout"]
 
 #: Searcher names (:func:`autodeuq.search.create`); the two last are the thesis' ablations.
 SEARCHES = ("agebo", "age", "bo", "random", "age-fixed-hp", "bo-fixed-arch")
 EVALUATORS = ("ray", "serial")
+
+
+#: Part of a whole-run time budget (search, then ensemble) kept for the ensemble step: this share
+#: of the budget, within these bounds in seconds, and never more than half of it. Selecting from a
+#: 100-model catalog, loading the members, scoring and plotting takes well under a minute.
+ENSEMBLE_SHARE, ENSEMBLE_MIN_S, ENSEMBLE_MAX_S = 0.1, 30.0, 300.0
+
+
+def search_timeout(timeout: float | None) -> float | None:
+    """The search's part of a wall-clock budget of ``timeout`` seconds for a whole run (search, then ensemble).
+
+    >>> search_timeout(600.0), search_timeout(3600.0), search_timeout(40.0), search_timeout(None)
+    (540.0, 3300.0, 20.0, None)
+    """
+    if timeout is None:
+        return None
+    return timeout - min(max(ENSEMBLE_MIN_S, ENSEMBLE_SHARE * timeout), ENSEMBLE_MAX_S, timeout / 2)
 
 
 def _integer(name, value, minimum, *, optional=False):
@@ -107,8 +126,12 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         Already sized for the data (:meth:`SearchSpace.for_rows`).
     dataset : Dataset
     run_dir : path
-    search, search_options, max_evals, timeout, seed, new_run, progress
+    search, search_options, max_evals, seed, new_run, progress
         Of :func:`autodeuq.runner.run_search`.
+    timeout : float, optional
+        Wall-clock seconds for this call, starting the evaluator included (see
+        :func:`autodeuq.runner.run_search`); :func:`search_timeout` gives the search's part of a
+        budget for a whole run.
     epochs : int, optional
         Override of the space's epoch budget.
     early_discarding : {"none", "sha"}
@@ -140,6 +163,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
     from autodeuq.discard import SuccessiveHalving
     from autodeuq.runner import run_search
 
+    deadline = None if timeout is None else time.monotonic() + timeout
     check_search_parameters(search=search, max_evals=max_evals, epochs=epochs, seed=seed, timeout=timeout,
                             eval_timeout=eval_timeout, evaluator=evaluator, workers=workers,
                             cpus_per_eval=cpus_per_eval, gpus_per_eval=gpus_per_eval,
@@ -159,5 +183,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         if on_start is not None:
             on_start(runner)
         return run_search(space, dataset, runner, run_dir, search=search, search_options=search_options,
-                          max_evals=max_evals, timeout=timeout, seed=seed, new_run=new_run, progress=progress,
+                          max_evals=max_evals, seed=seed, new_run=new_run, progress=progress,
+                          # Starting the workers (a Ray instance, say) counts against the limit too.
+                          timeout=None if deadline is None else max(deadline - time.monotonic(), 1e-3),
                           run_options={"epochs": epochs, "eval_timeout": eval_timeout})

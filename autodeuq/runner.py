@@ -15,6 +15,7 @@ import contextlib
 import math
 import re
 import signal
+import statistics
 import threading
 import time
 from collections import Counter
@@ -224,8 +225,9 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
     max_evals : int
         Budget counted over the whole run directory, previous sessions included.
     timeout : float, optional
-        Wall-clock seconds for this call (> 0); running evaluations are cancelled (and stay
-        resumable).
+        Wall-clock seconds for this call (> 0). Once the time left is shorter than the median
+        duration of this call's finished evaluations, no new one starts (it would be cancelled
+        unfinished); at the limit, running evaluations are cancelled (and stay resumable).
     run_options : dict, optional
         Extra facts to record in the run metadata (epochs override, evaluator resources). An
         ``epochs`` entry must give the same epoch budget as the run's first session.
@@ -311,6 +313,7 @@ class _SearchSession:
         self.unrecorded: list[tuple[int, TrainResult]] = []  # finished, waiting for the catalog
         self.verdicts: dict[int, str | None] = {}  # failure reason the catalog will record (None: done)
         self.session_reasons: list[str | None] = []  # the same, for each result recorded by this call
+        self.durations: list[float] = []  # wall seconds of the evaluations finished in this call
 
     def submit(self, eval_id, config):
         self.configs[eval_id] = config
@@ -322,9 +325,16 @@ class _SearchSession:
     def out_of_time(self):
         return _out_of_time(self.started, self.timeout)
 
+    def time_for_another(self):
+        """Whether a new evaluation can be expected to finish before the timeout."""
+        if self.timeout is None:
+            return True
+        left = self.started + self.timeout - time.time()
+        return left > (statistics.median(self.durations) if self.durations else 0.0)
+
     def refill(self):
         free = min(self.evaluator.n_slots - self.evaluator.n_running, self.budget_left())
-        if free > 0 and not self.out_of_time():
+        if free > 0 and self.time_for_another():
             batch = self.ahead[:free]
             del self.ahead[:free]
             batch += self.searcher.ask(free - len(batch)) if free > len(batch) else []
@@ -357,6 +367,8 @@ class _SearchSession:
         """Tell the searcher what the catalog will record of ``finished``; queue them for it."""
         for i, r in finished:
             self.verdicts[i] = _recorded_reason(self.writer, r)
+            if r.end_time > r.start_time > 0:
+                self.durations.append(r.end_time - r.start_time)
         self.searcher.tell([(self.configs[i], None if self.verdicts[i] else objective_of(r)) for i, r in finished])
         self.unrecorded.extend(finished)
 
@@ -371,6 +383,8 @@ class _SearchSession:
             while True:
                 self.refill()
                 if evaluator.n_running == 0 and not self.unrecorded:
+                    if self.budget_left() > 0 and not self.time_for_another():
+                        self.stopped_by = "timeout"  # too little time left for another evaluation
                     break
                 # Between two catalog writes the driver polls again, so a freed slot is refilled at once.
                 if self.unrecorded:

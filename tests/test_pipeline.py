@@ -85,3 +85,32 @@ def test_cli_and_estimator_share_the_wiring(tmp_path, monkeypatch):
     expected = {"search": "random", "max_evals": 7, "epochs": 3, "seed": 2, "evaluator": "serial",
                 "early_discarding": "sha", "timeout": None, "workers": None}
     assert [{k: c[k] for k in shared} for c in calls] == [expected, expected]
+
+
+def test_search_timeout_keeps_a_share_for_the_ensemble_step():
+    assert pipeline.search_timeout(None) is None
+    assert pipeline.search_timeout(1000.0) == 900.0  # a tenth
+    assert pipeline.search_timeout(100.0) == 70.0  # at least 30 s
+    assert pipeline.search_timeout(10_000.0) == 9_700.0  # at most 5 min
+    assert pipeline.search_timeout(20.0) == 10.0  # never more than half
+
+
+def test_a_whole_run_budget_leaves_time_for_the_ensemble(tmp_path, monkeypatch):
+    """`run --timeout` and `fit(timeout=)` bound search and ensemble; `search --timeout` the search alone."""
+    from autodeuq import AutoDEUQRegressor, cli
+
+    timeouts = []
+
+    def recorder(space, dataset, run_dir, **settings):
+        timeouts.append(settings["timeout"])
+        raise Planted()
+
+    monkeypatch.setattr(pipeline, "fill_catalog", recorder)
+    for command, handler in (("search", cli.cmd_search), ("run", cli.cmd_run)):
+        with pytest.raises(Planted):
+            handler(cli.build_parser().parse_args([command, "--dataset", "toy-sine", "--timeout", "600",
+                                                   "--evaluator", "serial", "--run-dir", str(tmp_path / command)]))
+    X = np.random.default_rng(0).normal(size=(30, 1))
+    with pytest.raises(Planted):
+        AutoDEUQRegressor(space="toy", timeout=600, evaluator="serial", run_dir=tmp_path / "fit").fit(X, X[:, 0])
+    assert timeouts == [600.0, 540.0, 540.0]
