@@ -494,8 +494,7 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
     else:
         tr, va = np.arange(len(frame)), None
         split = {"kind": "file", "path": valid[1]}
-    prep = TablePreprocessor.fit(frame.iloc[tr], features, options, source if valid is not None
-                                 else f"{source} (training split)")
+    prep = TablePreprocessor.fit(frame, features, options, source, rows=tr)
     x = encode_table(prep, frame, source, ignore=targets)
     if valid is None:
         x_tr, y_tr, x_va, y_va = x[tr], y[tr], x[va], y[va]

@@ -106,8 +106,12 @@ class TablePreprocessor:
 
     # ------------------------------------------------------------------ fitting
     @classmethod
-    def fit(cls, frame, features: Sequence[str], options: TableOptions, source: str) -> "TablePreprocessor":
-        """Fit on the training rows ``frame[features]`` with scikit-learn's transformers.
+    def fit(cls, frame, features: Sequence[str], options: TableOptions, source: str,
+            rows=None) -> "TablePreprocessor":
+        """Fit on the training rows ``frame[features].iloc[rows]`` with scikit-learn's transformers.
+
+        ``rows`` (default: all) are the training rows; what the options refuse is looked for
+        in the whole table, so a message names the table's data row (1-based).
 
         Raises
         ------
@@ -123,15 +127,16 @@ class TablePreprocessor:
 
         features = [str(c) for c in features]
         kinds = {c: "categorical" if is_categorical(frame[c]) else "numeric" for c in features}
+        training = frame if rows is None else frame.iloc[rows]
         for c in features:
             missing = frame[c].isna().to_numpy()
-            if missing.all():
-                raise DataError(f"{source}: feature column {c!r} has no value in the {len(missing)} training "
-                                         f"row(s): drop it (--drop {c})")
+            if training[c].isna().all():
+                raise DataError(f"{source}: feature column {c!r} has no value in the {len(training)} training "
+                                f"row(s): drop it (--drop {c})")
             if kinds[c] == "categorical" and options.categorical == "none":
                 raise DataError(
-                    f"{source}: feature column {c!r} is categorical ({frame[c].dtype}, e.g. {_first_value(frame[c])!r}) "
-                    f"but categorical encoding is 'none': use --categorical onehot|ordinal, drop it (--drop {c}) "
+                    f"{source}: feature column {c!r} is categorical ({frame[c].dtype}, e.g. "
+                    f"{_first_value(frame[c])!r}) but categorical encoding is 'none': use --categorical onehot|ordinal, drop it (--drop {c}) "
                     f"or encode it as numbers")
             if missing.any() and options.impute == "none":
                 raise DataError(
@@ -148,7 +153,7 @@ class TablePreprocessor:
                        else OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=UNKNOWN_ORDINAL))
             parts.append(("categorical", make_pipeline(SimpleImputer(strategy="most_frequent"),
                                                        encoder), categorical))
-        table = frame[features].copy()
+        table = training[features].copy()
         for c in categorical:
             labels = _as_labels(table[c])
             labels[pd_isna(labels)] = np.nan  # the imputer's marker of a missing entry
@@ -257,13 +262,11 @@ class TablePreprocessor:
             A feature column missing from ``frame``, non-numeric text in a numeric column, or a
             missing value when imputation is ``"none"``.
         """
-        import pandas as pd
-
         names = [str(c) for c in frame.columns]
         absent = [c for c in self.feature_columns if c not in names]
         if absent:
-            raise DataError(f"{source}: missing feature column(s) {absent} (the model reads "
-                                     f"{self.feature_columns})")
+            raise DataError(f"{source}: columns do not match the model's features {self.feature_columns}: "
+                            f"missing feature column(s) {absent}")
         frame = frame.set_axis(names, axis=1)
         blocks = []
         for c in self.columns:
@@ -287,9 +290,7 @@ class TablePreprocessor:
                 blocks.append(onehot)
             else:
                 blocks.append(np.where(codes >= 0, codes, UNKNOWN_ORDINAL).astype(np.float64)[:, None])
-        if not blocks:
-            return np.zeros((len(frame), 0))
-        return np.concatenate(blocks, axis=1) if len(frame) else np.zeros((0, len(self.output_names)))
+        return np.concatenate(blocks, axis=1)
 
 
 def _numeric_values(values, column: dict, missing: np.ndarray, source: str) -> np.ndarray:
@@ -301,7 +302,7 @@ def _numeric_values(values, column: dict, missing: np.ndarray, source: str) -> n
         if bad.any() or pd.api.types.is_bool_dtype(values):
             row = int(np.argmax(bad)) if bad.any() else 0
             raise DataError(f"{source}: feature column {column['name']!r} is numeric in the model but holds "
-                                     f"{values.iloc[row]!r} at data row {row + 1}")
+                            f"{values.iloc[row]!r} at data row {row + 1}")
         values = converted
     out = np.array(pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan))
     if column["fill"] is not None:
