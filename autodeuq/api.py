@@ -175,8 +175,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         """
         from autodeuq import evaluator as evaluators
         from autodeuq.data import MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_table
-        from autodeuq.preprocess import TableOptions
         from autodeuq.ensemble import Ensemble
+        from autodeuq.preprocess import TableOptions
         from autodeuq.runner import SearchError, Terminated, run_search
         from autodeuq.space import load_space
 

@@ -10,9 +10,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from autodeuq.preprocess import TablePreprocessor
 
 DEFAULT_VALID_FRACTION = 1.0 / 3.0
 MIN_TRAIN_ROWS = 2
@@ -93,7 +96,7 @@ class Dataset:
     x_test: np.ndarray | None = None
     y_test: np.ndarray | None = None
     scaler: Standardizer | None = None
-    preprocessor: "TablePreprocessor | None" = None
+    preprocessor: TablePreprocessor | None = None
 
     def __post_init__(self):
         if self.scaler is None:

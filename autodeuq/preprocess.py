@@ -23,8 +23,8 @@ Infinite values are not missing: they stay an error.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -107,7 +107,7 @@ class TablePreprocessor:
     # ------------------------------------------------------------------ fitting
     @classmethod
     def fit(cls, frame, features: Sequence[str], options: TableOptions, source: str,
-            rows=None) -> "TablePreprocessor":
+            rows=None) -> TablePreprocessor:
         """Fit on the training rows ``frame[features].iloc[rows]`` with scikit-learn's transformers.
 
         ``rows`` (default: all) are the training rows; what the options refuse is looked for
@@ -201,7 +201,7 @@ class TablePreprocessor:
                 "columns": [dict(c) for c in self.columns]}
 
     @classmethod
-    def from_dict(cls, d) -> "TablePreprocessor":
+    def from_dict(cls, d) -> TablePreprocessor:
         """Rebuild from :meth:`to_dict`'s output, checking every field (it may come from an untrusted file).
 
         Raises

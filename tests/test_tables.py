@@ -106,7 +106,7 @@ def error_of(call):
 
 def test_what_cannot_be_handled_is_one_clear_error():
     frame = mixed_table()
-    fit = lambda f=frame, **o: from_table(f, ["y"], "t.csv", TableOptions(**o))  # noqa: E731
+    fit = lambda f=frame, **o: from_table(f, ["y"], "t.csv", TableOptions(**o))
     message = error_of(lambda: fit(drop=("note", "id"), categorical="none"))
     assert "t.csv: feature column 'color' is categorical" in message and "--categorical onehot|ordinal" in message
     message = error_of(lambda: fit(drop=("note", "id"), impute="none"))
