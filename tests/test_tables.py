@@ -185,6 +185,21 @@ def test_predict_copies_the_id_column_and_encodes_the_table(table_run):
     assert pd.read_csv(table_run / "note_pred.csv").columns[0] == "note"
 
 
+def test_ensemble_scores_a_raw_test_table(table_run):
+    test = mixed_table(20, seed=3)
+    test.loc[0, "color"] = "purple"
+    test.to_csv(table_run / "test.csv", index=False)
+    out = table_run / "rescored" / "ensemble.json"
+    assert main(["ensemble", "--run-dir", str(table_run / "run"), "--size", "2", "--test",
+                 str(table_run / "test.csv"), "--out", str(out)]) == 0
+    metrics = json.loads((table_run / "run" / "metrics.json").read_text())
+    assert np.isfinite(metrics["test"]["rmse"]["mean"])
+    ens = load_ensemble(out)
+    pred = ens.predict(test.drop(columns=["y"]))
+    rmse = np.sqrt(np.mean((pred.mean[:, 0] - test["y"].to_numpy()) ** 2))
+    assert metrics["test"]["rmse"]["mean"] == pytest.approx(rmse, rel=1e-9)
+
+
 def test_the_export_stores_the_preprocessing_as_json(table_run):
     manifest = json.loads((table_run / "export" / "ensemble.json").read_text())
     prep = manifest["preprocessing"]
