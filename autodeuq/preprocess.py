@@ -85,8 +85,7 @@ def _as_labels(values) -> np.ndarray:
 
     values = pd.Series(values).astype(object)
     missing = values.isna().to_numpy()
-    labels = np.array([None if m else str(v) for v, m in zip(values.to_numpy(), missing)], dtype=object)
-    return labels
+    return np.array([None if m else str(v) for v, m in zip(values.to_numpy(), missing)], dtype=object)
 
 
 @dataclass
@@ -156,7 +155,7 @@ class TablePreprocessor:
         table = training[features].copy()
         for c in categorical:
             labels = _as_labels(table[c])
-            labels[pd_isna(labels)] = np.nan  # the imputer's marker of a missing entry
+            labels[_is_none(labels)] = np.nan  # the imputer's marker of a missing entry
             table[c] = labels
         transformer = ColumnTransformer(parts).fit(table)
         fitted = {}
@@ -310,7 +309,7 @@ def _numeric_values(values, column: dict, missing: np.ndarray, source: str) -> n
     return out
 
 
-def pd_isna(values) -> np.ndarray:
+def _is_none(values) -> np.ndarray:
     return np.array([v is None for v in values], dtype=bool)
 
 

@@ -6,8 +6,9 @@ run directory a search filled) or a self-contained folder written by
 
     model_dir/
         ensemble.json          format "autodeuq-ensemble/2": members (id, weight, file, SHA-256,
-                               size), feature and target names, input standardization,
-                               calibration, selection, package versions
+                               size), feature and target names, input standardization, the
+                               table encoding (categories, fill values; or null), calibration,
+                               selection, package versions
         members/<id>.keras     the members' model files, the catalog's very bytes
 
 Input and output standardization live inside each ``.keras`` model; the manifest repeats the
