@@ -117,8 +117,6 @@ class Dataset:
             h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
             h.update(str(a.shape).encode())
         h.update(json.dumps([self.feature_names, self.target_names]).encode())
-        if self.preprocessor is not None:
-            h.update(json.dumps(self.preprocessor.to_dict(), sort_keys=True).encode())
         return h.hexdigest()[:16]
 
     def describe(self) -> dict:

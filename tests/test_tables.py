@@ -264,3 +264,17 @@ def test_estimator_takes_frames_with_text_and_missing_values_and_round_trips(tmp
     np.testing.assert_allclose(pred["y_mean"], mean, rtol=1e-12)
     with pytest.raises(DataError, match="feature column 'color' is categorical"):
         AutoDEUQRegressor(categorical="none", drop=["note", "id"], evaluator="serial").fit(X, y)
+
+
+def test_a_run_is_not_resumed_under_another_encoding(tmp_path, capsys):
+    # No gaps: --impute median encodes these rows as --impute mean does, but predicts other fills.
+    mixed_table().dropna().to_csv(tmp_path / "full.csv", index=False)
+    base = ["search", "--data", str(tmp_path / "full.csv"), "--target", "y", "--drop", "note", "--id-column", "id",
+            "--run-dir", str(tmp_path / "run"), "--evaluator", "serial", "--space", "toy", "--epochs", "2",
+            "--no-progress"]
+    assert main([*base, "--max-evals", "1"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--max-evals", "1", "--impute", "median"]) == 2
+    err = capsys.readouterr().err
+    assert "another table encoding (impute 'mean' recorded, 'median' asked)" in err
+    assert main([*base, "--max-evals", "2"]) == 0  # the same options resume
