@@ -135,8 +135,8 @@ class TablePreprocessor:
             if kinds[c] == "categorical" and options.categorical == "none":
                 raise DataError(
                     f"{source}: feature column {c!r} is categorical ({frame[c].dtype}, e.g. "
-                    f"{_first_value(frame[c])!r}) but categorical encoding is 'none': use --categorical onehot|ordinal, drop it (--drop {c}) "
-                    f"or encode it as numbers")
+                    f"{_first_value(frame[c])!r}) but categorical encoding is 'none': use --categorical "
+                    f"onehot|ordinal, drop it (--drop {c}) or encode it as numbers")
             if missing.any() and options.impute == "none":
                 raise DataError(
                     f"{source}: feature column {c!r} has {int(missing.sum())} missing value(s) (first at data row "
@@ -174,7 +174,7 @@ class TablePreprocessor:
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise DataError(f"{source}: the encoded feature name {repeated[0]!r} is made twice (a column "
-                                     f"of that name and a one-hot column); rename the column")
+                            f"of that name and a one-hot column); rename the column")
         return prep
 
     # ------------------------------------------------------------------ describing
