@@ -14,7 +14,7 @@ from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder
 
 from autodeuq import AutoDEUQRegressor
 from autodeuq.cli import main
-from autodeuq.data import DataError, from_table, random_split
+from autodeuq.data import DataError, from_table, load_files, random_split
 from autodeuq.ensemble import load_ensemble
 from autodeuq.ensemble.predictive import ManifestError
 from autodeuq.preprocess import TableOptions, TablePreprocessor
@@ -278,3 +278,22 @@ def test_a_run_is_not_resumed_under_another_encoding(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "another table encoding (impute 'mean' recorded, 'median' asked)" in err
     assert main([*base, "--max-evals", "2"]) == 0  # the same options resume
+
+
+def test_validation_and_test_files_are_encoded_with_the_training_fit(tmp_path):
+    train, other = mixed_table(), mixed_table(12, seed=5)
+    other.loc[0, "color"] = "purple"
+    train.to_csv(tmp_path / "train.csv", index=False)
+    # Columns in another order, without the dropped and the id column.
+    other[["y", "color", "a"]].to_csv(tmp_path / "valid.csv", index=False)
+    other.to_csv(tmp_path / "test.csv", index=False)
+    options = TableOptions(drop=("note",), id_column="id")
+    ds = load_files(tmp_path / "train.csv", ["y"], valid=tmp_path / "valid.csv", test=tmp_path / "test.csv",
+                    options=options)
+    np.testing.assert_array_equal(ds.x_valid, ds.preprocessor.transform(other, "valid"))
+    np.testing.assert_array_equal(ds.x_test, ds.x_valid)
+    np.testing.assert_array_equal(ds.x_valid[0, 1:], [0.0, 0.0, 0.0])  # 'purple'
+    assert ds.preprocessor.columns[0]["fill"] == pytest.approx(train["a"].mean())  # all of train.csv trains
+    other.assign(extra=1.0).to_csv(tmp_path / "bad.csv", index=False)
+    with pytest.raises(DataError, match=r"bad\.csv: columns do not match .* unexpected column\(s\) \['extra'\]"):
+        load_files(tmp_path / "train.csv", ["y"], valid=tmp_path / "bad.csv", options=options)
