@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from autodeuq.errors import AutoDEUQError
+
 if TYPE_CHECKING:
     from autodeuq.preprocess import TablePreprocessor
 
@@ -25,7 +27,7 @@ BUILTIN_DATASETS = ("toy-sine", "boston", "concrete")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-class DataError(ValueError):
+class DataError(AutoDEUQError, ValueError):
     """Bad input data: the message says which file, which column and what is wrong."""
 
 
@@ -424,7 +426,8 @@ def _resolve_targets(columns: list[str], targets, source: str) -> list[str]:
     if not targets:
         if "y" in columns:
             return ["y"]
-        raise DataError(f"{source}: no target column given (use --target COLUMN); columns are {columns}")
+        raise DataError(f"{source}: no target column given, and none is named 'y'; columns are {columns}",
+                        parameters=("target",))
     missing = [t for t in targets if t not in columns]
     if missing:
         import difflib

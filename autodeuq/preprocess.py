@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autodeuq.data import DataError
+from autodeuq.errors import ParameterError
 
 CATEGORICAL = ("onehot", "ordinal", "none")
 IMPUTE = ("mean", "median", "none")
@@ -55,16 +56,22 @@ class TableOptions:
     id_column: str | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "drop", tuple(str(c) for c in (self.drop or ())))
         if self.categorical not in CATEGORICAL:
-            raise DataError(f"categorical encoding must be one of {list(CATEGORICAL)}, got {self.categorical!r}")
+            raise ParameterError("categorical", f"must be one of {list(CATEGORICAL)}", self.categorical)
         if self.impute not in IMPUTE:
-            raise DataError(f"imputation must be one of {list(IMPUTE)}, got {self.impute!r}")
+            raise ParameterError("impute", f"must be one of {list(IMPUTE)}", self.impute)
+        drop = self.drop if self.drop is not None else ()
+        if isinstance(drop, str) or not all(isinstance(c, str) for c in drop):
+            raise ParameterError("drop", "must be a list of column names", self.drop)
+        object.__setattr__(self, "drop", tuple(drop))
         repeated = sorted({c for c in self.drop if self.drop.count(c) > 1})
         if repeated:
-            raise DataError(f"column {repeated[0]!r} is dropped more than once")
+            raise ParameterError("drop", "must name each column once", list(self.drop))
+        if self.id_column is not None and not isinstance(self.id_column, str):
+            raise ParameterError("id_column", "must be None or a column name", self.id_column)
         if self.id_column is not None and self.id_column in self.drop:
-            raise DataError(f"column {self.id_column!r} is both the id column and dropped")
+            raise DataError(f"column {self.id_column!r} is both the id column and dropped",
+                            parameters=("id_column", "drop"))
 
     @property
     def ignored(self) -> list[str]:
@@ -131,16 +138,17 @@ class TablePreprocessor:
             missing = frame[c].isna().to_numpy()
             if training[c].isna().all():
                 raise DataError(f"{source}: feature column {c!r} has no value in the {len(training)} training "
-                                f"row(s): drop it (--drop {c})")
+                                f"row(s): drop it", parameters=("drop",))
             if kinds[c] == "categorical" and options.categorical == "none":
                 raise DataError(
                     f"{source}: feature column {c!r} is categorical ({frame[c].dtype}, e.g. "
-                    f"{_first_value(frame[c])!r}) but categorical encoding is 'none': use --categorical "
-                    f"onehot|ordinal, drop it (--drop {c}) or encode it as numbers")
+                    f"{_first_value(frame[c])!r}) but categorical encoding is 'none': encode it one-hot or "
+                    f"ordinal, drop it or make it numbers", parameters=("categorical", "drop"))
             if missing.any() and options.impute == "none":
                 raise DataError(
                     f"{source}: feature column {c!r} has {int(missing.sum())} missing value(s) (first at data row "
-                    f"{int(np.argmax(missing)) + 1}) and imputation is 'none': use --impute mean|median or drop it")
+                    f"{int(np.argmax(missing)) + 1}) and imputation is 'none': impute the mean or median, or drop "
+                    f"it", parameters=("impute", "drop"))
         numeric = [c for c in features if kinds[c] == "numeric"]
         categorical = [c for c in features if kinds[c] == "categorical"]
         parts = []
@@ -215,8 +223,11 @@ class TablePreprocessor:
             raise DataError("'preprocessing.drop' must be a list of column names")
         if id_column is not None and not isinstance(id_column, str):
             raise DataError("'preprocessing.id_column' must be a column name or null")
-        options = TableOptions(categorical=d.get("categorical"), impute=d.get("impute"), drop=tuple(drop),
-                               id_column=id_column)
+        try:
+            options = TableOptions(categorical=d.get("categorical"), impute=d.get("impute"), drop=tuple(drop),
+                                   id_column=id_column)
+        except ParameterError as exc:
+            raise DataError(f"'preprocessing.{exc.parameter}' {exc.requirement}, got {exc.value!r}") from None
         columns = d.get("columns")
         if not isinstance(columns, list) or not columns:
             raise DataError("'preprocessing.columns' must be a non-empty list")

@@ -116,7 +116,7 @@ def test_non_numeric_feature_column_is_named(tmp_path, table):
     bad = table.copy()
     bad["city"] = "paris"
     check_error(write_csv(tmp_path / "s.csv", bad), ["y1"], "s.csv", "'city' is categorical", "'paris'",
-                "--categorical", options=TableOptions(categorical="none"))
+                "encoding is 'none'", options=TableOptions(categorical="none"))
 
 
 def test_missing_or_misspelled_target(tmp_path, table):

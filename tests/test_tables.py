@@ -17,6 +17,7 @@ from autodeuq.cli import main
 from autodeuq.data import DataError, from_table, load_files, random_split
 from autodeuq.ensemble import load_ensemble
 from autodeuq.ensemble.predictive import ManifestError
+from autodeuq.errors import ParameterError
 from autodeuq.preprocess import TableOptions, TablePreprocessor
 
 TINY = ["--evaluator", "serial", "--space", "toy", "--search", "random", "--max-evals", "2", "--epochs", "3",
@@ -96,29 +97,34 @@ def test_missing_values_at_prediction_take_the_training_statistics():
         strict.transform(new, "new")
 
 
-def error_of(call):
-    with pytest.raises(DataError) as info:
+def error_of(call, parameters=None, kind=DataError):
+    with pytest.raises(kind) as info:
         call()
     message = str(info.value)
     assert "\n" not in message
+    if parameters is not None:  # what the user can change, named by the front end (--drop, drop=...)
+        assert info.value.parameters == parameters
     return message
 
 
 def test_what_cannot_be_handled_is_one_clear_error():
     frame = mixed_table()
     fit = lambda f=frame, **o: from_table(f, ["y"], "t.csv", TableOptions(**o))
-    message = error_of(lambda: fit(drop=("note", "id"), categorical="none"))
-    assert "t.csv: feature column 'color' is categorical" in message and "--categorical onehot|ordinal" in message
-    message = error_of(lambda: fit(drop=("note", "id"), impute="none"))
+    message = error_of(lambda: fit(drop=("note", "id"), categorical="none"), ("categorical", "drop"))
+    assert "t.csv: feature column 'color' is categorical (object, e.g. " in message
+    message = error_of(lambda: fit(drop=("note", "id"), impute="none"), ("impute", "drop"))
     assert "t.csv: feature column 'a' has 3 missing value(s) (first at data row 4)" in message
-    message = error_of(lambda: fit(frame.assign(empty=np.nan), drop=("note", "id")))
-    assert "feature column 'empty' has no value" in message and "--drop empty" in message
+    message = error_of(lambda: fit(frame.assign(empty=np.nan), drop=("note", "id")), ("drop",))
+    assert "feature column 'empty' has no value in the 40 training row(s)" in message
     message = error_of(lambda: fit(frame.assign(y=frame["y"].where(frame.index != 7)), drop=("note", "id")))
     assert "t.csv: target column 'y'" in message and "row 8" in message
     assert "dropped column 'nope' not found" in error_of(lambda: fit(drop=("nope",)))
     assert "column 'y' is a target and cannot be the id column" in error_of(lambda: fit(id_column="y"))
-    assert "dropped more than once" in error_of(lambda: TableOptions(drop=("a", "a")))
-    assert "imputation must be one of" in error_of(lambda: TableOptions(impute="zero"))
+    assert error_of(lambda: TableOptions(drop=("a", "a")), ("drop",), ParameterError).startswith(
+        "drop must name each column once")
+    assert error_of(lambda: TableOptions(drop="note"), ("drop",), ParameterError).startswith(
+        "drop must be a list of column names")
+    assert "impute must be one of" in error_of(lambda: TableOptions(impute="zero"), ("impute",), ParameterError)
     prep = fit(drop=("note",), id_column="id").preprocessor
     assert "numeric in the model but holds 'ten' at data row 2" in error_of(
         lambda: prep.transform(pd.DataFrame({"a": ["1", "ten"], "color": ["red", "red"]}), "new.csv"))
@@ -129,7 +135,7 @@ def test_a_malformed_record_is_refused_naming_the_field():
     spec = TablePreprocessor.fit(mixed_table(), ["a", "color"], TableOptions(), "t").to_dict()
     for change, field in ((lambda d: d["columns"][1].update(fill="purple"), "'fill' must be one of its categories"),
                           (lambda d: d["columns"][0].update(fill="x"), "'fill' must be a finite number"),
-                          (lambda d: d.update(categorical="pickle"), "categorical encoding must be one of"),
+                          (lambda d: d.update(categorical="pickle"), "'preprocessing.categorical' must be one of"),
                           (lambda d: d["columns"][1].update(categories=[]), "'categories' must be a non-empty")):
         bad = json.loads(json.dumps(spec))
         change(bad)
@@ -228,7 +234,7 @@ def test_cli_refusals_are_one_line(table_run, capsys):
     train = str(table_run / "train.csv")
     err = error(["search", "--data", train, "--target", "y", "--categorical", "none", "--run-dir",
                  str(table_run / "none"), "--evaluator", "serial", "--max-evals", "1"])
-    assert "train.csv: feature column 'id' is categorical" in err
+    assert "train.csv: feature column 'id' is categorical" in err and err.endswith("(--categorical, --drop)")
     assert not (table_run / "none").exists()  # refused before anything is written
     assert "--drop applies to --data tables" in error(["search", "--dataset", "toy-sine", "--drop", "x"])
     err = error(["predict", "--ensemble", str(table_run / "export"), "--data", train, "--out",
