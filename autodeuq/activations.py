@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from ._lazy import keras, tf
 

@@ -23,7 +23,10 @@ import warnings
 import keras
 import numpy as np
 
-from .layers import Standardize, Unstandardize  # importing autodeuq.layers registers every custom layer
+from .layers import (  # importing autodeuq.layers registers every custom layer
+    Standardize,
+    Unstandardize,
+)
 from .plan import NetworkPlan
 
 

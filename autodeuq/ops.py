@@ -19,13 +19,15 @@ every training step (``benchmarks/results/training_speed.md``).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 from keras import layers
 
 from . import activations
-from .layers import VARIANCE_FLOOR, GaussianHead as GaussianHeadLayer
+from .layers import VARIANCE_FLOOR
+from .layers import GaussianHead as GaussianHeadLayer
 
 
 class Op:
@@ -69,8 +71,10 @@ class Op:
         override it with the gradient written out.
         """
         with tf.GradientTape() as tape:
-            tape.watch(inputs)
             tape.watch(weights)
+            # one stand-in per position: an op may read the same value twice (an Add of x and x)
+            inputs = [tf.identity(x) for x in inputs]
+            tape.watch(inputs)
             output, _ = self.forward(weights, inputs)
         many = isinstance(output, (tuple, list))
         grads = tape.gradient(list(output) if many else output, list(inputs) + list(weights),

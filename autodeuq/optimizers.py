@@ -28,8 +28,8 @@ one entry. TensorFlow is imported on first use (see :mod:`autodeuq._lazy`).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

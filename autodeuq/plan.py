@@ -69,7 +69,7 @@ class NetworkPlan:
     n_targets: int
 
     @classmethod
-    def from_arch(cls, space, arch, n_features: int, n_targets: int) -> "NetworkPlan":
+    def from_arch(cls, space, arch, n_features: int, n_targets: int) -> NetworkPlan:
         """The plan of architecture vector ``arch`` of ``space``.
 
         Examples

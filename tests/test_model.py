@@ -263,17 +263,24 @@ def random_inputs(n_features, n_targets, seed=7):
             for d, s in ((n_features, 2.0), (n_targets, 1.0), (n_targets, 1.0))]
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_ops_without_a_backward_fall_back_to_gradient_tape(seed):
+@pytest.mark.parametrize("case", ["every-cell", "same-input-twice", "seed=1", "seed=2"])
+def test_ops_without_a_backward_fall_back_to_gradient_tape(case):
     """Every op of the plan without its written-out backward: the same gradients."""
     import tensorflow as tf
 
     space = small_space(num_cells=4, units=(3, 5), activations=ACTIVATIONS)
-    arch = every_cell(space, "tanh") if seed == 0 else space.sample_arch(np.random.default_rng(seed))
+    if case == "every-cell":
+        arch = every_cell(space, "tanh")
+    elif case == "same-input-twice":  # cell 2: identity + skip from cell 1, i.e. Add(cell1, cell1, ...)
+        arch = [dense(space, 5, "tanh"), 0, 0, 1, 1] + [0] * 8
+    else:
+        arch = space.sample_arch(np.random.default_rng(int(case.split("=")[1])))
     model = build_network(space, arch, 3, 2)
     plan = plan_of(space, arch, model)
     taped = NetworkPlan(tuple(without_backward(op) for op in plan.ops), plan.n_features, plan.n_targets)
     assert all(type(op).backward is ops.Op.backward for op in taped.ops)
+    if case == "same-input-twice":
+        assert plan.ops[2].inputs[:2] == (dense_name(1), dense_name(1))
     weights = [tf.constant(v.value) for v in model.trainable_variables]
     x, c_mean, c_var = random_inputs(3, 2)
     results = []
