@@ -109,17 +109,17 @@ def test_identity_cells_without_skips_leave_only_the_head(space):
     arch = [0, 0, 0, 0, 0, 0, 0, 0, 0]
     model = build_network(space, arch, n_features=3, n_targets=1)
     assert model.output_shape == (None, 2)
-    assert [layer.name for layer in model.layers] == ["features", "gaussian_raw", "gaussian_head"]
-    assert inbound(model, "gaussian_raw") == ["features"]
+    assert [layer.name for layer in model.layers] == [INPUT_NAME, HEAD_RAW_NAME, HEAD_NAME]
+    assert inbound(model, HEAD_RAW_NAME) == [INPUT_NAME]
 
 
 def test_dense_cell(space):
     arch = [dense(space, 8, "tanh"), 0, 0, 0, 0, 0, 0, 0, 0]
     model = build_network(space, arch, 3, 1)
-    layer = model.get_layer("cell1_dense")
+    layer = model.get_layer(dense_name(1))
     assert layer.units == 8 and layer.activation.__name__ == "tanh"
-    assert inbound(model, "cell1_dense") == ["features"]
-    assert inbound(model, "gaussian_raw") == ["cell1_dense"]
+    assert inbound(model, dense_name(1)) == [INPUT_NAME]
+    assert inbound(model, HEAD_RAW_NAME) == [dense_name(1)]
     assert not any("merge" in layer.name or "add" in layer.name for layer in model.layers)
 
 
@@ -128,31 +128,31 @@ def test_skip_with_equal_widths_has_no_projection(space):
     arch = [dense(space, 8, "relu"), 0, dense(space, 8, "tanh"), 1, 0, 0, 0, 0, 0]
     model = build_network(space, arch, 3, 1)
     names = [layer.name for layer in model.layers]
-    assert "cell2_add" in names and "cell2_merge" in names
+    assert add_name(2) in names and merge_name(2) in names
     assert not any("proj" in n for n in names)
-    assert inbound(model, "cell2_add") == ["cell2_dense", "cell1_dense"]
-    assert inbound(model, "cell2_merge") == ["cell2_add"]
-    assert model.get_layer("cell2_merge").activation.__name__ == "relu"
-    assert inbound(model, "gaussian_raw") == ["cell2_merge"]
+    assert inbound(model, add_name(2)) == [dense_name(2), dense_name(1)]
+    assert inbound(model, merge_name(2)) == [add_name(2)]
+    assert model.get_layer(merge_name(2)).activation.__name__ == "relu"
+    assert inbound(model, HEAD_RAW_NAME) == [merge_name(2)]
 
 
 def test_skip_with_different_widths_is_projected(space):
     # cell2 Dense(8) with a skip from the 3-wide input (cell 0)
     arch = [0, 0, dense(space, 8, "relu"), 0, 1, 0, 0, 0, 0]
     model = build_network(space, arch, 3, 1)
-    proj = model.get_layer("cell2_skip_from0_proj")
+    proj = model.get_layer(projection_name(2, 0))
     assert proj.units == 8 and proj.activation.__name__ == "linear"
-    assert inbound(model, "cell2_skip_from0_proj") == ["features"]
-    assert inbound(model, "cell2_add") == ["cell2_dense", "cell2_skip_from0_proj"]
+    assert inbound(model, projection_name(2, 0)) == [INPUT_NAME]
+    assert inbound(model, add_name(2)) == [dense_name(2), projection_name(2, 0)]
 
 
 def test_identity_cell_with_skip_keeps_the_previous_width(space):
     # cell1 Dense(4); cell2 identity (width 4) with skips from cell 1 (same width) and the input (3 wide)
     arch = [dense(space, 4, "relu"), 0, 0, 1, 1, 0, 0, 0, 0]
     model = build_network(space, arch, 3, 1)
-    assert inbound(model, "cell2_add") == ["cell1_dense", "cell1_dense", "cell2_skip_from0_proj"]
-    assert model.get_layer("cell2_skip_from0_proj").units == 4
-    assert "cell2_skip_from1_proj" not in [layer.name for layer in model.layers]
+    assert inbound(model, add_name(2)) == [dense_name(1), dense_name(1), projection_name(2, 0)]
+    assert model.get_layer(projection_name(2, 0)).units == 4
+    assert projection_name(2, 1) not in [layer.name for layer in model.layers]
 
 
 @pytest.mark.parametrize("arch_seed", range(8))
