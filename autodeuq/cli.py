@@ -49,7 +49,7 @@ def _add_data_args(p):
 
 
 def _add_search_args(p):
-    # the choices are the modules' registries (importing them costs --help about a second)
+    # the choices are the modules' registries; importing them (scikit-learn, ConfigSpace) costs --help seconds
     from autodeuq import discard, evaluator, search
     from autodeuq.search.bo import ACQUISITIONS
     from autodeuq.search.surrogate import SURROGATES
