@@ -12,6 +12,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 __version__ = "0.1.0"
 
 _LAZY = {
+    "AutoDEUQError": "autodeuq.errors",
+    "ParameterError": "autodeuq.errors",
+    "SearchError": "autodeuq.runner",
+    "SpaceError": "autodeuq.space",
     "Catalog": "autodeuq.catalog",
     "CatalogError": "autodeuq.catalog",
     "Ensemble": "autodeuq.ensemble",
@@ -24,7 +28,7 @@ _LAZY = {
 }
 
 
-_SUBMODULES = ("metrics", "ensemble", "search", "evaluator", "data", "space", "catalog", "plots", "discard")
+_SUBMODULES = ("errors", "metrics", "ensemble", "search", "evaluator", "data", "space", "catalog", "plots", "discard")
 
 
 def __getattr__(name):

@@ -46,7 +46,7 @@ def _builtin_dataset(catalog: Catalog):
         return None
 
 
-def build_and_report(run_dir, size=5, method="greedy", objective="mixture", test_file=None,
+def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_file=None,
                      manifest=None, **selection) -> Report:
     """Select an ensemble, score it on validation (cached) and test data, write metrics.json, the
     plots and the manifest.
@@ -61,7 +61,7 @@ def build_and_report(run_dir, size=5, method="greedy", objective="mixture", test
     """
     run_dir = Path(run_dir)
     manifest = Path(manifest) if manifest else run_dir / MANIFEST_NAME
-    ensemble = Ensemble.from_catalog(run_dir, size=size, method=method, objective=objective, **selection)
+    ensemble = Ensemble.from_catalog(run_dir, size=size, selector=selector, score=score, **selection)
     catalog = ensemble.catalog
     ensemble._load()  # a member that cannot be loaded fails the report before anything is written
     _, means, variances = catalog.validation_predictions(ensemble.member_ids)

@@ -24,8 +24,9 @@ from typing import Any
 import ConfigSpace as CS
 import numpy as np
 
-from .activations import ACTIVATIONS
-from .optimizers import OPTIMIZERS
+from autodeuq.activations import ACTIVATIONS
+from autodeuq.errors import AutoDEUQError
+from autodeuq.optimizers import OPTIMIZERS
 
 # The repository's search_spaces/ folder, used when autodeuq runs from a checkout that was not
 # installed (PYTHONPATH=.); installs carry the same files as the package autodeuq.search_spaces.
@@ -42,7 +43,7 @@ MAX_UNITS = 16384
 HP_MINIMUM = {"batch_size": 1, "patience_reduce_lr": 0, "patience_early_stopping": 0}
 
 
-class SpaceError(ValueError):
+class SpaceError(AutoDEUQError, ValueError):
     """A search-space file or a configuration does not describe a valid space/point."""
 
 

@@ -3,6 +3,7 @@
 ``SerialEvaluator`` runs in-process, one at a time (debugging, tests); ``RayEvaluator`` runs on a
 local Ray instance or an existing cluster, one task per evaluation with its own CPUs/GPUs.
 """
+from autodeuq.errors import ParameterError
 from autodeuq.evaluator.base import Evaluator, TrainingObjective
 from autodeuq.evaluator.serial import SerialEvaluator
 
@@ -26,7 +27,7 @@ def create(name: str, objective, **options) -> Evaluator:
     try:
         factory = EVALUATORS[name]
     except KeyError:
-        raise ValueError(f"unknown evaluator {name!r}; known: {sorted(EVALUATORS)}") from None
+        raise ParameterError("evaluator", "must be " + " or ".join(map(repr, EVALUATORS)), name) from None
     return factory(objective, **options)
 
 
