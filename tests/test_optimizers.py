@@ -5,9 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from autodeuq.optimizers import FlatOptimizer
-from autodeuq.space import OPTIMIZERS as SPACE_OPTIMIZERS
-from autodeuq.train import make_optimizer
+from autodeuq.optimizers import OPTIMIZERS, FlatOptimizer, make_optimizer
 
 
 def keras_run(name, start, grads, rates):
@@ -34,7 +32,7 @@ def flat_run(name, start, grads, rates, opt=None):
     return np.array(out)
 
 
-@pytest.mark.parametrize("name", SPACE_OPTIMIZERS)
+@pytest.mark.parametrize("name", OPTIMIZERS)
 def test_flat_optimizer_follows_keras(name):
     """20 steps with varied gradients (some tiny, some zero) and a learning-rate cut at step 10."""
     rng = np.random.default_rng(0)
@@ -62,3 +60,16 @@ def test_reset_restarts_the_optimizer(name):
 def test_unknown_optimizer():
     with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
         FlatOptimizer("lion", 3)
+    with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
+        make_optimizer("lion", 0.1)
+
+
+def test_the_space_accepts_exactly_the_registered_optimizers():
+    from autodeuq.space import SpaceError, load_space
+
+    spec = load_space("toy").to_dict()
+    spec["training"]["optimizer"] = list(OPTIMIZERS)
+    assert list(load_space(spec).configspace["optimizer"].choices) == list(OPTIMIZERS)
+    spec["training"]["optimizer"] = ["adam", "lion"]
+    with pytest.raises(SpaceError, match=r"unknown optimizer\(s\) \['lion'\]"):
+        load_space(spec)

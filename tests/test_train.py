@@ -10,9 +10,9 @@ import tensorflow as tf
 from autodeuq import train as train_mod
 from autodeuq.data import from_arrays
 from autodeuq.model import model_from_bytes
+from autodeuq.optimizers import OPTIMIZERS
 from autodeuq.space import SearchSpace
 from autodeuq.train import (
-    OPTIMIZERS,
     EpochBookkeeper,
     clear_trainer_cache,
     configure_threads,
