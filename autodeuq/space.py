@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ConfigSpace as CS
 import numpy as np
 
 from autodeuq.activations import ACTIVATIONS
@@ -153,7 +152,9 @@ class SearchSpace:
             return list(units)
         self._fail("architecture.units", f"expected {{min, max, step}} or a list of positive integers, got {units!r}")
 
-    def _training_space(self, training) -> CS.ConfigurationSpace:
+    def _training_space(self, training) -> CS.ConfigurationSpace:  # noqa: F821
+        import ConfigSpace as CS  # here, not at the top: scipy.stats alone takes a second to import
+
         if not isinstance(training, dict):
             self._fail("training", "missing or not a mapping")
         missing = [n for n in HP_NAMES if n not in training]
