@@ -388,7 +388,8 @@ def write_report(records: list[dict], path: Path) -> str:
                 wins = [d for d in ref if np.mean([r["nll"] for r in cell[(m, d)]]) < ref[d]]
                 parts.append(f"{name} on {len(wins)} of {len(ref)}")
             plural = "s" if len(ds) > 1 else ""
-            lines.append(f"- {LABELS[m]} ({len(ds)} dataset{plural} so far): mean test NLL below " + ", ".join(parts) + ".")
+            lines.append(f"- {LABELS[m]} ({len(ds)} dataset{plural} so far): mean test NLL below "
+                         + ", ".join(parts) + ".")
         return lines + [""] if lines else []
 
     failed = [r for r in records if r.get("status") != "done"]
