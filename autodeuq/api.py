@@ -61,6 +61,11 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     selection_bags : int, default=10
         When > 0, bagged selection: repeated on that many random halves of the validation rows,
         weights averaged.
+    refit : bool, default=False
+        Retrain the selected members on the training and validation rows together, each for
+        the epochs of its best validation loss with the learning rates it used then (see
+        :mod:`autodeuq.ensemble.refit`); ``ensemble_`` then holds the refitted networks in
+        memory (save it with ``ensemble_.save(folder, self_contained=True)``).
     early_discarding : {"none", "sha"}, default="none"
         ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at epochs 1, 3, 9,
         27, 81: a training continues past a rung only if its validation loss is among the best
@@ -105,7 +110,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     def __init__(self, space="tabular", search="agebo", max_evals=100, ensemble_size=5, workers=None,
                  run_dir=None, seed=None, epochs=None, evaluator="ray", valid_fraction=1 / 3,
                  selector="greedy", selection_objective="mixture", selection_stop="size", diversity="none",
-                 calibrate="none", selection_bags=10, early_discarding="none", timeout=None, verbose=False):
+                 calibrate="none", selection_bags=10, early_discarding="none", timeout=None, verbose=False,
+                 refit=False):
         self.space = space
         self.search = search
         self.max_evals = max_evals
@@ -125,6 +131,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.early_discarding = early_discarding
         self.timeout = timeout
         self.verbose = verbose
+        self.refit = refit
 
     def fit(self, X, y, X_valid=None, y_valid=None):
         """Search, fill the catalog and build the ensemble.
@@ -181,6 +188,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                               ("early_discarding", POLICIES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        if not isinstance(self.refit, (bool, np.bool_)):
+            raise ValueError(f"refit must be True or False, got {self.refit!r}")
         seed = 0 if self.seed is None else int(self.seed)
         # The catalog records the real column names, so `autodeuq predict --data table.csv` works.
         names = getattr(self, "feature_names_in_", None)
@@ -218,6 +227,11 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                                                objective=self.selection_objective, stop=self.selection_stop,
                                                diversity=self.diversity, calibrate=self.calibrate,
                                                bags=self.selection_bags, seed=seed)
+        if self.refit:
+            from autodeuq.ensemble.refit import refit
+
+            self.ensemble_ = refit(self.ensemble_, np.vstack([dataset.x_train, dataset.x_valid]),
+                                   np.vstack([dataset.y_train, dataset.y_valid]))
         return self
 
     def _remove_temporary_catalog(self):
