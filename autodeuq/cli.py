@@ -125,7 +125,13 @@ def _add_ensemble_args(p, with_test=True):
     g.add_argument("--calibrate", choices=["none", "scale"], default="none",
                    help="scale: recalibrate each target's predictive std by a factor fitted on out-of-fold "
                         "selections of the validation rows (default: none)")
-    g.add_argument("--out", default=None, metavar="FILE", help="ensemble manifest (default: DIR/ensemble.json)")
+    g.add_argument("--refit", action="store_true",
+                   help="retrain the selected members on the training and validation rows together, each for the "
+                        "epochs of its best validation loss with the learning rates it used then; the ensemble is "
+                        "written as a self-contained folder (default --out: DIR/refit/ensemble.json)")
+    g.add_argument("--out", default=None, metavar="FILE",
+                   help="ensemble manifest; metrics.json and the figures are written beside it "
+                        "(default: DIR/ensemble.json)")
     if with_test:
         g.add_argument("--test", metavar="FILE", help="test table to score (built-in datasets use their own test set)")
 
@@ -311,21 +317,28 @@ def _os_error(exc: OSError) -> CLIError:
     return CLIError(f"{where}{exc.strerror or exc}")
 
 
+def _default_out(run_dir: Path, refit: bool) -> Path:
+    # A refitted ensemble is a self-contained folder, kept apart from the catalog's own files.
+    return run_dir / "refit" / "ensemble.json" if refit else run_dir / "ensemble.json"
+
+
 def cmd_ensemble(args, run_dir=None):
     from autodeuq.ensemble.predictive import EnsembleSizeWarning
     from autodeuq.report import build_and_report
 
     _check_size(args)
     run_dir = Path(run_dir or args.run_dir)
-    out = Path(args.out) if args.out else run_dir / "ensemble.json"
+    out = Path(args.out) if args.out else _default_out(run_dir, args.refit)
     _check_out(out, "--out")
+    if args.refit and out.name != "ensemble.json":
+        raise CLIError(f"--out {out}: --refit writes a self-contained folder; give FOLDER/ensemble.json")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", EnsembleSizeWarning)
         try:
             report = build_and_report(run_dir, size=args.size, method=args.selector, objective=args.objective,
                                       test_file=getattr(args, "test", None), manifest=out,
                                       stop=args.selection_stop, diversity=args.diversity, calibrate=args.calibrate,
-                                      bags=args.selection_bags)
+                                      bags=args.selection_bags, refit=args.refit)
         except OSError as exc:  # FileNotFoundError of a --test file included
             raise _os_error(exc) from None
     for warning in caught:
@@ -335,7 +348,7 @@ def cmd_ensemble(args, run_dir=None):
             warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     print(report.table())
     print(f"ensemble: {report.ensemble}")
-    print(f"wrote {out}, {run_dir / 'metrics.json'}")
+    print(f"wrote {out}, {out.parent / 'metrics.json'}")
     for plot in report.plots:
         print(f"wrote {plot}")
 
@@ -469,6 +482,8 @@ def cmd_run(args):
     _check_size(args)  # before the search, not after it
     if args.out:
         _check_out(Path(args.out), "--out")
+        if args.refit and Path(args.out).name != "ensemble.json":
+            raise CLIError(f"--out {args.out}: --refit writes a self-contained folder; give FOLDER/ensemble.json")
     run_dir = cmd_search(args)
     cmd_ensemble(args, run_dir=run_dir)
 
