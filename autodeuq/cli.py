@@ -290,7 +290,7 @@ def cmd_search(args):
         summary = run_search(space, dataset, evaluator, run_dir, search=args.search, search_options=search_options,
                              max_evals=args.max_evals,
                              timeout=args.timeout, seed=args.seed, new_run=args.new_run,
-                             progress=not args.no_progress,
+                             progress=not args.no_progress, log=lambda line: print(line, flush=True),
                              run_options={"epochs": args.epochs, "eval_timeout": args.eval_timeout})
     print(f"search: {summary}", flush=True)
     if summary.interrupted:
