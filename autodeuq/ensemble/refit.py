@@ -9,6 +9,12 @@ final step after a hold-out model selection (Hastie, Tibshirani & Friedman 2009,
 Bengio & Courville 2016, sec. 7.8, "retrain on all the data for the same number of steps").
 Each member starts from the same initial weights as its original training (same seed).
 
+A refit cannot be checked on held-out rows (there are none left), and the last epoch of a noisy
+training (small batches, plain SGD) can land far from where the best one was. So a refitted
+network is kept only if it fits the rows it was refitted on at least as well (Gaussian NLL) as the
+original member, which saw fewer of them; otherwise the original member stays in the ensemble
+(``selection["refit"]["kept_original"]`` lists them).
+
 The weights of the mixture and a recalibration factor, when there is one, are the selection's:
 they were fitted on the validation rows, which the refitted members have now seen, so they are
 kept rather than fitted again.
@@ -43,6 +49,14 @@ def member_schedule(entry: dict[str, Any]) -> list[float]:
     return [float(entry["config"]["hp"]["learning_rate"])] * best
 
 
+def _nll(model, x, y) -> float:
+    """Mean Gaussian NLL of an original-unit network on rows ``(x, y)``."""
+    from autodeuq.train import predict
+
+    mean, var = predict(model, x)
+    return float(np.mean(0.5 * np.log(2 * np.pi * var) + (y - mean) ** 2 / (2 * var)))
+
+
 def refit(ensemble: Ensemble, x, y, *, threads: int | None = None) -> Ensemble:
     """The ensemble with every member retrained on ``(x, y)`` (see the module documentation).
 
@@ -62,7 +76,7 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None) -> Ensemble:
     Ensemble
         Same member ids, weights and calibration; its members are held in memory (no catalog),
         so it is saved with ``save(folder, self_contained=True)``. ``selection["refit"]`` records
-        the rows and each member's epochs.
+        the rows, each refitted member's epochs, and the members kept as they were.
 
     Raises
     ------
@@ -71,6 +85,7 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None) -> Ensemble:
     RefitError
         A member's training failed (non-finite loss, ...).
     """
+    from autodeuq.catalog import load_keras_model
     from autodeuq.evaluator.base import evaluation_seed
     from autodeuq.train import train
 
@@ -88,7 +103,7 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None) -> Ensemble:
     dataset = from_arrays(x, y, x, y, feature_names=ensemble.feature_names, target_names=ensemble.target_names,
                           name="refit")
     space, seed = catalog.space, int(catalog.meta.get("seed") or 0)
-    models, epochs = {}, {}
+    models, epochs, kept = {}, {}, []
     for entry_id in ensemble.member_ids:
         entry = catalog.entry(entry_id)
         schedule = member_schedule(entry)
@@ -96,9 +111,16 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None) -> Ensemble:
                        schedule=schedule)
         if not result.ok:
             raise RefitError(f"refit of member {entry_id} failed: {result.reason}")
-        models[entry_id], epochs[entry_id] = result.model_bytes, len(schedule)
+        original = catalog.model_bytes(entry_id)
+        where = f"{catalog.run_dir}: member {entry_id}"
+        if _nll(load_keras_model(result.model_bytes, where), x, y) <= _nll(load_keras_model(original, where), x, y):
+            models[entry_id], epochs[entry_id] = result.model_bytes, len(schedule)
+        else:
+            models[entry_id] = original
+            kept.append(entry_id)
     source = ExportedMembers(Path(f"{catalog.run_dir} (refitted)"), models, ensemble.feature_names,
                              ensemble.target_names, dataset.scaler.to_dict())
-    selection = {**ensemble.selection, "refit": {"rows": int(len(x)), "epochs": {str(i): e for i, e in epochs.items()}}}
+    selection = {**ensemble.selection, "refit": {"rows": int(len(x)), "epochs": {str(i): e for i, e in epochs.items()},
+                                                 "kept_original": kept}}
     return Ensemble(source, ensemble.member_ids, ensemble.weights, selection=selection,
                     calibration=ensemble.calibration)
