@@ -159,3 +159,18 @@ def test_estimator_refuses_a_non_boolean_refit_before_searching(tmp_path):
     with pytest.raises(ValueError, match="refit must be True or False"):
         AutoDEUQRegressor(refit="yes", run_dir=tmp_path / "r", evaluator="serial").fit(np.ones((6, 1)), np.arange(6.0))
     assert not (tmp_path / "r").exists()
+
+
+def test_estimator_refit_trains_the_members_on_every_row(tmp_path):
+    from autodeuq import AutoDEUQRegressor
+
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-3, 3, (45, 1))
+    y = np.sin(x[:, 0]) + rng.normal(0, 0.1, 45)
+    model = AutoDEUQRegressor(space="toy", search="random", max_evals=2, epochs=3, evaluator="serial",
+                              ensemble_size=1, run_dir=tmp_path / "run", refit=True).fit(x, y)
+    info = model.ensemble_.selection["refit"]
+    assert info["rows"] == 45 and len(info["epochs"]) + len(info["kept_original"]) == 1
+    assert model.ensemble_.run_dir is None  # the refitted networks are held in memory
+    mean, std = model.predict(x[:5], return_std=True)
+    assert mean.shape == std.shape == (5,) and np.all(std > 0)
