@@ -153,8 +153,9 @@ def plot_search_trace(objectives, path, failed=None, units: str = "standardized"
                       members=()) -> Path | bytes:
     """Validation NLL of each evaluation in order, and the best so far.
 
-    Every evaluation is on the axes: the y range covers the best NLL up to the 90th percentile,
-    and an NLL above it is drawn on the top edge as an upward triangle; failed evaluations (no
+    Every evaluation is on the axes: the y range covers the best NLL up to the 90th percentile
+    (all of them below 10 evaluations), and an NLL above it is drawn on the top edge as an upward
+    triangle; failed evaluations (no
     NLL) are red crosses on the top edge. ``status`` (one ``"done"``, ``"discarded"`` or
     ``"failed"`` per evaluation) draws early-discarded ones hollow; ``members`` are the
     1-based positions of the ensemble's members, drawn as stars. ``units`` names the scale of
@@ -169,7 +170,9 @@ def plot_search_trace(objectives, path, failed=None, units: str = "standardized"
     best = np.minimum.accumulate(np.where(finite, y, np.inf))
     fig, ax = plt.subplots(figsize=(9.5, 4.4))
     if finite.any():
-        lo, hi = float(np.min(y[finite])), float(np.percentile(y[finite], 90))
+        # a few evaluations are all shown as they are; beyond that, the worst tenth is clipped
+        top = 90 if finite.sum() >= 10 else 100
+        lo, hi = float(np.min(y[finite])), float(np.percentile(y[finite], top))
         pad = 0.08 * (hi - lo) if hi > lo else 1.0
         lo, hi = lo - pad, hi + pad
     else:
