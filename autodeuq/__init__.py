@@ -15,6 +15,10 @@ _quiet.install()
 __version__ = "0.1.0"
 
 _LAZY = {
+    "AutoDEUQError": "autodeuq.errors",
+    "ParameterError": "autodeuq.errors",
+    "SearchError": "autodeuq.runner",
+    "SpaceError": "autodeuq.space",
     "Catalog": "autodeuq.catalog",
     "CatalogError": "autodeuq.catalog",
     "Ensemble": "autodeuq.ensemble",
@@ -27,7 +31,7 @@ _LAZY = {
 }
 
 
-_SUBMODULES = ("metrics", "ensemble", "search", "evaluator", "data", "space", "catalog", "plots", "discard")
+_SUBMODULES = ("errors", "metrics", "ensemble", "search", "evaluator", "data", "space", "catalog", "plots", "discard")
 
 
 def __getattr__(name):

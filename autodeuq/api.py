@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 import shutil
 import tempfile
+import warnings
 import weakref
 from pathlib import Path
 
@@ -48,7 +50,12 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     valid_fraction : float, default=1/3
         Fraction of the training data held out for validation when ``fit`` gets none.
     selector : {"greedy", "greedy-noreplace", "topk"}, default="greedy"
-    selection_objective : {"mixture", "gaussian"}, default="mixture"
+        Greedy selection with replacement (Caruana et al. 2004), without, or the best
+        ``ensemble_size`` models.
+    selection_score : {"mixture", "gaussian"}, default="mixture"
+        What selection minimizes on the validation rows: the ensemble's exact mixture NLL, or the
+        NLL of its moment-matched Gaussian. (The networks' own score, the search's objective, is
+        always their validation NLL.)
     selection_stop : {"size", "improvement"}, default="size"
         ``"size"``: the ensemble has ``ensemble_size`` distinct members whenever the catalog has
         that many usable models; ``"improvement"``: greedy selection stops as soon as no addition
@@ -71,9 +78,13 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         27, 81: a training continues past a rung only if its validation loss is among the best
         third recorded there (see :mod:`autodeuq.discard`).
     timeout : float, optional
-        Wall-clock limit of the search in seconds.
+        Wall-clock limit of ``fit`` in seconds: the search stops early enough to leave the
+        ensemble step a tenth of it (30 s to 5 min; :func:`autodeuq.pipeline.search_timeout`).
     verbose : bool, default=False
         Show the search progress bar.
+    selection_objective : {"mixture", "gaussian"}, optional
+        Deprecated former name of ``selection_score``: it still works, with a
+        ``DeprecationWarning``, and will be removed in the next release.
 
     Attributes
     ----------
@@ -109,9 +120,9 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
 
     def __init__(self, space="tabular", search="agebo", max_evals=100, ensemble_size=5, workers=None,
                  run_dir=None, seed=None, epochs=None, evaluator="ray", valid_fraction=1 / 3,
-                 selector="greedy", selection_objective="mixture", selection_stop="size", diversity="none",
+                 selector="greedy", selection_score="mixture", selection_stop="size", diversity="none",
                  calibrate="none", selection_bags=10, early_discarding="none", timeout=None, verbose=False,
-                 refit=False):
+                 refit=False, selection_objective="deprecated"):
         self.space = space
         self.search = search
         self.max_evals = max_evals
@@ -123,7 +134,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.evaluator = evaluator
         self.valid_fraction = valid_fraction
         self.selector = selector
-        self.selection_objective = selection_objective
+        self.selection_score = selection_score
         self.selection_stop = selection_stop
         self.diversity = diversity
         self.calibrate = calibrate
@@ -132,6 +143,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.timeout = timeout
         self.verbose = verbose
         self.refit = refit
+        self.selection_objective = selection_objective
 
     def fit(self, X, y, X_valid=None, y_valid=None):
         """Search, fill the catalog and build the ensemble.
@@ -150,6 +162,10 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
 
         Raises
         ------
+        ParameterError
+            A parameter's value is refused, before any work (a ``ValueError``).
+        SpaceError
+            ``space`` names no shipped space or a bad space file, before any work.
         SearchError
             No training succeeded, or the first ones all failed the same way (the message gives
             the most common reason).
@@ -157,15 +173,14 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             Ctrl-C (or SIGTERM, as :class:`~autodeuq.runner.Terminated`) stopped the search; the
             catalog in ``run_dir_`` is consistent and ``fit`` with that ``run_dir`` resumes it.
         """
-        from autodeuq import evaluator as evaluators
         from autodeuq.data import MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_arrays
         from autodeuq.ensemble import Ensemble
-        from autodeuq.runner import SearchError, Terminated, run_search
+        from autodeuq.pipeline import fill_catalog, search_timeout
+        from autodeuq.runner import Terminated
         from autodeuq.space import load_space
 
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer))
-                                      or self.seed < 0):
-            raise ValueError(f"AutoDEUQRegressor: seed must be None or a non-negative integer, got {self.seed!r}")
+        score = self._check_parameters()
+        space = load_space(self.space)
         target_names = _target_names(y)
         # At least a training and a validation row; scikit-learn's message says "1 sample(s)".
         min_rows = MIN_TRAIN_ROWS + (MIN_VALID_ROWS if X_valid is None else 0)
@@ -176,20 +191,6 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         if X_valid is not None:
             X_valid = validate_data(self, self._by_name(X_valid), reset=False, dtype=np.float64)
             y_valid = np.asarray(y_valid, dtype=np.float64).reshape(len(X_valid), -1)
-        from autodeuq.discard import POLICIES, SuccessiveHalving
-        from autodeuq.ensemble.predictive import CALIBRATIONS, DIVERSITY
-        from autodeuq.ensemble.selection import STOPS
-
-        for name, minimum in (("ensemble_size", 1), ("selection_bags", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-        for name, allowed in (("selection_stop", STOPS), ("diversity", DIVERSITY), ("calibrate", CALIBRATIONS),
-                              ("early_discarding", POLICIES)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
-        if not isinstance(self.refit, (bool, np.bool_)):
-            raise ValueError(f"refit must be True or False, got {self.refit!r}")
         seed = 0 if self.seed is None else int(self.seed)
         # The catalog records the real column names, so `autodeuq predict --data table.csv` works.
         names = getattr(self, "feature_names_in_", None)
@@ -198,7 +199,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                               target_names=target_names if target_names and len(target_names) == y2.shape[1]
                               else None, name="<fit arrays>")
         self.n_targets_ = y2.shape[1]
-        space = load_space(self.space).for_rows(len(dataset.x_train))
+        space = space.for_rows(len(dataset.x_train))
         self._remove_temporary_catalog()
         if self.run_dir is not None:
             # Absolute: a pickled estimator finds its catalog from any working directory.
@@ -206,33 +207,59 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         else:
             self.run_dir_ = Path(tempfile.mkdtemp(prefix="autodeuq-"))
             self._temporary_catalog = weakref.finalize(self, shutil.rmtree, str(self.run_dir_), ignore_errors=True)
-        discarder = SuccessiveHalving() if self.early_discarding == "sha" else None
-        objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=self.epochs, threads=1,
-                                                 discarder=discarder)
-        options = {} if self.evaluator == "serial" else {"workers": self.workers}
-        with evaluators.create(self.evaluator, objective, **options) as evaluator:
-            self.search_summary_ = run_search(
-                space, dataset, evaluator, self.run_dir_, search=self.search, max_evals=self.max_evals,
-                timeout=self.timeout, seed=seed, progress=self.verbose, run_options={"epochs": self.epochs},
-            )
-        summary = self.search_summary_
+        self.search_summary_ = summary = fill_catalog(
+            space, dataset, self.run_dir_, search=self.search, max_evals=self.max_evals,
+            timeout=search_timeout(self.timeout),
+            seed=seed, epochs=self.epochs, early_discarding=self.early_discarding, evaluator=self.evaluator,
+            workers=self.workers, progress=bool(self.verbose))
         if summary.interrupted:
             # Ctrl-C (or SIGTERM) is the caller's: no ensemble of whatever happened to finish.
             interrupt = Terminated if summary.stopped_by == "terminated" else KeyboardInterrupt
             raise interrupt(f"search interrupted; {self.run_dir_} is consistent: fit again with "
                             f"run_dir={str(self.run_dir_)!r} to resume it")
-        if summary.error:
-            raise SearchError(summary.error)
-        self.ensemble_ = Ensemble.from_catalog(self.run_dir_, size=self.ensemble_size, method=self.selector,
-                                               objective=self.selection_objective, stop=self.selection_stop,
-                                               diversity=self.diversity, calibrate=self.calibrate,
-                                               bags=self.selection_bags, seed=seed)
+        summary.raise_for_error()
+        self.ensemble_ = Ensemble.from_catalog(self.run_dir_, size=self.ensemble_size, selector=self.selector,
+                                               score=score, stop=self.selection_stop, diversity=self.diversity,
+                                               calibrate=self.calibrate, bags=self.selection_bags, seed=seed)
         if self.refit:
             from autodeuq.ensemble.refit import refit
 
             self.ensemble_ = refit(self.ensemble_, np.vstack([dataset.x_train, dataset.x_valid]),
                                    np.vstack([dataset.y_train, dataset.y_valid]))
         return self
+
+    def _check_parameters(self) -> str:
+        """Refuse a bad parameter before any work; the selection score to use.
+
+        Checks every constructor parameter but the space (whose loading checks it) and the data.
+        """
+        from autodeuq.errors import ParameterError
+        from autodeuq.pipeline import check_ensemble_parameters, check_search_parameters
+        from autodeuq.space import SearchSpace
+
+        score = self.selection_score
+        if self.selection_objective != "deprecated":
+            warnings.warn("AutoDEUQRegressor: selection_objective is deprecated and will be removed in the next "
+                          "release; use selection_score", DeprecationWarning, stacklevel=3)
+            if self.selection_score not in ("mixture", self.selection_objective):
+                raise ParameterError("selection_objective", "must not be given with selection_score (its new "
+                                     "name)", self.selection_objective)
+            score = self.selection_objective
+        if not isinstance(self.space, (str, os.PathLike, dict, SearchSpace)):
+            raise ParameterError("space", "must be a shipped space's name, a space file or a SearchSpace", self.space)
+        if self.run_dir is not None and not isinstance(self.run_dir, (str, os.PathLike)):
+            raise ParameterError("run_dir", "must be None or a path", self.run_dir)
+        if not isinstance(self.verbose, numbers.Integral) or self.verbose < 0:  # bool is Integral
+            raise ParameterError("verbose", "must be a bool", self.verbose)
+        if not isinstance(self.refit, (bool, np.bool_)):
+            raise ParameterError("refit", "must be True or False", self.refit)
+        check_search_parameters(search=self.search, max_evals=self.max_evals, epochs=self.epochs, seed=self.seed,
+                                timeout=self.timeout, evaluator=self.evaluator, workers=self.workers,
+                                valid_fraction=self.valid_fraction, early_discarding=self.early_discarding)
+        check_ensemble_parameters(ensemble_size=self.ensemble_size, selector=self.selector, selection_score=score,
+                                  selection_stop=self.selection_stop, diversity=self.diversity,
+                                  selection_bags=self.selection_bags, calibrate=self.calibrate)
+        return score
 
     def _remove_temporary_catalog(self):
         finalizer = self.__dict__.pop("_temporary_catalog", None)

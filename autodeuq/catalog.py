@@ -73,6 +73,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .errors import AutoDEUQError
 from .result import DISCARDED, DONE, FAILED, TrainResult
 from .space import SearchSpace, load_space
 
@@ -165,7 +166,7 @@ _TABLES = {
 _ARRAY_KEYS = ("x_test", "y_test", "x_train", "y_train", "x_valid", "y_valid")
 
 
-class CatalogError(RuntimeError):
+class CatalogError(AutoDEUQError, RuntimeError):
     """A run directory cannot be used as asked: the message says which entry or file and why."""
 
 
@@ -1202,14 +1203,16 @@ class Catalog:
             raise CatalogError(f"search options must be JSON-serializable: {exc}") from None
         db = run_dir / DB_NAME
         if run_dir.exists() and not run_dir.is_dir():
-            raise CatalogError(f"{run_dir}: exists and is not a directory; use a new --run-dir")
+            raise CatalogError(f"{run_dir}: exists and is not a directory; use a new run directory",
+                               parameters=("run_dir",))
         contents = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_NAME) if run_dir.exists() else []
         if new_run and contents:
             raise CatalogError(f"{run_dir}: already exists and is not empty ({', '.join(contents[:5])}"
-                               f"{', ...' if len(contents) > 5 else ''}); use a new --run-dir")
+                               f"{', ...' if len(contents) > 5 else ''}); use a new run directory",
+                               parameters=("run_dir",))
         if contents and not db.exists():
             raise CatalogError(f"{run_dir}: exists, is not empty and holds no autodeuq catalog; "
-                               f"use a new --run-dir")
+                               f"use a new run directory", parameters=("run_dir",))
         run_dir.mkdir(parents=True, exist_ok=True)
         lock = _acquire_lock(run_dir)
         conn = None
@@ -1327,8 +1330,8 @@ def _arrays_to_store(dataset) -> dict[str, bytes]:
             continue
         stored = {key: _npy_bytes(value) for key, value in zip(keys, (x, y))}
         if sum(map(len, stored.values())) > MAX_ARRAY_BYTES:
-            later = "reports will not show it unless given again (--test)" if keys[0] == "x_test" else \
-                "a refit of the ensemble (--refit) will not be possible"
+            later = ("reports will not show it unless the test table is given again" if keys[0] == "x_test"
+                     else "a refit of the ensemble's members will not be possible")
             warnings.warn(f"the {what} are too large to keep in the catalog ({MAX_ARRAY_BYTES} bytes at most); "
                           f"{later}", RuntimeWarning, stacklevel=4)
             continue
@@ -1346,14 +1349,14 @@ def _check_matches(run_dir: Path, info: dict[str, Any], space: SearchSpace, data
             f"(fingerprint {info['fingerprint']}, {old.get('n_train')} train / {old.get('n_valid')} validation rows), "
             f"this run has {dataset.describe().get('name')!r} (fingerprint {fingerprint}, "
             f"{len(dataset.x_train)} train / {len(dataset.x_valid)} validation rows); "
-            f"its entries would not be comparable. Use a new --run-dir"
+            f"its entries would not be comparable. Use a new run directory", parameters=("run_dir",)
         )
     new_spec = json.loads(_dumps(space.to_dict()))
     differences = _spec_differences(meta["space"], new_spec)
     if differences:
         shown = "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
         raise CatalogError(f"{run_dir}: its catalog was made for another search space ({shown}). "
-                           f"Use a new --run-dir")
+                           f"Use a new run directory", parameters=("run_dir",))
 
 
 def _acquire_lock(run_dir: Path):

@@ -1,9 +1,11 @@
 """Command line: ``autodeuq search | ensemble | predict | run | catalog``.
 
-Every user error is one line on stderr (``autodeuq: error: ...``) and exit status 2; no traceback.
+Every error of autodeuq's (an :class:`~autodeuq.errors.AutoDEUQError`) is one line on stderr
+(``autodeuq: error: ...``) and exit status 2, no traceback; parameters are named by their options.
 A search that produced nothing usable (every evaluation failed, or its first ones all failed the
 same way) exits 1 with the most common failure reason; Ctrl-C exits 130, SIGTERM 143, both
-leaving the run resumable.
+leaving the run resumable. Any other exception is a bug: its traceback, a line asking to report
+it, exit status 1.
 """
 from __future__ import annotations
 
@@ -11,16 +13,18 @@ import argparse
 import contextlib
 import json
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-from autodeuq.data import BUILTIN_DATASETS, DataError
+from autodeuq.data import BUILTIN_DATASETS
+from autodeuq.errors import AutoDEUQError, ParameterError
+from autodeuq.pipeline import EVALUATORS, SEARCHES
 
 EXIT_USAGE = 2
-# Literal names: importing autodeuq.search (ConfigSpace) would cost --help seconds.
-SEARCHES = ("agebo", "age", "bo", "random", "age-fixed-hp", "bo-fixed-arch")
+EXIT_INTERNAL = 1  # an unexpected exception (a bug), as for any Python program that dies of one
 BO_SEARCHES = ("agebo", "bo", "bo-fixed-arch")  # the searchers that take --surrogate and --acq
 EXIT_SEARCH_FAILED = 1
 PREDICT_COLUMNS = (
@@ -32,8 +36,31 @@ PREDICT_COLUMNS = (
 )
 
 
-class CLIError(Exception):
+class CLIError(AutoDEUQError):
     """A user-facing error: printed as one line, exit status 2."""
+
+
+# Options not named after the library parameter they set (the others are ``--`` + its name, dashed).
+OPTIONS = {"size": "--size", "ensemble_size": "--size", "address": "--ray-address", "min_epochs": "--sha-min-epochs",
+           "reduction": "--sha-reduction", "score": "--selection-score", "stop": "--selection-stop",
+           "bags": "--selection-bags", "manifest": "--out"}
+
+
+def option(parameter: str) -> str:
+    """The command-line option that sets a library parameter."""
+    return OPTIONS.get(parameter, "--" + parameter.replace("_", "-"))
+
+
+def error_line(exc: AutoDEUQError) -> str:
+    """``exc`` as one line in command-line terms: a parameter is named by its option, and the
+    options that can fix the problem are appended as a hint."""
+    if isinstance(exc, ParameterError):
+        value = f"{exc.value:g}" if isinstance(exc.value, float) else repr(exc.value)
+        return f"{option(exc.parameter)} {exc.requirement}, got {value}"
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    hints = [option(p) for p in exc.parameters if option(p) not in line]
+    return f"{line} ({', '.join(hints)})" if hints else line
 
 
 # ----------------------------------------------------------------------------- parsers
@@ -73,7 +100,10 @@ def _add_search_args(p):
                         "no skip connection)")
     g.add_argument("--max-evals", type=int, default=100, metavar="N",
                    help="evaluations to finish in the run directory, earlier sessions included (default: 100)")
-    g.add_argument("--timeout", type=float, default=None, metavar="S", help="wall-clock limit of the search in seconds, > 0 (default: none)")
+    g.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="wall-clock limit in seconds, > 0: of the search (search), of the search and the ensemble "
+                        "step (run: the search keeps a tenth of it, 30 s to 5 min, for the ensemble step); "
+                        "no evaluation starts that would not finish in time (default: none)")
     g.add_argument("--eval-timeout", type=float, default=None, metavar="S",
                    help="per-evaluation limit in seconds (> 0) of running on a worker; overrunning evaluations are "
                         "cancelled and recorded as failures (default: none)")
@@ -92,7 +122,7 @@ def _add_search_args(p):
                    help="catalog directory; an existing one is resumed (default: runs/<dataset>-<search>)")
     g.add_argument("--new-run", action="store_true", help="refuse to resume: DIR must not hold a catalog yet")
     e = p.add_argument_group("evaluation")
-    e.add_argument("--evaluator", choices=["ray", "serial"], default="ray",
+    e.add_argument("--evaluator", choices=EVALUATORS, default="ray",
                    help="ray: parallel Ray tasks (default); serial: in-process, one at a time")
     e.add_argument("--workers", type=int, default=None, metavar="N",
                    help="concurrent evaluations (default: what the Ray cluster can run)")
@@ -111,8 +141,12 @@ def _add_ensemble_args(p, with_test=True):
     g.add_argument("--size", type=int, default=5, metavar="K", help="distinct ensemble members (default: 5)")
     g.add_argument("--selector", choices=["greedy", "greedy-noreplace", "topk"], default="greedy",
                    help="selection method (default: greedy, with replacement)")
-    g.add_argument("--objective", choices=["mixture", "gaussian"], default="mixture",
-                   help="selection score: exact mixture NLL or moment-matched Gaussian NLL (default: mixture)")
+    g.add_argument("--selection-score", choices=["mixture", "gaussian"], default="mixture",
+                   help="what selection minimizes: the ensemble's exact mixture NLL or its moment-matched Gaussian "
+                        "NLL (default: mixture)")
+    # Its former name, kept for one release: "objective" is the search's (a network's validation NLL).
+    g.add_argument("--objective", dest="former_objective", choices=["mixture", "gaussian"], default=None,
+                   help=argparse.SUPPRESS)
     g.add_argument("--selection-stop", choices=["size", "improvement"], default="size",
                    help="size: always K distinct members (when the catalog has K usable models); improvement: "
                         "stop as soon as no addition improves the validation NLL (may leave one member) "
@@ -180,8 +214,6 @@ def _load_dataset(args):
 
     if args.dataset and args.data:
         raise CLIError("give either --data FILE or --dataset NAME, not both")
-    if args.seed < 0:
-        raise CLIError(f"--seed must be a non-negative integer, got {args.seed}")
     if args.dataset:
         test_fraction = None if args.dataset == "toy-sine" else 0.1
         return load_builtin(args.dataset, seed=args.seed, valid_fraction=args.valid_fraction,
@@ -225,79 +257,66 @@ def _search_options(args, space) -> dict:
     return options
 
 
-def _check_size(args):
-    if args.size < 1:
-        raise CLIError(f"--size must be >= 1, got {args.size}")
-    if args.selection_bags < 0:
-        raise CLIError(f"--selection-bags must be >= 0, got {args.selection_bags}")
+def _check_ensemble_args(args):
+    from autodeuq.pipeline import check_ensemble_parameters
+
+    if args.former_objective is not None:
+        if args.selection_score != "mixture" and args.selection_score != args.former_objective:
+            raise CLIError("give --selection-score only: --objective is its former name")
+        print("autodeuq: warning: --objective is deprecated and will be removed in the next release; "
+              "use --selection-score", file=sys.stderr)
+        args.selection_score, args.former_objective = args.former_objective, None
+    check_ensemble_parameters(ensemble_size=args.size, selector=args.selector, selection_score=args.selection_score,
+                              selection_stop=args.selection_stop, diversity=args.diversity,
+                              selection_bags=args.selection_bags, calibrate=args.calibrate)
 
 
 def _check_search_args(args):
     """Refuse, before anything starts, option values that would make every evaluation fail or misbehave."""
-    if args.seed < 0:
-        raise CLIError(f"--seed must be >= 0, got {args.seed}")
-    for flag, value in (("--timeout", args.timeout), ("--eval-timeout", args.eval_timeout),
-                        ("--cpus-per-eval", args.cpus_per_eval)):
-        if value is not None and not value > 0:
-            raise CLIError(f"{flag} must be > 0, got {value:g}")
-    if args.gpus_per_eval is not None and not args.gpus_per_eval >= 0:
-        raise CLIError(f"--gpus-per-eval must be >= 0, got {args.gpus_per_eval:g}")
+    from autodeuq.pipeline import check_search_parameters
+
+    check_search_parameters(search=args.search, max_evals=args.max_evals, epochs=args.epochs, seed=args.seed,
+                            timeout=args.timeout, eval_timeout=args.eval_timeout, evaluator=args.evaluator,
+                            workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
+                            valid_fraction=args.valid_fraction, early_discarding=args.early_discarding,
+                            sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction)
     repeated = sorted({t for t in args.target or [] if args.target.count(t) > 1})
     if repeated:
         raise CLIError(f"--target {repeated[0]} is given more than once; name each target column once")
 
 
-def _discarder(args):
-    from autodeuq.discard import SuccessiveHalving
-
-    if args.early_discarding == "none":
-        return None
-    try:
-        return SuccessiveHalving(min_epochs=args.sha_min_epochs, reduction=args.sha_reduction)
-    except ValueError as exc:
-        raise CLIError(f"--early-discarding sha: {exc}".replace("min_epochs", "--sha-min-epochs")
-                       .replace("reduction", "--sha-reduction")) from None
-
-
-def cmd_search(args):
-    from autodeuq import evaluator as evaluators
-    from autodeuq.runner import SearchError, run_search
+def cmd_search(args, *, timeout=None):
+    """``autodeuq search``; ``timeout``: the search's wall-clock limit when not ``args.timeout``."""
+    from autodeuq.pipeline import fill_catalog
     from autodeuq.space import load_space
 
     _check_search_args(args)
     dataset = _load_dataset(args)
     space = load_space(args.space or ("toy" if args.dataset == "toy-sine" else "tabular")).for_rows(
         len(dataset.x_train))
-    discarder = _discarder(args)
     search_options = _search_options(args, space)
-    for flag, value in (("--max-evals", args.max_evals), ("--epochs", args.epochs), ("--workers", args.workers)):
-        if value is not None and value < 1:
-            raise CLIError(f"{flag} must be >= 1, got {value}")
     run_dir = Path(args.run_dir or f"runs/{Path(dataset.name).stem}-{args.search}")
-    threads = max(1, int(args.cpus_per_eval or 1))
-    objective = evaluators.TrainingObjective(space, dataset, seed=args.seed, epochs=args.epochs, threads=threads,
-                                             discarder=discarder)
-    if args.evaluator == "serial":
-        evaluator = evaluators.create("serial", objective, eval_timeout=args.eval_timeout)
-    else:
-        evaluator = evaluators.create("ray", objective, workers=args.workers, cpus_per_eval=args.cpus_per_eval,
-                                      gpus_per_eval=args.gpus_per_eval, address=args.ray_address,
-                                      eval_timeout=args.eval_timeout)
-    print(f"autodeuq: {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_valid)} validation rows, "
-          f"{dataset.n_features} feature(s), target(s) {dataset.target_names}; space {space.name}; "
-          f"search {args.search}; {evaluator.n_slots} parallel evaluation(s); catalog {run_dir}", flush=True)
-    with evaluator:
-        summary = run_search(space, dataset, evaluator, run_dir, search=args.search, search_options=search_options,
-                             max_evals=args.max_evals,
-                             timeout=args.timeout, seed=args.seed, new_run=args.new_run,
-                             progress=not args.no_progress, log=lambda line: print(line, flush=True),
-                             run_options={"epochs": args.epochs, "eval_timeout": args.eval_timeout})
+
+    def announce(evaluator):
+        print(f"autodeuq: {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_valid)} validation rows, "
+              f"{dataset.n_features} feature(s), target(s) {dataset.target_names}; space {space.name}; "
+              f"search {args.search}; {evaluator.n_slots} parallel evaluation(s); catalog {run_dir}", flush=True)
+
+    try:
+        summary = fill_catalog(
+            space, dataset, run_dir, search=args.search, search_options=search_options, max_evals=args.max_evals,
+            timeout=timeout or args.timeout, seed=args.seed, epochs=args.epochs, early_discarding=args.early_discarding,
+            sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction, evaluator=args.evaluator,
+            workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
+            ray_address=args.ray_address, eval_timeout=args.eval_timeout, new_run=args.new_run,
+            progress=not args.no_progress, on_start=announce, log=lambda line: print(line, flush=True))
+    except OSError as exc:  # the run directory cannot be written, say
+        raise _os_error(exc) from None
     print(f"search: {summary}", flush=True)
     if summary.interrupted:
         print(f"interrupted: the catalog is consistent; run the same command again to resume {run_dir}")
         raise SystemExit(143 if summary.stopped_by == "terminated" else 130)
-    if summary.error:
-        raise SearchError(summary.error)
+    summary.raise_for_error()
     return run_dir
 
 
@@ -326,7 +345,7 @@ def cmd_ensemble(args, run_dir=None):
     from autodeuq.ensemble.predictive import EnsembleSizeWarning
     from autodeuq.report import build_and_report
 
-    _check_size(args)
+    _check_ensemble_args(args)
     run_dir = Path(run_dir or args.run_dir)
     out = Path(args.out) if args.out else _default_out(run_dir, args.refit)
     _check_out(out, "--out")
@@ -335,7 +354,7 @@ def cmd_ensemble(args, run_dir=None):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", EnsembleSizeWarning)
         try:
-            report = build_and_report(run_dir, size=args.size, method=args.selector, objective=args.objective,
+            report = build_and_report(run_dir, size=args.size, selector=args.selector, score=args.selection_score,
                                       test_file=getattr(args, "test", None), manifest=out,
                                       stop=args.selection_stop, diversity=args.diversity, calibrate=args.calibrate,
                                       bags=args.selection_bags, refit=args.refit)
@@ -479,21 +498,21 @@ def cmd_export(args):
 
 
 def cmd_run(args):
-    _check_size(args)  # before the search, not after it
+    from autodeuq.pipeline import search_timeout
+
+    _check_ensemble_args(args)  # before the search, not after it
     if args.out:
         _check_out(Path(args.out), "--out")
         if args.refit and Path(args.out).name != "ensemble.json":
             raise CLIError(f"--out {args.out}: --refit writes a self-contained folder; give FOLDER/ensemble.json")
-    run_dir = cmd_search(args)
+    # --timeout bounds the whole run: the search stops early enough for the ensemble step.
+    run_dir = cmd_search(args, timeout=search_timeout(args.timeout))
     cmd_ensemble(args, run_dir=run_dir)
 
 
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from autodeuq.catalog import CatalogError
-    from autodeuq.space import SpaceError
-
     handlers = {"search": cmd_search, "ensemble": cmd_ensemble, "predict": cmd_predict, "run": cmd_run,
                 "catalog": cmd_catalog, "show": cmd_catalog, "export": cmd_export}
     signals = contextlib.nullcontext()
@@ -505,27 +524,21 @@ def main(argv=None) -> int:
     try:
         with signals as sigterm:
             handlers[args.command](args)
-    except (CLIError, DataError, SpaceError, CatalogError, ValueError, FileNotFoundError) as exc:
-        print(f"autodeuq: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
-        return EXIT_USAGE
+    except AutoDEUQError as exc:
+        from autodeuq.runner import SearchError
+
+        print(f"autodeuq: error: {error_line(exc)}", file=sys.stderr)
+        return EXIT_SEARCH_FAILED if isinstance(exc, SearchError) else EXIT_USAGE
     except KeyboardInterrupt as exc:
         print("autodeuq: interrupted", file=sys.stderr)
         return 143 if getattr(sigterm, "received", False) else getattr(exc, "exit_status", 130)
     except SystemExit as exc:
         return int(exc.code or 0)
-    except Exception as exc:  # noqa: BLE001 - last resort: still one line, but say it is a bug
-        from autodeuq.evaluator.ray import RayConnectionError
-
-        if isinstance(exc, RayConnectionError):
-            print(f"autodeuq: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        from autodeuq.runner import SearchError
-
-        if isinstance(exc, SearchError):
-            print(f"autodeuq: error: {exc}", file=sys.stderr)
-            return EXIT_SEARCH_FAILED
-        print(f"autodeuq: internal error: {type(exc).__name__}: {exc} (please report it)", file=sys.stderr)
-        return 1
+    except Exception:  # noqa: BLE001 - not one of autodeuq's errors: a bug, whose traceback helps fix it
+        traceback.print_exc()
+        print("autodeuq: internal error: this is a bug in autodeuq; please report it with the traceback above",
+              file=sys.stderr)
+        return EXIT_INTERNAL
     return 0
 
 

@@ -14,6 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
+from autodeuq.errors import AutoDEUQError
+
 DEFAULT_VALID_FRACTION = 1.0 / 3.0
 MIN_TRAIN_ROWS = 2
 MIN_VALID_ROWS = 1
@@ -22,7 +24,7 @@ BUILTIN_DATASETS = ("toy-sine", "boston", "concrete")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-class DataError(ValueError):
+class DataError(AutoDEUQError, ValueError):
     """Bad input data: the message says which file, which column and what is wrong."""
 
 
@@ -212,7 +214,8 @@ def _frame_arrays(frame, targets: Sequence[str] | None, source: str, features: S
         if "y" in columns:
             targets = ["y"]
         else:
-            raise DataError(f"{source}: no target column given (use --target COLUMN); columns are {columns}")
+            raise DataError(f"{source}: no target column given, and none is named 'y'; columns are {columns}",
+                            parameters=("target",))
     missing = [t for t in targets if t not in columns]
     if missing:
         import difflib

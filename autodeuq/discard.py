@@ -25,6 +25,8 @@ import threading
 from collections import defaultdict
 from typing import Iterable, Sequence
 
+from autodeuq.errors import ParameterError
+
 __all__ = ["SuccessiveHalving", "rung_epochs", "POLICIES"]
 
 #: Early-discarding policies by name (``none`` trains every configuration to its own early stop).
@@ -67,9 +69,9 @@ class SuccessiveHalving:
 
     def __init__(self, min_epochs: int = 1, reduction: int = 3):
         if int(min_epochs) != min_epochs or min_epochs < 1:
-            raise ValueError(f"min_epochs must be an integer >= 1, got {min_epochs!r}")
+            raise ParameterError("min_epochs", "must be an integer >= 1", min_epochs)
         if int(reduction) != reduction or reduction < 2:
-            raise ValueError(f"reduction must be an integer >= 2, got {reduction!r}")
+            raise ParameterError("reduction", "must be an integer >= 2", reduction)
         self.min_epochs, self.reduction = int(min_epochs), int(reduction)
         self._records: dict[int, list[float]] = defaultdict(list)
         self._lock = threading.Lock()

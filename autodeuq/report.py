@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from autodeuq import metrics, plots
-from autodeuq.catalog import Catalog, atomic_write
+from autodeuq.catalog import Catalog, CatalogError, atomic_write
 from autodeuq.data import BUILTIN_DATASETS, DataError, load_builtin, load_test_file
 from autodeuq.ensemble import Ensemble, UncertaintyPrediction
+from autodeuq.errors import ParameterError
 
 TABLE_METRICS = ("nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_95",
                  "miscalibration_area", "sharpness")
@@ -47,7 +48,7 @@ def _builtin_dataset(catalog: Catalog):
         return None
 
 
-def build_and_report(run_dir, size=5, method="greedy", objective="mixture", test_file=None,
+def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_file=None,
                      manifest=None, refit=False, **selection) -> Report:
     """Select an ensemble, score it on validation (cached) and test data, write metrics.json, the
     figures and the manifest.
@@ -74,9 +75,9 @@ def build_and_report(run_dir, size=5, method="greedy", objective="mixture", test
     manifest = Path(manifest) if manifest else run_dir / MANIFEST_NAME
     out_dir = manifest.parent
     if refit and manifest.name != MANIFEST_NAME:
-        raise ValueError(f"{manifest}: a refitted ensemble is a self-contained folder; give its manifest as "
-                         f"FOLDER/{MANIFEST_NAME}")
-    ensemble = Ensemble.from_catalog(run_dir, size=size, method=method, objective=objective, **selection)
+        raise ParameterError("manifest", f"must be FOLDER/{MANIFEST_NAME}: a refitted ensemble is a self-contained "
+                             f"folder", str(manifest))
+    ensemble = Ensemble.from_catalog(run_dir, size=size, selector=selector, score=score, **selection)
     catalog = ensemble.catalog
     ensemble._load()  # a member that cannot be loaded fails the report before anything is written
     _, means, variances = catalog.validation_predictions(ensemble.member_ids)
@@ -126,9 +127,10 @@ def _refitted(ensemble, catalog, run_dir):
 
     rows = catalog.fit_data()
     if rows is None:
-        raise ValueError(f"{run_dir}: its catalog does not store the training and validation rows (it was created by "
-                         f"an older autodeuq), so its members cannot be refitted; run the search again in a new "
-                         f"--run-dir, or refit from Python with autodeuq.ensemble.refit.refit(ensemble, x, y)")
+        raise CatalogError(f"{run_dir}: its catalog does not store the training and validation rows (it was created "
+                           f"by an older autodeuq), so its members cannot be refitted here; search again in a new "
+                           f"run directory, or refit in Python with autodeuq.ensemble.refit.refit(ensemble, x, y)",
+                           parameters=("refit", "run_dir"))
     return refit(ensemble, *rows)
 
 

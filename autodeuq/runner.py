@@ -15,6 +15,7 @@ import contextlib
 import math
 import re
 import signal
+import statistics
 import threading
 import time
 from collections import Counter
@@ -23,13 +24,14 @@ from pathlib import Path
 
 from autodeuq import search as searchers
 from autodeuq.catalog import Catalog, CatalogError
+from autodeuq.errors import AutoDEUQError, ParameterError
 from autodeuq.result import TrainResult
 
 EARLY_FAILURES = 5
 """A search with more evaluations to run stops when this many first ones all fail the same way."""
 
 
-class SearchError(RuntimeError):
+class SearchError(AutoDEUQError, RuntimeError):
     """A search produced no usable result: every evaluation failed, or the first ones all failed alike."""
 
 
@@ -85,6 +87,11 @@ class SearchSummary:
             return (f"all {self.n_failed} evaluations failed; the most common reason ({self.failure_count} of "
                     f"{self.n_failed}): {self.failure_reason} (see {self.run_dir / 'results.csv'})")
         return f"no evaluation finished (stopped by {self.stopped_by}); {self.run_dir} holds no trained network"
+
+    def raise_for_error(self) -> None:
+        """Raise :class:`SearchError` with :attr:`error` when the search produced nothing usable."""
+        if self.error:
+            raise SearchError(self.error)
 
     @property
     def utilization(self) -> float:
@@ -185,11 +192,11 @@ def _check_resume(run_dir, space, epochs, discarder) -> None:
     before = recorded.get("epochs") or None
     if int(before or space.epochs) != int(epochs or space.epochs):
         def budget(e):
-            return f"--epochs {e}" if e else f"the space's {space.epochs} epochs"
+            return f"an epoch budget of {e}" if e else f"the space's {space.epochs} epochs"
 
         raise CatalogError(f"{run_dir}: its catalog was trained with {budget(before)}, this run asks for "
                            f"{budget(epochs)}; resuming would mix epoch budgets in one catalog. Use {budget(before)} "
-                           f"or a new --run-dir")
+                           f"or a new run directory", parameters=("epochs", "run_dir"))
     rule, wanted = recorded.get("early_discarding"), None if discarder is None else discarder.describe()
     if n_finished and rule != wanted:
         def name(r):
@@ -197,7 +204,7 @@ def _check_resume(run_dir, space, epochs, discarder) -> None:
 
         raise CatalogError(f"{run_dir}: its catalog was searched with {name(rule)}, this run asks for "
                            f"{name(wanted)}; resuming would mix the two in one catalog. Use the same rule or a "
-                           f"new run directory")
+                           f"new run directory", parameters=("early_discarding", "run_dir"))
 
 
 def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", search_options: dict | None = None,
@@ -218,8 +225,9 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
     max_evals : int
         Budget counted over the whole run directory, previous sessions included.
     timeout : float, optional
-        Wall-clock seconds for this call (> 0); running evaluations are cancelled (and stay
-        resumable).
+        Wall-clock seconds for this call (> 0). Once the time left is shorter than the median
+        duration of this call's finished evaluations, no new one starts (it would be cancelled
+        unfinished); at the limit, running evaluations are cancelled (and stay resumable).
     run_options : dict, optional
         Extra facts to record in the run metadata (epochs override, evaluator resources). An
         ``epochs`` entry must give the same epoch budget as the run's first session.
@@ -249,7 +257,7 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
     cancelled; they stay in the catalog as running and are trained again on resume.
     """
     if timeout is not None and not timeout > 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {timeout:g}")
+        raise ParameterError("timeout", "must be > 0 seconds", timeout)
     with sigterm_interrupts() as sigterm:
         return _run_search(space, dataset, evaluator, run_dir, search=search, search_options=search_options,
                            max_evals=max_evals, timeout=timeout, seed=seed, new_run=new_run, progress=progress,
@@ -276,140 +284,175 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
                         **(run_options or {})},
         seed=seed, new_run=new_run,
     )
-    searcher = searchers.create(search, space, seed=seed, **search_options)
-    history = writer.history()
-    if log is not None and (history or writer.pending()):
-        rerun = min(len(writer.pending()), max(0, max_evals - writer.n_finished))
-        log(_resume_line(writer, run_dir, rerun))
-    if history:
-        searcher.tell(history)
-        if discarder is not None:  # a resumed run's rungs keep what its finished trainings reported
-            discarder.replay(writer.validation_loss_histories())
-    configs: dict[int, dict] = {}
-    started = time.time()
-    busy = 0.0
-    stopped_by, interrupted = "max_evals", False
-    bar = _progress_bar(progress, max_evals, writer.n_finished)
-    # Only a stop that saves evaluations counts as one: with a budget this small, all of it runs.
-    early_failures = EARLY_FAILURES if max_evals - writer.n_finished > EARLY_FAILURES else 0
-    verdicts: dict[int, str | None] = {}  # failure reason the catalog will record (None: done)
-    session_reasons: list[str | None] = []  # the same, for each result recorded by this call
+    try:
+        searcher = searchers.create(search, space, seed=seed, **search_options)
+        history = writer.history()
+        if log is not None and (history or writer.pending()):
+            rerun = min(len(writer.pending()), max(0, max_evals - writer.n_finished))
+            log(_resume_line(writer, run_dir, rerun))
+        if history:
+            searcher.tell(history)
+            if discarder is not None:  # a resumed run's rungs keep what its finished trainings reported
+                discarder.replay(writer.validation_loss_histories())
+        session = _SearchSession(writer, searcher, evaluator, max_evals=max_evals, timeout=timeout,
+                                 prefetch=prefetch, progress=progress)
+        session.run(sigterm)
+        return session.summary(Path(run_dir))
+    finally:
+        writer.close()
 
-    def submit(eval_id, config):
-        configs[eval_id] = config
-        evaluator.submit(eval_id, config)
 
-    unrecorded: list[tuple[int, TrainResult]] = []
+class _SearchSession:
+    """One call's search loop over an open catalog writer, and what its steps share.
 
-    ahead: list[dict] = []
-    if prefetch is None:
-        prefetch = evaluator.n_slots > 1
+    When any evaluation ends, the searcher learns its result and the freed slot gets a new
+    configuration at once; the result is written to the catalog afterwards, one at a time, so
+    that a slot freed meanwhile is refilled without waiting for the writes.
+    """
 
-    def budget_left():
-        return max_evals - writer.n_finished - len(unrecorded) - evaluator.n_running
+    def __init__(self, writer, searcher, evaluator, *, max_evals, timeout, prefetch, progress):
+        self.writer, self.searcher, self.evaluator = writer, searcher, evaluator
+        self.max_evals, self.timeout = max_evals, timeout
+        # Ask the searcher ahead while all workers are busy (default: when there are several).
+        self.prefetch = evaluator.n_slots > 1 if prefetch is None else prefetch
+        self.started = time.time()
+        self.busy = 0.0  # worker seconds of the results recorded by this call
+        self.stopped_by, self.interrupted = "max_evals", False
+        self.bar = _progress_bar(progress, max_evals, writer.n_finished)
+        # Only a stop that saves evaluations counts as one: with a budget this small, all of it runs.
+        self.early_failures = EARLY_FAILURES if max_evals - writer.n_finished > EARLY_FAILURES else 0
+        self.configs: dict[int, dict] = {}  # running evaluations' configurations
+        self.ahead: list[dict] = []  # configurations asked for ahead of a free slot
+        self.unrecorded: list[tuple[int, TrainResult]] = []  # finished, waiting for the catalog
+        self.verdicts: dict[int, str | None] = {}  # failure reason the catalog will record (None: done)
+        self.session_reasons: list[str | None] = []  # the same, for each result recorded by this call
+        self.durations: list[float] = []  # wall seconds of the evaluations finished in this call
 
-    def refill():
-        free = min(evaluator.n_slots - evaluator.n_running, budget_left())
-        if free > 0 and not _out_of_time(started, timeout):
-            batch = ahead[:free]
-            del ahead[:free]
-            batch += searcher.ask(free - len(batch)) if free > len(batch) else []
+    def submit(self, eval_id, config):
+        self.configs[eval_id] = config
+        self.evaluator.submit(eval_id, config)
+
+    def budget_left(self):
+        return self.max_evals - self.writer.n_finished - len(self.unrecorded) - self.evaluator.n_running
+
+    def out_of_time(self):
+        return _out_of_time(self.started, self.timeout)
+
+    def time_for_another(self):
+        """Whether a new evaluation can be expected to finish before the timeout."""
+        if self.timeout is None:
+            return True
+        left = self.started + self.timeout - time.time()
+        return left > (statistics.median(self.durations) if self.durations else 0.0)
+
+    def refill(self):
+        free = min(self.evaluator.n_slots - self.evaluator.n_running, self.budget_left())
+        if free > 0 and self.time_for_another():
+            batch = self.ahead[:free]
+            del self.ahead[:free]
+            batch += self.searcher.ask(free - len(batch)) if free > len(batch) else []
             for config in batch:
-                submit(writer.submit(config), config)
+                self.submit(self.writer.submit(config), config)
 
-    def ask_ahead():
+    def ask_ahead(self):
         # While every worker is busy, prepare the next configurations, so a freed slot gets one
         # without waiting for the searcher; they miss only the result that frees the slot.
-        wanted = min(evaluator.n_slots, budget_left()) - len(ahead)
-        if prefetch and wanted > 0:
-            ahead.extend(searcher.ask(wanted))
+        wanted = min(self.evaluator.n_slots, self.budget_left()) - len(self.ahead)
+        if self.prefetch and wanted > 0:
+            self.ahead.extend(self.searcher.ask(wanted))
 
-    def record(eval_id, result):
-        nonlocal busy
-        writer.record(eval_id, result)
-        configs.pop(eval_id, None)
-        session_reasons.append(verdicts.pop(eval_id, None))
+    def record(self, eval_id, result):
+        self.writer.record(eval_id, result)
+        self.configs.pop(eval_id, None)
+        self.session_reasons.append(self.verdicts.pop(eval_id, None))
         # Counted within this driver's lifetime: a start time that is missing (0) or earlier than
         # the driver (a clock apart) must not inflate the utilization.
-        busy += max(0.0, result.end_time - max(result.start_time, started))
-        _update_bar(bar, writer, result, busy, evaluator.n_slots, started)
+        self.busy += max(0.0, result.end_time - max(result.start_time, self.started))
+        _update_bar(self.bar, self.writer, result, self.busy, self.evaluator.n_slots, self.started)
 
-    def failing_alike():
+    def failing_alike(self):
         # The first results of this call (recorded, then waiting to be) all failed the same way.
-        first = (session_reasons + [verdicts[i] for i, _ in unrecorded])[:early_failures]
-        return (0 < early_failures == len(first) and None not in first
+        first = (self.session_reasons + [self.verdicts[i] for i, _ in self.unrecorded])[:self.early_failures]
+        return (0 < self.early_failures == len(first) and None not in first
                 and len({_failure_kind(r) for r in first}) == 1)
 
-    try:
-        for eval_id, config in writer.pending():
-            if writer.n_finished + evaluator.n_running >= max_evals:
-                break
-            submit(eval_id, config)
-        while True:
-            refill()
-            if evaluator.n_running == 0 and not unrecorded:
-                break
-            # Results wait in `unrecorded` while the catalog writes one of them at a time; between
-            # two writes the driver polls again, so a slot freed meanwhile is refilled at once.
-            if unrecorded:
-                wait_for = 0.0
-            else:
-                ask_ahead()
-                wait_for = None if timeout is None else max(0.0, started + timeout - time.time())
-            finished = evaluator.wait(timeout=wait_for) if evaluator.n_running else []
-            if finished:
-                for i, r in finished:
-                    verdicts[i] = _recorded_reason(writer, r)
-                searcher.tell([(configs[i], None if verdicts[i] else objective_of(r)) for i, r in finished])
-                unrecorded.extend(finished)
-                if failing_alike():
-                    stopped_by = "failing"
+    def learn(self, finished):
+        """Tell the searcher what the catalog will record of ``finished``; queue them for it."""
+        for i, r in finished:
+            self.verdicts[i] = _recorded_reason(self.writer, r)
+            if r.end_time > r.start_time > 0:
+                self.durations.append(r.end_time - r.start_time)
+        self.searcher.tell([(self.configs[i], None if self.verdicts[i] else objective_of(r)) for i, r in finished])
+        self.unrecorded.extend(finished)
+
+    def run(self, sigterm) -> None:
+        """Loop until the budget, the timeout, Ctrl-C/SIGTERM or early failures stop it."""
+        writer, evaluator = self.writer, self.evaluator
+        try:
+            for eval_id, config in writer.pending():
+                if writer.n_finished + evaluator.n_running >= self.max_evals:
+                    break
+                self.submit(eval_id, config)
+            while True:
+                self.refill()
+                if evaluator.n_running == 0 and not self.unrecorded:
+                    if self.budget_left() > 0 and not self.time_for_another():
+                        self.stopped_by = "timeout"  # too little time left for another evaluation
+                    break
+                # Between two catalog writes the driver polls again, so a freed slot is refilled at once.
+                if self.unrecorded:
+                    wait_for = 0.0
+                else:
+                    self.ask_ahead()
+                    wait_for = None if self.timeout is None else max(0.0, self.started + self.timeout - time.time())
+                finished = evaluator.wait(timeout=wait_for) if evaluator.n_running else []
+                if finished:
+                    self.learn(finished)
+                    if self.failing_alike():
+                        self.stopped_by = "failing"
+                        evaluator.cancel_all()
+                        break
+                    self.refill()
+                if self.unrecorded:
+                    self.record(*self.unrecorded.pop(0))
+                if self.out_of_time():
+                    self.stopped_by = "timeout"
                     evaluator.cancel_all()
                     break
-                refill()
-            if unrecorded:
-                record(*unrecorded.pop(0))
-            if _out_of_time(started, timeout):
-                stopped_by = "timeout"
-                evaluator.cancel_all()
-                break
-    except KeyboardInterrupt as exc:
-        terminated = isinstance(exc, Terminated) or sigterm.received
-        interrupted, stopped_by = True, "terminated" if terminated else "interrupted"
-        evaluator.cancel_all()
-    except BaseException:
-        evaluator.cancel_all()  # no evaluation outlives a driver that failed
-        raise
-    finally:
-        try:
-            # Whatever finished is paid for: record it even when stopping early.
-            while unrecorded:
-                record(*unrecorded.pop(0))
-            if bar is not None:
-                bar.close()
-            wall = time.time() - started
-            best, n_done, n_finished = writer.best(), writer.n_done, writer.n_finished
-            n_discarded = writer.n_discarded
-            nll_offset = writer.nll_offset
-            frame = writer.to_dataframe()
-            epochs = int(frame["epochs"].fillna(0).sum())
-            if stopped_by == "failing":
-                failure_reason, failure_count = session_reasons[0], early_failures
-            elif n_finished > n_done + n_discarded:
-                failure_reason, failure_count = _most_common_failure(
-                    [str(r) for r in frame.loc[frame["status"] == "failed", "reason"]])
-            else:
-                failure_reason, failure_count = None, 0
+        except KeyboardInterrupt as exc:
+            terminated = isinstance(exc, Terminated) or sigterm.received
+            self.interrupted, self.stopped_by = True, "terminated" if terminated else "interrupted"
+            evaluator.cancel_all()
+        except BaseException:
+            evaluator.cancel_all()  # no evaluation outlives a driver that failed
+            raise
         finally:
-            writer.close()
-    return SearchSummary(
-        run_dir=Path(run_dir), n_done=n_done, n_failed=n_finished - n_done - n_discarded, n_discarded=n_discarded,
-        epochs=epochs,
-        best_id=None if best is None else best[0], best_objective=math.inf if best is None else best[1],
-        best_valid_nll=math.inf if best is None else best[1] + nll_offset,
-        wall_time=wall, busy_time=busy, slots=evaluator.n_slots, interrupted=interrupted,
-        stopped_by=stopped_by, failure_reason=failure_reason, failure_count=failure_count,
-    )
+            # Whatever finished is paid for: record it even when stopping early.
+            while self.unrecorded:
+                self.record(*self.unrecorded.pop(0))
+            if self.bar is not None:
+                self.bar.close()
+
+    def summary(self, run_dir: Path) -> SearchSummary:
+        writer = self.writer
+        wall = time.time() - self.started
+        best, n_done, n_finished, n_discarded = writer.best(), writer.n_done, writer.n_finished, writer.n_discarded
+        frame = writer.to_dataframe()
+        if self.stopped_by == "failing":
+            failure_reason, failure_count = self.session_reasons[0], self.early_failures
+        elif n_finished > n_done + n_discarded:
+            failure_reason, failure_count = _most_common_failure(
+                [str(r) for r in frame.loc[frame["status"] == "failed", "reason"]])
+        else:
+            failure_reason, failure_count = None, 0
+        return SearchSummary(
+            run_dir=run_dir, n_done=n_done, n_failed=n_finished - n_done - n_discarded, n_discarded=n_discarded,
+            epochs=int(frame["epochs"].fillna(0).sum()),
+            best_id=None if best is None else best[0], best_objective=math.inf if best is None else best[1],
+            best_valid_nll=math.inf if best is None else best[1] + writer.nll_offset,
+            wall_time=wall, busy_time=self.busy, slots=self.evaluator.n_slots, interrupted=self.interrupted,
+            stopped_by=self.stopped_by, failure_reason=failure_reason, failure_count=failure_count,
+        )
 
 
 def _out_of_time(started, timeout):

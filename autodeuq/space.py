@@ -24,6 +24,8 @@ from typing import Any
 import ConfigSpace as CS
 import numpy as np
 
+from autodeuq.errors import AutoDEUQError
+
 # The repository's search_spaces/ folder, used when autodeuq runs from a checkout that was not
 # installed (PYTHONPATH=.); installs carry the same files as the package autodeuq.search_spaces.
 SOURCE_SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
@@ -44,7 +46,7 @@ MAX_UNITS = 16384
 HP_MINIMUM = {"batch_size": 1, "patience_reduce_lr": 0, "patience_early_stopping": 0}
 
 
-class SpaceError(ValueError):
+class SpaceError(AutoDEUQError, ValueError):
     """A search-space file or a configuration does not describe a valid space/point."""
 
 

@@ -5,7 +5,7 @@ Usage::
     python benchmarks/ensemble_selection.py [--repeats 7]
 
 Prints a markdown table: median wall time of ``autodeuq.ensemble.select`` (greedy with
-replacement, size 5) over a few repeats, for each catalog shape and objective. Each timing
+replacement, size 5) over a few repeats, for each catalog shape and score. Each timing
 covers the whole call: input checks, per-model log-densities and every greedy step.
 """
 
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from autodeuq.ensemble import select  # noqa: E402
 
 SHAPES = [(100, 500), (500, 1000)]
-OBJECTIVES = ["mixture", "gaussian"]
+SCORES = ["mixture", "gaussian"]
 SIZE = 5
 
 
@@ -52,21 +52,21 @@ def main():
     args = parser.parse_args()
 
     print(f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}.")
-    print(f"`select(..., size={SIZE}, method='greedy')`, median of {args.repeats} runs.")
+    print(f"`select(..., size={SIZE}, selector='greedy')`, median of {args.repeats} runs.")
     print()
-    print("| models | points | objective | median ms | min ms | members | weights |")
+    print("| models | points | score | median ms | min ms | members | weights |")
     print("|---:|---:|---|---:|---:|---:|---|")
     for n_models, n_points in SHAPES:
         means, variances, y = synthetic_catalog(n_models, n_points)
-        for objective in OBJECTIVES:
-            select(means, variances, y, SIZE, "greedy", objective)  # warm-up
+        for score in SCORES:
+            select(means, variances, y, SIZE, "greedy", score)  # warm-up
             times = []
             for _ in range(args.repeats):
                 start = time.perf_counter()
-                indices, weights = select(means, variances, y, SIZE, "greedy", objective)
+                indices, weights = select(means, variances, y, SIZE, "greedy", score)
                 times.append(time.perf_counter() - start)
             print(
-                f"| {n_models} | {n_points} | {objective} | {1e3 * np.median(times):.1f} "
+                f"| {n_models} | {n_points} | {score} | {1e3 * np.median(times):.1f} "
                 f"| {1e3 * np.min(times):.1f} | {len(indices)} "
                 f"| {', '.join(f'{w:.3f}' for w in weights)} |"
             )

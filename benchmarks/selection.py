@@ -40,13 +40,13 @@ from autodeuq.ensemble.calibration import apply_scale  # noqa: E402
 
 SIZE = 5
 VARIANTS = {
-    "greedy-early": dict(method="greedy", stop="improvement"),
-    "greedy-k": dict(method="greedy", stop="size"),
-    "noreplace-k": dict(method="greedy-noreplace", stop="size"),
-    "greedy-k-arch": dict(method="greedy", stop="size", diversity="architecture"),
-    "greedy-k-act": dict(method="greedy", stop="size", diversity="activations"),
-    "noreplace-k-act": dict(method="greedy-noreplace", stop="size", diversity="activations"),
-    "greedy-k-bag": dict(method="greedy", stop="size", bags=10),
+    "greedy-early": dict(selector="greedy", stop="improvement"),
+    "greedy-k": dict(selector="greedy", stop="size"),
+    "noreplace-k": dict(selector="greedy-noreplace", stop="size"),
+    "greedy-k-arch": dict(selector="greedy", stop="size", diversity="architecture"),
+    "greedy-k-act": dict(selector="greedy", stop="size", diversity="activations"),
+    "noreplace-k-act": dict(selector="greedy-noreplace", stop="size", diversity="activations"),
+    "greedy-k-bag": dict(selector="greedy", stop="size", bags=10),
 }
 TOY_REGIONS = {"train": None, "gap [-15,15]": (-15, 15), "beyond 32": None}
 
@@ -137,16 +137,13 @@ def draw_toy(ens: Ensemble, table, grid, run_dir: Path, path: Path, evals: int) 
 
 def toy_catalog(seed: int, runs: Path, max_evals: int, epochs: int | None = None) -> Path:
     from autodeuq.data import toy_sine
-    from autodeuq.evaluator import TrainingObjective
-    from autodeuq.evaluator.ray import RayEvaluator
-    from autodeuq.runner import run_search
+    from autodeuq.pipeline import fill_catalog
     from autodeuq.space import load_space
 
     run_dir = runs / f"toy-seed{seed}"
     space, data = load_space("toy"), toy_sine(seed=seed)
-    with RayEvaluator(TrainingObjective(space, data, seed=seed, epochs=epochs, threads=1)) as evaluator:
-        run_search(space, data, evaluator, run_dir, search="agebo", max_evals=max_evals, seed=seed, progress=False,
-                   run_options={"epochs": epochs})
+    fill_catalog(space, data, run_dir, search="agebo", max_evals=max_evals, seed=seed, epochs=epochs,
+                 progress=False).raise_for_error()
     return run_dir
 
 

@@ -19,9 +19,7 @@ import numpy as np
 from autodeuq import metrics, plots
 from autodeuq.data import toy_sine
 from autodeuq.ensemble import Ensemble
-from autodeuq.evaluator import TrainingObjective
-from autodeuq.evaluator.ray import RayEvaluator
-from autodeuq.runner import run_search
+from autodeuq.pipeline import fill_catalog
 from autodeuq.space import load_space
 
 # Hand-fixed halves of a configuration for the two ablations.
@@ -82,17 +80,15 @@ def main(argv=None):
     out, runs = Path(args.out), Path(args.runs)
     out.mkdir(parents=True, exist_ok=True)
     space, data = load_space("toy"), toy_sine(seed=args.seed)
-    objective = TrainingObjective(space, data, seed=args.seed, epochs=args.epochs, threads=1)
-    evaluator = RayEvaluator(objective, workers=args.workers)
     grid = np.linspace(-40, 40, 400)[:, None]
     rows = []
     chosen = variants(space)
     for name in args.variants or list(chosen):
         search, options = chosen[name]
         started = time.time()
-        summary = run_search(space, data, evaluator, runs / name, search=search, search_options=options,
-                             max_evals=args.max_evals, seed=args.seed, progress=True,
-                             run_options={"epochs": args.epochs})
+        summary = fill_catalog(space, data, runs / name, search=search, search_options=options,
+                               max_evals=args.max_evals, seed=args.seed, epochs=args.epochs, workers=args.workers)
+        summary.raise_for_error()
         ensemble = Ensemble.from_catalog(runs / name, size=5)
         row, pred = summarize(name, ensemble, data, grid)
         row["search s"] = round(summary.wall_time, 1)
@@ -104,7 +100,7 @@ def main(argv=None):
     table = format_table(rows)
     header = (f"# Toy sine: uncertainty recovered by each search\n\nCommand: `python examples/toy_sine.py "
               f"--max-evals {args.max_evals}{'' if args.epochs is None else f' --epochs {args.epochs}'}` "
-              f"({evaluator.n_slots} parallel evaluations; ensembles: greedy, size 5)\n\n"
+              f"({summary.slots} parallel evaluations; ensembles: greedy, size 5)\n\n"
               "Expected: aleatoric std about 0.5 on [-30, -20] and 1.0 on [20, 30]; epistemic std small on the "
               "training regions and larger on [-20, 20] and beyond +-30. Times in seconds.\n\n")
     (out / "toy_sine.md").write_text(header + table + "\n")

@@ -53,7 +53,7 @@ def test_one_sample_is_refused_with_a_message_naming_it():
 
 def test_negative_seed_is_refused_naming_the_parameter():
     X = np.random.default_rng(0).normal(size=(30, 2))
-    with pytest.raises(ValueError, match="seed must be None or a non-negative integer, got -1"):
+    with pytest.raises(ValueError, match="seed must be an integer >= 0, got -1"):
         AutoDEUQRegressor(**{**TINY, "seed": -1}).fit(X, X[:, 0])
 
 
@@ -137,3 +137,53 @@ def test_selection_options_are_checked_before_the_search_and_reach_the_ensemble(
     ens = model.ensemble_
     assert ens.selection["stop"] == "size" and len(ens.member_ids) == 2
     assert ens.calibration["method"] == "scale" and len(ens.calibration["scale"]) == 1
+
+
+BAD_PARAMETERS = [
+    ("space", 3), ("search", "grid"), ("max_evals", 0), ("ensemble_size", 2.5), ("workers", 0), ("run_dir", 5),
+    ("seed", -1), ("epochs", 0), ("evaluator", "dask"), ("valid_fraction", 1.5), ("selector", "best"),
+    ("selection_score", "crps"), ("selection_stop", "never"), ("diversity", "colour"), ("calibrate", "isotonic"),
+    ("selection_bags", -1), ("early_discarding", "hyperband"), ("timeout", 0), ("verbose", "yes"),
+]
+
+
+def test_every_parameter_is_covered_by_the_bad_value_table():
+    assert {name for name, _ in BAD_PARAMETERS} | {"selection_objective"} == set(AutoDEUQRegressor().get_params())
+
+
+@pytest.mark.parametrize("name, value", BAD_PARAMETERS)
+def test_a_bad_parameter_is_refused_before_any_work(tmp_path, name, value):
+    from autodeuq.errors import AutoDEUQError, ParameterError
+
+    params = {**TINY, "run_dir": tmp_path / "run", name: value}
+    # one row is also bad data: the parameter is checked first, before the data and the search
+    with pytest.raises(ParameterError, match=f"^{name} must ") as caught:
+        AutoDEUQRegressor(**params).fit(np.ones((1, 2)), np.ones(1))
+    assert caught.value.parameter == name and isinstance(caught.value, (AutoDEUQError, ValueError))
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_space_is_refused_before_any_work(tmp_path):
+    from autodeuq.space import SpaceError
+
+    with pytest.raises(SpaceError, match="unknown search space 'tabularr'"):
+        AutoDEUQRegressor(**{**TINY, "space": "tabularr"}, run_dir=tmp_path / "run").fit(np.ones((1, 2)), np.ones(1))
+    assert not (tmp_path / "run").exists()
+
+
+def test_former_selection_objective_still_works_and_clones(tmp_path):
+    from sklearn.base import clone
+
+    model = AutoDEUQRegressor(**TINY, selection_objective="gaussian", run_dir=tmp_path / "run")
+    copy = clone(model)
+    assert copy.get_params() == model.get_params() and copy.selection_objective == "gaussian"
+    assert clone(AutoDEUQRegressor()).set_params(selection_score="gaussian").selection_score == "gaussian"
+    X = np.random.default_rng(5).uniform(-1, 1, (45, 1))
+    with pytest.warns(DeprecationWarning, match="selection_objective is deprecated.*use selection_score"):
+        model.fit(X, np.sin(3 * X[:, 0]))
+    assert model.ensemble_.selection["score"] == "gaussian"
+    conflicting = AutoDEUQRegressor(**TINY, selection_objective="mixture", selection_score="gaussian",
+                                    run_dir=tmp_path / "bad")
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="selection_objective must not be given"):
+        conflicting.fit(X, X[:, 0])
+    assert not (tmp_path / "bad").exists()

@@ -284,11 +284,12 @@ def test_resume_refuses_other_dataset_or_space(tmp_path):
     run_dir = tmp_path / "run"
     open_writer(run_dir).close()
     other_data = make_dataset(seed=1)
-    with pytest.raises(CatalogError, match=r"fingerprint.*--run-dir"):
+    with pytest.raises(CatalogError, match=r"fingerprint.*new run directory") as caught:
         Catalog.create_or_resume(run_dir, load_space("toy"), other_data, {}, seed=0)
+    assert caught.value.parameters == ("run_dir",)  # the command line names its option, not the library
     spec = load_space("toy").to_dict()
     spec["epochs"] = 7
-    with pytest.raises(CatalogError, match=r"epochs: 200 in the catalog, 7 now.*--run-dir"):
+    with pytest.raises(CatalogError, match=r"epochs: 200 in the catalog, 7 now.*new run directory"):
         Catalog.create_or_resume(run_dir, spec, make_dataset(), {}, seed=0)
     with pytest.raises(CatalogError, match="search space"):
         Catalog.create_or_resume(run_dir, load_space("tabular"), make_dataset(), {}, seed=0)
@@ -298,7 +299,7 @@ def test_resume_refuses_other_dataset_or_space(tmp_path):
 def test_new_run_and_foreign_directories(tmp_path):
     run_dir = tmp_path / "run"
     open_writer(run_dir).close()
-    with pytest.raises(CatalogError, match="not empty.*--run-dir"):
+    with pytest.raises(CatalogError, match="not empty.*new run directory"):
         open_writer(run_dir, new_run=True)
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -153,7 +153,7 @@ def test_cli_search_where_every_evaluation_fails_exits_1(tmp_path, capsys):
                  "--no-progress"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
-    assert err[-1].startswith("autodeuq: error: ") and "eval-timeout" in err[-1]
+    assert err[-1].startswith("autodeuq: error: ") and "per-evaluation limit (eval_timeout) of 0.0001 s" in err[-1]
 
 
 @pytest.mark.parametrize("flag", ["--timeout", "--eval-timeout"])

@@ -61,7 +61,7 @@ def test_tfp_distribution_matches_predict(run_dir):
 
 
 def test_saved_and_reloaded_ensemble_predicts_identically(run_dir, tmp_path):
-    ens = Ensemble.from_catalog(run_dir, size=2, method="topk")
+    ens = Ensemble.from_catalog(run_dir, size=2, selector="topk")
     path = ens.save(run_dir / "top2.json")
     again = load_ensemble(path)
     assert again.member_ids == ens.member_ids and np.allclose(again.weights, [0.5, 0.5])
@@ -222,15 +222,20 @@ def test_report_of_a_recalibrated_ensemble_gives_coverage_before_and_after(run_d
 
 
 # ------------------------------------------------------------- ensemble size
-def fake_catalog(run_dir, n_done):
-    """A catalog of ``n_done`` successful entries (validation predictions only, no trainings)."""
+def fake_catalog(run_dir, n_done, n_valid=None):
+    """A catalog of ``n_done`` successful entries (validation predictions only, no trainings); ``n_valid``
+    validation rows (default: a third of 30)."""
     from autodeuq.catalog import Catalog as CatalogReader
     from autodeuq.data import from_arrays
     from autodeuq.result import TrainResult
     from autodeuq.space import load_space
 
     rng = np.random.default_rng(0)
-    dataset = from_arrays(rng.normal(size=(30, 1)), rng.normal(size=30), seed=0)
+    if n_valid is None:
+        dataset = from_arrays(rng.normal(size=(30, 1)), rng.normal(size=30), seed=0)
+    else:
+        dataset = from_arrays(rng.normal(size=(30, 1)), rng.normal(size=30), rng.normal(size=(n_valid, 1)),
+                              rng.normal(size=(n_valid, 1)), seed=0)
     writer = CatalogReader.create_or_resume(run_dir, load_space("toy"), dataset, {"search": "fake"}, seed=0)
     n_valid = len(dataset.y_valid)
     for i in range(n_done):
@@ -249,11 +254,11 @@ def test_from_catalog_larger_than_the_successes_warns_and_selects_among_all(tmp_
 
     run = fake_catalog(tmp_path / "run", 3)
     with pytest.warns(EnsembleSizeWarning, match=r"size 7 asked, but the catalog has only 3 successful"):
-        ens = Ensemble.from_catalog(run, size=7, method="topk")
+        ens = Ensemble.from_catalog(run, size=7, selector="topk")
     assert len(ens.member_ids) == 3 and ens.selection["size"] == 3 and ens.selection["size_requested"] == 7
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert len(Ensemble.from_catalog(run, size=3, method="topk").member_ids) == 3
+        assert len(Ensemble.from_catalog(run, size=3, selector="topk").member_ids) == 3
     with pytest.raises(ValueError, match="size"):
         Ensemble.from_catalog(run, size=0)
 
@@ -340,3 +345,25 @@ def test_cli_ensemble_selection_options_reach_the_manifest_and_metrics(run_dir, 
     document = json.loads((out.parent / "metrics.json").read_text())  # beside the --out manifest
     assert document["calibration"]["scale"] == manifest["calibration"]["scale"]
     assert [m["id"] for m in manifest["members"]] == document["ensemble"]["members"]
+
+
+def test_cli_selection_score_and_its_former_name(run_dir, tmp_path, capsys):
+    out, former = tmp_path / "score.json", tmp_path / "former.json"
+    assert main(["ensemble", "--run-dir", str(run_dir), "--selection-score", "gaussian", "--out", str(out)]) == 0
+    assert "deprecated" not in capsys.readouterr().err
+    assert main(["ensemble", "--run-dir", str(run_dir), "--objective", "gaussian", "--out", str(former)]) == 0
+    err = capsys.readouterr().err
+    assert "autodeuq: warning: --objective is deprecated and will be removed in the next release; use " \
+           "--selection-score" in err
+    chosen, again = (json.loads(path.read_text()) for path in (out, former))
+    assert chosen["selection"]["score"] == again["selection"]["score"] == "gaussian"
+    assert chosen["members"] == again["members"]
+    err = one_line_error(capsys, ["ensemble", "--run-dir", str(run_dir), "--selection-bags", "-1"])
+    assert "--selection-bags must be an integer >= 0, got -1" in err
+
+
+def test_recalibration_with_too_few_validation_rows_is_one_line(tmp_path, capsys):
+    run = fake_catalog(tmp_path / "run", 3, n_valid=1)
+    err = one_line_error(capsys, ["ensemble", "--run-dir", str(run), "--size", "2", "--calibrate", "scale"])
+    assert "recalibration cross-fits on 2 folds of the validation rows, and there are 1" in err
+    assert err.endswith("(--calibrate)")

@@ -28,7 +28,7 @@ def fitted(tmp_path_factory):
     run = tmp_path_factory.mktemp("names") / "run"
     frame = cars()
     model = AutoDEUQRegressor(**TINY, run_dir=run).fit(frame[FEATURES], frame["mpg"])
-    Ensemble.from_catalog(run, size=2, method="topk").save(run / "ensemble.json")  # two distinct members
+    Ensemble.from_catalog(run, size=2, selector="topk").save(run / "ensemble.json")  # two distinct members
     return model, frame
 
 

@@ -75,6 +75,17 @@ def test_timeout_stops_the_search(tmp_path, setup):
     assert summary.stopped_by == "timeout" and 1 <= summary.n_done < 10
 
 
+def test_no_evaluation_starts_that_could_not_finish_in_time(tmp_path, setup):
+    """Evaluations of ~0.5 s under a 2 s limit: once less than that is left, none starts, so the search
+    ends before its limit with nothing cancelled (a serial evaluation cannot be cancelled at all)."""
+    space, data = setup
+    summary = run_search(space, data, SerialEvaluator(FakeObjective(len(data.y_valid), sleep=0.5)), tmp_path / "run",
+                         search="random", max_evals=100, timeout=2.0, progress=False)
+    assert summary.stopped_by == "timeout" and summary.n_failed == 0 and 1 <= summary.n_done <= 3
+    assert summary.wall_time < 2.0
+    assert set(Catalog(tmp_path / "run").to_dataframe()["status"]) == {"done"}
+
+
 def test_serial_eval_timeout_is_a_failure(tmp_path, setup):
     space, data = setup
     evaluator = SerialEvaluator(FakeObjective(len(data.y_valid), sleep=0.2), eval_timeout=0.05)

@@ -365,8 +365,8 @@ def test_return_types():
         ({"size": 0}, "size"),
         ({"size": -2}, "size"),
         ({"size": 2.5}, "size"),
-        ({"method": "best"}, "method"),
-        ({"objective": "crps"}, "objective"),
+        ({"selector": "best"}, "selector"),
+        ({"score": "crps"}, "score"),
         ({"max_selections": 0}, "max_selections"),
         ({"max_selections": 1.5}, "max_selections"),
         ({"stop": "never"}, "stop"),
@@ -377,6 +377,18 @@ def test_invalid_arguments(kwargs, match):
     means, variances, y = random_catalog(0)
     with pytest.raises(ValueError, match=match):
         select(means, variances, y, **kwargs)
+
+
+def test_former_keyword_names_still_work_with_a_deprecation_warning():
+    means, variances, y = random_catalog(0)
+    expected = select(means, variances, y, 3, selector="greedy-noreplace", score="gaussian")
+    with pytest.warns(DeprecationWarning, match=r"objective= is deprecated.*use score="):
+        with pytest.warns(DeprecationWarning, match=r"method= is deprecated.*use selector="):
+            chosen = select(means, variances, y, 3, method="greedy-noreplace", objective="gaussian")
+    np.testing.assert_array_equal(chosen.indices, expected.indices)
+    np.testing.assert_array_equal(chosen.weights, expected.weights)
+    with pytest.raises(TypeError, match="both method= and its new name selector="):
+        select(means, variances, y, 3, method="topk", selector="topk")
 
 
 def test_invalid_shapes_and_catalogs():
@@ -397,7 +409,7 @@ def test_bagged_selection_sums_the_weights_of_selections_on_row_subsets():
     from autodeuq.ensemble.selection import select_bagged
 
     means, variances, y = random_catalog(6, n_models=10, n_points=40)
-    chosen = select_bagged(means, variances, y, 3, bags=6, fraction=0.5, seed=1, method="greedy")
+    chosen = select_bagged(means, variances, y, 3, bags=6, fraction=0.5, seed=1, selector="greedy")
     # the same computation by hand
     rng = np.random.default_rng(1)
     totals = np.zeros(10)
@@ -410,7 +422,7 @@ def test_bagged_selection_sums_the_weights_of_selections_on_row_subsets():
     np.testing.assert_allclose(chosen.weights, totals[best] / totals[best].sum())
     assert chosen.reason is None and len(chosen.indices) == 3
     # one bag over all rows is plain selection
-    whole = select_bagged(means, variances, y, 3, bags=1, fraction=1.0, method="greedy-noreplace")
+    whole = select_bagged(means, variances, y, 3, bags=1, fraction=1.0, selector="greedy-noreplace")
     plain = select(means, variances, y, 3, "greedy-noreplace")
     np.testing.assert_array_equal(np.sort(whole.indices), np.sort(plain.indices))
     np.testing.assert_allclose(np.sort(whole.weights), np.sort(plain.weights))

@@ -34,6 +34,8 @@ from autodeuq.catalog import (MAX_MODEL_BYTES, Catalog, CatalogError, _package_v
 from autodeuq.data import FLOAT32_MAX, DataError, feature_matrix
 from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage
 from autodeuq.ensemble.selection import select, select_bagged
+from autodeuq.deprecation import renamed_keywords
+from autodeuq.errors import AutoDEUQError, ParameterError
 from autodeuq.metrics import central_interval, mixture_moments
 
 #: How members may be kept apart (``diversity`` of :meth:`Ensemble.from_catalog`).
@@ -53,7 +55,11 @@ _MEMBER_FILE = re.compile(r"[0-9]+\.keras")
 _EXPORT_VERSIONS = ("autodeuq", "keras", "tensorflow", "numpy", "python")
 
 
-class ManifestError(ValueError):
+class EnsembleError(AutoDEUQError, ValueError):
+    """An ensemble cannot be built or saved as asked: the message says which file or folder and why."""
+
+
+class ManifestError(EnsembleError):
     """An ensemble manifest cannot be used: the message names the file and the entry at fault."""
 
 
@@ -289,7 +295,8 @@ class Ensemble:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_catalog(cls, run_dir, size: int = 5, method: str = "greedy", objective: str = "mixture", *,
+    @renamed_keywords(method="selector", objective="score")
+    def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: str = "mixture", *,
                      stop: str = "size", diversity: str = "none", calibrate: str = "none",
                      calibration_folds: int = 2, bags: int = 10, seed: int = 0) -> "Ensemble":
         """Select members greedily (or top-k) on the cached validation predictions of a catalog.
@@ -300,10 +307,12 @@ class Ensemble:
         size : int
             Distinct members wanted (K). When the catalog has fewer successful entries, the
             ensemble is selected among all of them and an :class:`EnsembleSizeWarning` says so.
-        method, objective, stop :
-            See :func:`autodeuq.ensemble.select`. With the default ``stop="size"`` the
-            ensemble has ``size`` distinct members whenever the catalog has that many usable
-            models; otherwise a warning says how many it has and why.
+        selector, score, stop :
+            See :func:`autodeuq.ensemble.select`. With the default ``stop="size"`` the ensemble
+            has ``size`` distinct members whenever the catalog has that many usable models;
+            otherwise a warning says how many it has and why. ``selector`` and ``score`` were
+            ``method`` and ``objective``: those keywords still work for one release, with a
+            ``DeprecationWarning``.
         diversity : {"none", "architecture", "activations"}
             Keep members apart: at most one member per architecture, or per set of activation
             functions used by the network's dense layers.
@@ -314,7 +323,7 @@ class Ensemble:
         calibration_folds : int
             Folds of the validation rows for the cross-fitting.
         bags : int, default 10
-            For the greedy methods, when > 0, bagged selection (:func:`autodeuq.ensemble.selection.select_bagged`):
+            For the greedy selectors, when > 0, bagged selection (:func:`autodeuq.ensemble.selection.select_bagged`):
             the selection is repeated on ``bags`` random halves of the validation rows and
             the member weights averaged, which fits the rows' noise less.
         seed : int
@@ -326,16 +335,16 @@ class Ensemble:
             The ensemble has fewer distinct members than ``size``, with the reason.
         """
         if diversity not in DIVERSITY:
-            raise ValueError(f"diversity must be one of {DIVERSITY}, got {diversity!r}")
+            raise ParameterError("diversity", f"must be one of {list(DIVERSITY)}", diversity)
         if calibrate not in CALIBRATIONS:
-            raise ValueError(f"calibrate must be one of {CALIBRATIONS}, got {calibrate!r}")
+            raise ParameterError("calibrate", f"must be one of {list(CALIBRATIONS)}", calibrate)
         catalog = Catalog(run_dir)
         ids = catalog.model_ids()
         if not ids:
-            raise ValueError(f"{run_dir}: the catalog has no successful evaluation to build an ensemble from")
+            raise EnsembleError(f"{run_dir}: the catalog has no successful evaluation to build an ensemble from")
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-            raise ValueError(f"ensemble size must be an integer >= 1, got {size!r}")
-        selection = {"size": min(int(size), len(ids)), "method": method, "objective": objective}
+            raise ParameterError("size", "must be an integer >= 1", size)
+        selection = {"size": min(int(size), len(ids)), "selector": selector, "score": score}
         if size > len(ids):
             selection["size_requested"] = int(size)
             warnings.warn(f"{run_dir}: ensemble size {size} asked, but the catalog has only {len(ids)} successful "
@@ -346,11 +355,15 @@ class Ensemble:
             raise CatalogError(f"{run_dir}: no successful entry has usable validation predictions "
                                f"({next(iter(loaded.skipped.values()))})")
         y = catalog.validation_targets()
+        if calibrate == "scale" and len(y) < calibration_folds:
+            raise EnsembleError(f"{run_dir}: recalibration cross-fits on {calibration_folds} folds of the validation "
+                                f"rows, and there are {len(y)}; give more validation rows or no recalibration",
+                                parameters=("calibrate",))
         groups = None if diversity == "none" else member_groups(catalog, ids, diversity)
 
         def select_rows(rows):
-            options = dict(method=method, objective=objective, stop=stop, groups=groups)
-            if bags and method != "topk":  # top-k ranks single models: its weights stay uniform
+            options = dict(selector=selector, score=score, stop=stop, groups=groups)
+            if bags and selector != "topk":  # top-k ranks single models: its weights stay uniform
                 return select_bagged(means[:, rows], variances[:, rows], y[rows], selection["size"], bags=bags,
                                      seed=seed, **options)
             return select(means[:, rows], variances[:, rows], y[rows], size=selection["size"], **options)
@@ -413,7 +426,7 @@ class Ensemble:
         if self_contained:
             return _export(self, path)
         if self.run_dir is None:
-            raise ValueError(f"{path}: this ensemble was read from a self-contained folder and has no catalog to "
+            raise EnsembleError(f"{path}: this ensemble was read from a self-contained folder and has no catalog to "
                              f"name: save it with self_contained=True")
         manifest = {
             "format": MANIFEST_FORMAT,
@@ -734,12 +747,12 @@ def _is_export(folder: Path) -> bool:
 def _export(ens: Ensemble, folder: Path) -> Path:
     """Write ``ens`` as a self-contained folder (see :meth:`Ensemble.save`); the manifest's path."""
     if folder.suffix == ".json":
-        raise ValueError(f"{folder}: a self-contained ensemble is a folder (holding {MANIFEST_NAME} and "
+        raise EnsembleError(f"{folder}: a self-contained ensemble is a folder (holding {MANIFEST_NAME} and "
                          f"{MEMBERS_DIR}/); give a folder name, not a .json file")
     if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{folder}: exists and is not a folder; a self-contained ensemble is written to a folder")
+        raise EnsembleError(f"{folder}: exists and is not a folder; a self-contained ensemble is written to a folder")
     if folder.is_dir() and any(folder.iterdir()) and not _is_export(folder):
-        raise ValueError(f"{folder}: the folder is not empty and holds no self-contained ensemble; refusing to "
+        raise EnsembleError(f"{folder}: the folder is not empty and holds no self-contained ensemble; refusing to "
                          f"write into it (give a new or empty folder)")
     members_dir = folder / MEMBERS_DIR
     if members_dir.is_symlink():

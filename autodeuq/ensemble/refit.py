@@ -28,9 +28,10 @@ import numpy as np
 
 from autodeuq.data import from_arrays
 from autodeuq.ensemble.predictive import Ensemble, ExportedMembers
+from autodeuq.errors import AutoDEUQError, ParameterError
 
 
-class RefitError(RuntimeError):
+class RefitError(AutoDEUQError, RuntimeError):
     """A member could not be refitted (the message names it and gives the training's reason)."""
 
 
@@ -80,7 +81,7 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None) -> Ensemble:
 
     Raises
     ------
-    ValueError
+    ParameterError
         The ensemble has no catalog, or ``x``/``y`` do not match its features and targets.
     RefitError
         A member's training failed (non-finite loss, ...).
@@ -91,14 +92,15 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None) -> Ensemble:
 
     catalog = ensemble.catalog
     if catalog is None:
-        raise ValueError("refit needs the ensemble's catalog (the members' configurations and training histories); "
-                         "this ensemble was read from a self-contained folder")
+        raise ParameterError("ensemble", "must come from a catalog (it gives the members' configurations and "
+                             "training histories), not from a self-contained folder", str(ensemble.source.location))
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     y = y.reshape(len(y), -1)
-    if x.ndim != 2 or x.shape[1] != len(ensemble.feature_names) or y.shape[1] != len(ensemble.target_names):
-        raise ValueError(f"refit: x must have {len(ensemble.feature_names)} columns and y "
-                         f"{len(ensemble.target_names)}, got {np.shape(x)} and {np.shape(y)}")
+    if x.ndim != 2 or x.shape[1] != len(ensemble.feature_names) or len(x) != len(y):
+        raise ParameterError("x", f"must have {len(ensemble.feature_names)} columns and as many rows as y", np.shape(x))
+    if y.shape[1] != len(ensemble.target_names):
+        raise ParameterError("y", f"must have {len(ensemble.target_names)} column(s)", np.shape(y))
     # Every row trains; the same rows stand in for the validation data, whose loss is only reported.
     dataset = from_arrays(x, y, x, y, feature_names=ensemble.feature_names, target_names=ensemble.target_names,
                           name="refit")

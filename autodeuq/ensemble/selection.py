@@ -3,7 +3,7 @@
 Selection works on cached validation predictions only. Each model ``i`` of the catalog
 predicts, per point and target, a Gaussian ``N(mu_i, s2_i)``; an ensemble is a weighted
 mixture of them. The score of an ensemble is its validation NLL averaged over points and
-targets, for one of two objectives:
+targets, by one of two scores:
 
 - ``"mixture"``: the exact NLL of the mixture ``sum_i w_i N(y; mu_i, s2_i)``;
 - ``"gaussian"``: the NLL of the single Gaussian with the mixture's mean and variance
@@ -18,10 +18,15 @@ import operator
 
 import numpy as np
 
-__all__ = ["select", "select_bagged", "Selection", "METHODS", "OBJECTIVES", "STOPS", "IMPROVEMENT_RTOL"]
+from autodeuq.deprecation import renamed_keywords
+from autodeuq.errors import ParameterError
+
+__all__ = ["select", "select_bagged", "Selection", "METHODS", "SCORES", "STOPS", "IMPROVEMENT_RTOL"]
 
 METHODS = ("greedy", "greedy-noreplace", "topk")
-OBJECTIVES = ("mixture", "gaussian")
+#: Scores of an ensemble (``score``); "objective" is reserved for the search's (a model's validation NLL).
+SCORES = ("mixture", "gaussian")
+OBJECTIVES = SCORES  # its former name, kept for one release
 STOPS = ("size", "improvement")
 
 #: A greedy step is taken only if it lowers the score by more than this fraction of
@@ -56,8 +61,9 @@ class Selection(tuple):
         return float(1.0 / np.sum(np.square(self.weights)))
 
 
+@renamed_keywords(method="selector", objective="score")
 def select(
-    means, variances, y, size=5, method="greedy", objective="mixture", *, stop="size",
+    means, variances, y, size=5, selector="greedy", score="mixture", *, stop="size",
     groups=None, max_selections=None
 ):
     """Select an ensemble from a catalog of Gaussian models.
@@ -70,16 +76,18 @@ def select(
         Validation targets.
     size : int, default 5
         Number of distinct members (K).
-    method : {"greedy", "greedy-noreplace", "topk"}, default "greedy"
+    selector : {"greedy", "greedy-noreplace", "topk"}, default "greedy"
         - ``"greedy"``: Caruana et al. (2004) with replacement. Start from the best single
           model; at each step add (once more) the catalog model, members included, that
           gives the lowest score. Weights are selection counts over the total.
         - ``"greedy-noreplace"``: the same, each model at most once; uniform weights.
         - ``"topk"``: the ``size`` models with the best individual score; uniform weights.
-    objective : {"mixture", "gaussian"}, default "mixture"
-        Exact mixture NLL, or NLL of the moment-matched Gaussian.
+    score : {"mixture", "gaussian"}, default "mixture"
+        What selection minimizes: the exact mixture NLL, or the NLL of the moment-matched
+        Gaussian. (Formerly ``objective``, a keyword that still works for one release, with a
+        ``DeprecationWarning``.)
     stop : {"size", "improvement"}, default "size"
-        When the greedy methods stop.
+        When the greedy selectors stop.
 
         - ``"size"``: at ``size`` distinct members. A step whose best addition does not
           improve the score (or that comes after ``max_selections`` selections) adds the
@@ -108,7 +116,7 @@ def select(
     Raises
     ------
     ValueError
-        On an unknown ``method`` or ``objective``, ``size < 1``, shapes that do not agree,
+        On an unknown ``selector`` or ``score``, ``size < 1``, shapes that do not agree,
         non-finite ``y``, or a catalog without a single usable model.
 
     Notes
@@ -129,12 +137,12 @@ def select(
     """
     means, variances, y = _check_inputs(means, variances, y)
     size = _check_positive_int(size, "size")
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if selector not in METHODS:
+        raise ParameterError("selector", f"must be one of {list(METHODS)}", selector)
+    if score not in SCORES:
+        raise ParameterError("score", f"must be one of {list(SCORES)}", score)
     if stop not in STOPS:
-        raise ValueError(f"stop must be one of {STOPS}, got {stop!r}")
+        raise ParameterError("stop", f"must be one of {list(STOPS)}", stop)
     if groups is not None:
         groups = np.asarray(groups)
         if groups.shape != (means.shape[0],):
@@ -170,7 +178,7 @@ def select(
     if groups is not None:
         groups = groups[usable]
 
-    if method == "topk":
+    if selector == "topk":
         ranked = np.argsort(single, kind="stable")
         if groups is not None:
             # the best model of each group, groups ranked by their best model
@@ -179,13 +187,13 @@ def select(
         return Selection(usable[order], np.full(order.size, 1.0 / order.size), size,
                          _shortfall(order.size, size, n_models, usable.size, groups, stopped=None))
 
-    if objective == "mixture":
+    if score == "mixture":
         state = _MixtureState(logpdf)
     else:
         state = _GaussianState(diff, sq_diff, variances)
     del diff, sq_diff, logpdf
     order, counts, stopped = _greedy(
-        state, single, size, replace=(method == "greedy"), stop=stop, groups=groups,
+        state, single, size, replace=(selector == "greedy"), stop=stop, groups=groups,
         max_selections=max_selections,
     )
     counts = counts[order]
@@ -369,6 +377,7 @@ class _GaussianState:
         return 0.5 * (_LOG_2PI + work.mean(axis=1))
 
 
+@renamed_keywords(method="selector", objective="score")
 def select_bagged(means, variances, y, size=5, *, bags=10, fraction=0.5, seed=0, **options):
     """Selection averaged over random halves of the validation rows (bagged ensemble selection).
 
@@ -389,7 +398,7 @@ def select_bagged(means, variances, y, size=5, *, bags=10, fraction=0.5, seed=0,
     seed : int, default 0
         Seed of the row subsets.
     **options :
-        ``method``, ``objective``, ``stop``, ``groups``, ``max_selections`` of :func:`select`.
+        ``selector``, ``score``, ``stop``, ``groups``, ``max_selections`` of :func:`select`.
 
     Returns
     -------

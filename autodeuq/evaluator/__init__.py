@@ -3,6 +3,7 @@
 ``SerialEvaluator`` runs in-process, one at a time (debugging, tests); ``RayEvaluator`` runs on a
 local Ray instance or an existing cluster, one task per evaluation with its own CPUs/GPUs.
 """
+from autodeuq.errors import ParameterError
 from autodeuq.evaluator.base import Evaluator, TrainingObjective
 from autodeuq.evaluator.serial import SerialEvaluator
 
@@ -15,7 +16,7 @@ def create(name: str, objective, **options) -> Evaluator:
         from autodeuq.evaluator.ray import RayEvaluator
 
         return RayEvaluator(objective, **options)
-    raise ValueError(f"unknown evaluator {name!r}; known: ['ray', 'serial']")
+    raise ParameterError("evaluator", "must be 'ray' or 'serial'", name)
 
 
 __all__ = ["Evaluator", "SerialEvaluator", "TrainingObjective", "create"]

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from autodeuq.errors import ParameterError
 from autodeuq.result import TrainResult
 
 Objective = Callable[[int, dict], TrainResult]
@@ -62,7 +63,7 @@ def check_eval_timeout(eval_timeout: float | None) -> float | None:
         return None
     eval_timeout = float(eval_timeout)
     if not eval_timeout > 0:
-        raise ValueError(f"eval_timeout must be > 0 seconds, got {eval_timeout:g}")
+        raise ParameterError("eval_timeout", "must be > 0 seconds", eval_timeout)
     return eval_timeout
 
 

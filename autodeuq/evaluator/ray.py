@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from autodeuq.errors import AutoDEUQError, ParameterError
 from autodeuq.evaluator.base import Evaluator, check_eval_timeout, guarded
 from autodeuq.result import TrainResult
 
@@ -18,7 +19,7 @@ RAY_CONNECT_TIMEOUT = 20.0
 """Seconds allowed to reach an existing Ray cluster's address before giving up."""
 
 
-class RayConnectionError(RuntimeError):
+class RayConnectionError(AutoDEUQError, RuntimeError):
     """Ray could not be started or joined."""
 
 
@@ -74,7 +75,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
 
     if ray.is_initialized():
         return
-    source = "--ray-address"
+    source = "address"
     if address is None and os.environ.get("RAY_ADDRESS"):
         address, source = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -273,11 +274,11 @@ class RayEvaluator(Evaluator):
         # Checked before Ray starts: 0 CPUs per task would lift Ray's limit on concurrent tasks
         # (one TensorFlow process per evaluation, all at once).
         if cpus_per_eval is not None and not cpus_per_eval > 0:
-            raise ValueError(f"cpus_per_eval must be > 0, got {cpus_per_eval:g}")
+            raise ParameterError("cpus_per_eval", "must be > 0", cpus_per_eval)
         if gpus_per_eval is not None and not gpus_per_eval >= 0:
-            raise ValueError(f"gpus_per_eval must be >= 0, got {gpus_per_eval:g}")
+            raise ParameterError("gpus_per_eval", "must be >= 0", gpus_per_eval)
         if workers is not None and int(workers) < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
+            raise ParameterError("workers", "must be >= 1", workers)
         eval_timeout = check_eval_timeout(eval_timeout)
         import ray
 
@@ -385,7 +386,8 @@ class RayEvaluator(Evaluator):
                 ray.cancel(task, force=True)
                 del self._running[task]
                 expired.append((info.eval_id, self._failure(
-                    info, f"timeout: cancelled after --eval-timeout {self.eval_timeout:g} s", now)))
+                    info, f"timeout: cancelled after the per-evaluation limit (eval_timeout) of {self.eval_timeout:g} s",
+                    now)))
         return expired
 
     def cancel_all(self):

@@ -37,7 +37,8 @@ class SerialEvaluator(Evaluator):
         elapsed = result.end_time - result.start_time
         if self.eval_timeout is not None and elapsed > self.eval_timeout:
             result = TrainResult.failure(
-                f"timeout: evaluation took {elapsed:.1f} s > --eval-timeout {self.eval_timeout:g} s",
+                f"timeout: evaluation took {elapsed:.1f} s, more than the per-evaluation limit (eval_timeout) of "
+                f"{self.eval_timeout:g} s",
                 worker=result.worker, start_time=result.start_time, end_time=result.end_time,
             )
         return [(eval_id, result)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autodeuq.errors import ParameterError
 from autodeuq.search.age import AgingEvolution
 from autodeuq.search.agebo import AgEBO
 from autodeuq.search.base import Searcher
@@ -122,7 +123,7 @@ def create(name: str, space, seed: int | None = None, **options) -> Searcher:
         options[option] = resolve(space, options.get(option))
     cls = SEARCHERS.get(key)
     if cls is None:
-        raise ValueError(f"unknown searcher {name!r}; known: {sorted(SEARCHERS) + sorted(ABLATIONS)}")
+        raise ParameterError("search", f"must be one of {sorted(SEARCHERS) + sorted(ABLATIONS)}", name)
     return cls(space, seed=seed, **options)
 
 

@@ -1,0 +1,44 @@
+"""The root of autodeuq's errors, dependency-free so that any layer may import it.
+
+Every error autodeuq raises on purpose (bad data, a bad space, an unusable run directory, a
+failed search, an unreachable Ray cluster, a bad parameter) is an :class:`AutoDEUQError`; each
+also subclasses the built-in exception callers caught before it existed (``ValueError`` for bad
+input, ``RuntimeError`` for a run that cannot go on). An exception that is not an
+``AutoDEUQError`` is a bug.
+"""
+from __future__ import annotations
+
+__all__ = ["AutoDEUQError", "ParameterError"]
+
+
+class AutoDEUQError(Exception):
+    """An error autodeuq raises on purpose: its message says what is wrong and what to do.
+
+    Parameters
+    ----------
+    message : str
+    parameters : tuple of str, optional
+        Names of the parameters (of :class:`~autodeuq.AutoDEUQRegressor` and the functions it
+        calls) that the user can change to fix the problem; a front end names them its own way
+        (the command line by its options). Messages themselves name no command-line option.
+    """
+
+    def __init__(self, *args, parameters: tuple[str, ...] = ()):
+        super().__init__(*args)
+        self.parameters = tuple(parameters)
+
+
+class ParameterError(AutoDEUQError, ValueError, TypeError):
+    """A parameter's value is refused before any work starts.
+
+    ``str(exc)`` is ``"<parameter> <requirement>, got <value>"``; the parts are kept apart
+    (``parameter``, ``requirement``, ``value``) so that a front end can name the parameter its
+    own way.
+    """
+
+    def __init__(self, parameter: str, requirement: str, value):
+        super().__init__(f"{parameter} {requirement}, got {value!r}", parameters=(parameter,))
+        self.parameter, self.requirement, self.value = parameter, requirement, value
+
+    def __reduce__(self):
+        return type(self), (self.parameter, self.requirement, self.value)

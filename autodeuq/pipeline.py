@@ -1,0 +1,189 @@
+"""The one path from a dataset to a filled catalog, shared by the command line and the estimator.
+
+:func:`fill_catalog` wires training objective -> evaluator -> search driver; the checks below
+refuse bad parameter values before any of it starts, with the same rules (and the same
+parameter names) for :class:`~autodeuq.AutoDEUQRegressor` and ``autodeuq search``. Heavy modules
+(TensorFlow, Ray, ConfigSpace) are imported only when a search runs, so the command line's
+``--help`` stays fast.
+"""
+from __future__ import annotations
+
+import numbers
+import os
+import time
+
+from autodeuq.errors import ParameterError
+
+__all__ = ["EVALUATORS", "SEARCHES", "check_ensemble_parameters", "check_search_parameters", "fill_catalog",
+           "search_timeout"]
+
+#: Searcher names (:func:`autodeuq.search.create`); the two last are the thesis' ablations.
+SEARCHES = ("agebo", "age", "bo", "random", "age-fixed-hp", "bo-fixed-arch")
+EVALUATORS = ("ray", "serial")
+
+
+#: Part of a whole-run time budget (search, then ensemble) kept for the ensemble step: this share
+#: of the budget, within these bounds in seconds, and never more than half of it. Selecting from a
+#: 100-model catalog, loading the members, scoring and plotting takes well under a minute.
+ENSEMBLE_SHARE, ENSEMBLE_MIN_S, ENSEMBLE_MAX_S = 0.1, 30.0, 300.0
+
+
+def search_timeout(timeout: float | None) -> float | None:
+    """The search's part of a wall-clock budget of ``timeout`` seconds for a whole run (search, then ensemble).
+
+    >>> search_timeout(600.0), search_timeout(3600.0), search_timeout(40.0), search_timeout(None)
+    (540.0, 3300.0, 20.0, None)
+    """
+    if timeout is None:
+        return None
+    return timeout - min(max(ENSEMBLE_MIN_S, ENSEMBLE_SHARE * timeout), ENSEMBLE_MAX_S, timeout / 2)
+
+
+def _integer(name, value, minimum, *, optional=False):
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ParameterError(name, f"must be an integer >= {minimum}", value)
+
+
+def _positive(name, value, *, strict=True):
+    if value is None:
+        return
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and (value > 0 if strict else value >= 0)
+    if not ok:
+        raise ParameterError(name, "must be > 0" if strict else "must be >= 0", value)
+
+
+def _one_of(name, value, allowed):
+    if not isinstance(value, str) or value not in allowed:
+        raise ParameterError(name, f"must be one of {list(allowed)}", value)
+
+
+def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=0, timeout=None, eval_timeout=None,
+                            evaluator="ray", workers=None, cpus_per_eval=None, gpus_per_eval=None,
+                            valid_fraction=1 / 3, early_discarding="none", sha_min_epochs=1, sha_reduction=3) -> None:
+    """Refuse, before any work, a search parameter that would fail later or make every evaluation fail.
+
+    ``None`` means "not given" wherever it is allowed (``seed`` None is 0).
+
+    Raises
+    ------
+    ParameterError
+        Naming the first bad parameter, what it must be and the value given.
+    """
+    from autodeuq.discard import POLICIES, SuccessiveHalving
+
+    _one_of("search", search, SEARCHES)
+    _integer("max_evals", max_evals, 1)
+    _integer("epochs", epochs, 1, optional=True)
+    _integer("seed", seed, 0, optional=True)
+    _positive("timeout", timeout)
+    _positive("eval_timeout", eval_timeout)
+    _one_of("evaluator", evaluator, EVALUATORS)
+    _integer("workers", workers, 1, optional=True)
+    _positive("cpus_per_eval", cpus_per_eval)
+    _positive("gpus_per_eval", gpus_per_eval, strict=False)
+    if isinstance(valid_fraction, bool) or not isinstance(valid_fraction, numbers.Real) or not 0 < valid_fraction < 1:
+        raise ParameterError("valid_fraction", "must be a number strictly between 0 and 1", valid_fraction)
+    _one_of("early_discarding", early_discarding, POLICIES)
+    if early_discarding == "sha":
+        SuccessiveHalving(min_epochs=sha_min_epochs, reduction=sha_reduction)
+
+
+def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_score="mixture", selection_stop="size",
+                              diversity="none", selection_bags=10, calibrate="none") -> None:
+    """Refuse, before any work, a bad ensemble-selection parameter (see
+    :meth:`autodeuq.ensemble.Ensemble.from_catalog`).
+
+    Raises
+    ------
+    ParameterError
+        Naming the first bad parameter, what it must be and the value given.
+    """
+    from autodeuq.ensemble.selection import METHODS, SCORES, STOPS
+
+    _integer("ensemble_size", ensemble_size, 1)
+    _one_of("selector", selector, METHODS)
+    _one_of("selection_score", selection_score, SCORES)
+    _one_of("selection_stop", selection_stop, STOPS)
+    _one_of("diversity", diversity, ("none", "architecture", "activations"))
+    _integer("selection_bags", selection_bags, 0)
+    _one_of("calibrate", calibrate, ("none", "scale"))
+
+
+def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "agebo",
+                 search_options: dict | None = None, max_evals: int = 100, timeout: float | None = None,
+                 seed: int = 0, epochs: int | None = None, early_discarding: str = "none", sha_min_epochs: int = 1,
+                 sha_reduction: int = 3, evaluator: str = "ray", workers: int | None = None,
+                 cpus_per_eval: float | None = None, gpus_per_eval: float | None = None,
+                 ray_address: str | None = None, eval_timeout: float | None = None, new_run: bool = False,
+                 progress: bool = True, on_start=None, log=None):
+    """Search ``space`` on ``dataset``, filling (or resuming) the catalog in ``run_dir``.
+
+    Parameters
+    ----------
+    space : SearchSpace
+        Already sized for the data (:meth:`SearchSpace.for_rows`).
+    dataset : Dataset
+    run_dir : path
+    search, search_options, max_evals, seed, new_run, progress, log
+        Of :func:`autodeuq.runner.run_search` (``log`` receives the line saying a run resumes).
+    timeout : float, optional
+        Wall-clock seconds for this call, starting the evaluator included (see
+        :func:`autodeuq.runner.run_search`); :func:`search_timeout` gives the search's part of a
+        budget for a whole run.
+    epochs : int, optional
+        Override of the space's epoch budget.
+    early_discarding : {"none", "sha"}
+        ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at
+        ``sha_min_epochs * sha_reduction**k`` epochs (:class:`autodeuq.discard.SuccessiveHalving`).
+    evaluator : {"ray", "serial"}
+        ``"serial"`` runs one evaluation at a time in this process and ignores the Ray options
+        (``workers``, ``cpus_per_eval``, ``gpus_per_eval``, ``ray_address``).
+    cpus_per_eval : float, optional
+        CPUs of each evaluation; its TensorFlow uses that many threads (default 1).
+    eval_timeout : float, optional
+        Seconds an evaluation may run on a worker before it is cancelled as failed.
+    on_start : callable, optional
+        Called with the evaluator once it is ready, before the search starts (the command line
+        prints the number of parallel evaluations).
+
+    Returns
+    -------
+    SearchSummary
+        Call its ``raise_for_error()`` to raise :class:`~autodeuq.runner.SearchError` when the
+        search produced nothing usable; ``interrupted`` is set when Ctrl-C or SIGTERM stopped it.
+
+    Raises
+    ------
+    ParameterError
+        A bad parameter, before anything starts.
+    """
+    from autodeuq import evaluator as evaluators
+    from autodeuq.discard import SuccessiveHalving
+    from autodeuq.runner import run_search
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    check_search_parameters(search=search, max_evals=max_evals, epochs=epochs, seed=seed, timeout=timeout,
+                            eval_timeout=eval_timeout, evaluator=evaluator, workers=workers,
+                            cpus_per_eval=cpus_per_eval, gpus_per_eval=gpus_per_eval,
+                            early_discarding=early_discarding, sha_min_epochs=sha_min_epochs,
+                            sha_reduction=sha_reduction)
+    seed = 0 if seed is None else int(seed)
+    discarder = (SuccessiveHalving(min_epochs=sha_min_epochs, reduction=sha_reduction)
+                 if early_discarding == "sha" else None)
+    objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=epochs,
+                                             threads=max(1, int(cpus_per_eval or 1)), discarder=discarder)
+    if evaluator == "serial":
+        runner = evaluators.create("serial", objective, eval_timeout=eval_timeout)
+    else:
+        runner = evaluators.create("ray", objective, workers=workers, cpus_per_eval=cpus_per_eval,
+                                   gpus_per_eval=gpus_per_eval, address=ray_address, eval_timeout=eval_timeout)
+    with runner:
+        if on_start is not None:
+            on_start(runner)
+        return run_search(space, dataset, runner, run_dir, search=search, search_options=search_options,
+                          max_evals=max_evals, seed=seed, new_run=new_run, progress=progress, log=log,
+                          # Starting the workers (a Ray instance, say) counts against the limit too.
+                          timeout=None if deadline is None else max(deadline - time.monotonic(), 1e-3),
+                          run_options={"epochs": epochs, "eval_timeout": eval_timeout})

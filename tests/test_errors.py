@@ -1,0 +1,140 @@
+"""One error root: every error autodeuq raises on purpose is an AutoDEUQError; the CLI prints those
+as one line (options named its way) and anything else as a bug, with its traceback."""
+import ast
+import pickle
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import autodeuq
+from autodeuq import cli
+from autodeuq.errors import AutoDEUQError, ParameterError
+
+PACKAGE = Path(autodeuq.__file__).parent
+
+
+def _error_classes():
+    from autodeuq.catalog import CatalogError
+    from autodeuq.data import DataError
+    from autodeuq.ensemble.predictive import EnsembleError, ManifestError
+    from autodeuq.evaluator.ray import RayConnectionError
+    from autodeuq.runner import SearchError
+    from autodeuq.space import SpaceError
+
+    # each keeps the built-in base that callers caught before the root existed
+    return [(DataError, ValueError), (SpaceError, ValueError), (CatalogError, RuntimeError),
+            (RayConnectionError, RuntimeError), (SearchError, RuntimeError), (ManifestError, ValueError),
+            (EnsembleError, ValueError), (ParameterError, ValueError), (ParameterError, TypeError),
+            (cli.CLIError, Exception)]
+
+
+def test_every_error_has_the_root_and_its_former_base():
+    for cls, base in _error_classes():
+        assert issubclass(cls, AutoDEUQError) and issubclass(cls, base), cls
+        with pytest.raises(base):
+            raise (cls("p", "must be x", 0) if cls is ParameterError else cls("x"))
+
+
+def test_the_root_is_exported_and_dependency_free():
+    assert autodeuq.AutoDEUQError is AutoDEUQError and autodeuq.ParameterError is ParameterError
+    assert {"AutoDEUQError", "ParameterError", "SearchError"} <= set(autodeuq.__all__) <= set(dir(autodeuq))
+    code = ("import sys, autodeuq.errors; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'tensorflow', 'ray', 'ConfigSpace')"
+            " or (m.startswith('autodeuq.') and m != 'autodeuq.errors')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_errors_pickle_with_their_parameters():
+    from autodeuq.catalog import CatalogError
+
+    error = pickle.loads(pickle.dumps(CatalogError("r: use a new run directory", parameters=("run_dir",))))
+    assert str(error) == "r: use a new run directory" and error.parameters == ("run_dir",)
+    error = pickle.loads(pickle.dumps(ParameterError("max_evals", "must be an integer >= 1", 0)))
+    assert (error.parameter, error.requirement, error.value) == ("max_evals", "must be an integer >= 1", 0)
+    assert str(error) == "max_evals must be an integer >= 1, got 0" and error.parameters == ("max_evals",)
+
+
+def _raised_strings(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            for sub in ast.walk(node.exc):
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                    yield node.lineno, sub.value
+
+
+def test_library_messages_name_no_command_line_option():
+    # `ray start --head` is Ray's command, not ours
+    option = re.compile(r"(?<![\w-])--(?!head\b)[a-z][a-z-]+")
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "cli.py":
+            continue
+        for line, text in _raised_strings(ast.parse(path.read_text())):
+            if option.search(text):
+                found.append(f"{path.relative_to(PACKAGE)}:{line}: {text}")
+    assert not found, found
+
+
+def test_error_line_names_options_and_adds_the_hint():
+    assert cli.error_line(ParameterError("max_evals", "must be an integer >= 1", 0)) == \
+        "--max-evals must be an integer >= 1, got 0"
+    assert cli.error_line(ParameterError("timeout", "must be > 0", -3.0)) == "--timeout must be > 0, got -3"
+    assert cli.error_line(ParameterError("min_epochs", "must be an integer >= 1", 0)).startswith("--sha-min-epochs ")
+    assert cli.error_line(AutoDEUQError("r: use a new run directory\nmore", parameters=("epochs", "run_dir"))) == \
+        "r: use a new run directory (--epochs, --run-dir)"
+    assert cli.error_line(AutoDEUQError("plain")) == "plain"
+
+
+def test_cli_error_with_a_hint_is_one_line(tmp_path, capsys):
+    taken = tmp_path / "file"
+    taken.write_text("not a run directory")
+    code = cli.main(["search", "--dataset", "toy-sine", "--evaluator", "serial", "--max-evals", "1", "--epochs", "1",
+                     "--run-dir", str(taken), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"autodeuq: error: {taken}: exists and is not a directory; use a new run directory "
+                          f"(--run-dir)"), err
+
+
+def test_cli_parameter_errors_name_the_option_before_anything_runs(tmp_path, capsys):
+    run = tmp_path / "run"
+    base = ["search", "--dataset", "toy-sine", "--evaluator", "serial", "--run-dir", str(run), "--no-progress"]
+    for extra, expected in ((["--max-evals", "0"], "--max-evals must be an integer >= 1, got 0"),
+                            (["--epochs", "0"], "--epochs must be an integer >= 1, got 0"),
+                            (["--valid-fraction", "1.5"], "--valid-fraction must be a number strictly between 0 and 1"),
+                            (["--early-discarding", "sha", "--sha-min-epochs", "0"], "--sha-min-epochs must be"),
+                            (["--workers", "0"], "--workers must be an integer >= 1, got 0")):
+        assert cli.main(base + extra) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"autodeuq: error: {expected}") and err.count("\n") == 1, (extra, err)
+    assert not run.exists()
+
+
+@pytest.mark.parametrize("bug", [ZeroDivisionError("division by zero"), ValueError("a numpy shape mismatch")])
+def test_an_unexpected_exception_shows_its_traceback_and_asks_for_a_report(monkeypatch, capsys, bug):
+    def broken(args):
+        raise bug
+
+    monkeypatch.setattr(cli, "cmd_catalog", broken)
+    assert cli.main(["catalog", "--run-dir", "anywhere"]) == cli.EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and f"{type(bug).__name__}: {bug}" in err
+    assert err.strip().splitlines()[-1] == ("autodeuq: internal error: this is a bug in autodeuq; please report it "
+                                            "with the traceback above")
+
+
+def test_search_error_exits_1_and_other_errors_2(monkeypatch, capsys):
+    from autodeuq.catalog import CatalogError
+    from autodeuq.runner import SearchError
+
+    for error, code in ((SearchError("all 3 evaluations failed"), 1), (CatalogError("broken catalog"), 2)):
+        def failing(args, error=error):
+            raise error
+
+        monkeypatch.setattr(cli, "cmd_catalog", failing)
+        assert cli.main(["catalog", "--run-dir", "anywhere"]) == code
+        assert capsys.readouterr().err == f"autodeuq: error: {error}\n"

@@ -1,0 +1,116 @@
+"""One wiring path: the command line and the estimator fill their catalog through pipeline.fill_catalog,
+whose parameter checks refuse bad values before anything starts."""
+import numpy as np
+import pytest
+
+from autodeuq import pipeline
+from autodeuq.catalog import Catalog
+from autodeuq.data import toy_sine
+from autodeuq.errors import ParameterError
+from autodeuq.space import load_space
+
+BAD_SEARCH_PARAMETERS = [
+    ("search", "grid"), ("max_evals", 0), ("max_evals", 2.5), ("max_evals", True), ("epochs", 0), ("seed", -1),
+    ("seed", 1.5), ("timeout", 0), ("timeout", "10"), ("eval_timeout", -1.0), ("evaluator", "dask"),
+    ("workers", 0), ("cpus_per_eval", 0), ("gpus_per_eval", -1), ("valid_fraction", 0), ("valid_fraction", 1.0),
+    ("early_discarding", "hyperband"),
+]
+
+
+@pytest.mark.parametrize("name, value", BAD_SEARCH_PARAMETERS)
+def test_check_search_parameters_names_the_bad_one(name, value):
+    with pytest.raises(ParameterError, match=f"^{name} must ") as caught:
+        pipeline.check_search_parameters(**{name: value})
+    assert caught.value.parameter == name and caught.value.value is value
+
+
+def test_sha_settings_are_checked_only_with_sha():
+    pipeline.check_search_parameters(early_discarding="none", sha_reduction=1)
+    with pytest.raises(ParameterError, match="reduction must be an integer >= 2, got 1"):
+        pipeline.check_search_parameters(early_discarding="sha", sha_reduction=1)
+
+
+@pytest.mark.parametrize("name, value", [("ensemble_size", 0), ("selector", "best"), ("selection_score", "crps"),
+                                         ("selection_stop", "never"), ("diversity", "colour"),
+                                         ("selection_bags", -1), ("calibrate", "isotonic")])
+def test_check_ensemble_parameters_names_the_bad_one(name, value):
+    with pytest.raises(ParameterError, match=f"^{name} must ") as caught:
+        pipeline.check_ensemble_parameters(**{name: value})
+    assert caught.value.parameter == name
+
+
+def test_fill_catalog_searches_and_records_its_settings(tmp_path):
+    space, data = load_space("toy"), toy_sine(seed=0)
+    started = []
+    summary = pipeline.fill_catalog(space, data, tmp_path / "run", search="random", max_evals=2, epochs=2, seed=3,
+                                    evaluator="serial", progress=False, on_start=lambda ev: started.append(ev.n_slots))
+    assert started == [1]
+    assert summary.n_done + summary.n_failed == 2 and not summary.interrupted
+    with Catalog(tmp_path / "run") as catalog:
+        recorded = catalog.meta["search"]
+        assert catalog.n_finished == 2
+    assert recorded["search"] == "random" and recorded["epochs"] == 2 and recorded["early_discarding"] is None
+
+
+def test_fill_catalog_refuses_a_bad_parameter_before_creating_anything(tmp_path):
+    with pytest.raises(ParameterError, match="max_evals"):
+        pipeline.fill_catalog(load_space("toy"), toy_sine(seed=0), tmp_path / "run", max_evals=0, evaluator="serial")
+    assert not (tmp_path / "run").exists()
+
+
+class Planted(Exception):
+    pass
+
+
+def test_cli_and_estimator_share_the_wiring(tmp_path, monkeypatch):
+    """Both front ends reach fill_catalog, and the same settings arrive under the same names."""
+    from autodeuq import AutoDEUQRegressor, cli
+
+    calls = []
+
+    def recorder(space, dataset, run_dir, **settings):
+        calls.append(settings)
+        raise Planted()
+
+    monkeypatch.setattr(pipeline, "fill_catalog", recorder)
+    with pytest.raises(Planted):
+        cli.cmd_search(cli.build_parser().parse_args(
+            ["search", "--dataset", "toy-sine", "--search", "random", "--max-evals", "7", "--epochs", "3",
+             "--seed", "2", "--evaluator", "serial", "--early-discarding", "sha", "--run-dir", str(tmp_path / "a")]))
+    X = np.random.default_rng(0).normal(size=(30, 1))
+    with pytest.raises(Planted):
+        AutoDEUQRegressor(space="toy", search="random", max_evals=7, epochs=3, seed=2, evaluator="serial",
+                          early_discarding="sha", run_dir=tmp_path / "b").fit(X, X[:, 0])
+    shared = ("search", "max_evals", "epochs", "seed", "evaluator", "early_discarding", "timeout", "workers")
+    expected = {"search": "random", "max_evals": 7, "epochs": 3, "seed": 2, "evaluator": "serial",
+                "early_discarding": "sha", "timeout": None, "workers": None}
+    assert [{k: c[k] for k in shared} for c in calls] == [expected, expected]
+
+
+def test_search_timeout_keeps_a_share_for_the_ensemble_step():
+    assert pipeline.search_timeout(None) is None
+    assert pipeline.search_timeout(1000.0) == 900.0  # a tenth
+    assert pipeline.search_timeout(100.0) == 70.0  # at least 30 s
+    assert pipeline.search_timeout(10_000.0) == 9_700.0  # at most 5 min
+    assert pipeline.search_timeout(20.0) == 10.0  # never more than half
+
+
+def test_a_whole_run_budget_leaves_time_for_the_ensemble(tmp_path, monkeypatch):
+    """`run --timeout` and `fit(timeout=)` bound search and ensemble; `search --timeout` the search alone."""
+    from autodeuq import AutoDEUQRegressor, cli
+
+    timeouts = []
+
+    def recorder(space, dataset, run_dir, **settings):
+        timeouts.append(settings["timeout"])
+        raise Planted()
+
+    monkeypatch.setattr(pipeline, "fill_catalog", recorder)
+    for command, handler in (("search", cli.cmd_search), ("run", cli.cmd_run)):
+        with pytest.raises(Planted):
+            handler(cli.build_parser().parse_args([command, "--dataset", "toy-sine", "--timeout", "600",
+                                                   "--evaluator", "serial", "--run-dir", str(tmp_path / command)]))
+    X = np.random.default_rng(0).normal(size=(30, 1))
+    with pytest.raises(Planted):
+        AutoDEUQRegressor(space="toy", timeout=600, evaluator="serial", run_dir=tmp_path / "fit").fit(X, X[:, 0])
+    assert timeouts == [600.0, 540.0, 540.0]
