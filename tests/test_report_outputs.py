@@ -153,14 +153,6 @@ def test_train_with_a_schedule_runs_those_epochs_and_keeps_the_last(reported):
     assert nll == pytest.approx(result.history["val_loss"][-1], rel=1e-4)
 
 
-def test_estimator_refuses_a_non_boolean_refit_before_searching(tmp_path):
-    from autodeuq import AutoDEUQRegressor
-
-    with pytest.raises(ValueError, match="refit must be True or False"):
-        AutoDEUQRegressor(refit="yes", run_dir=tmp_path / "r", evaluator="serial").fit(np.ones((6, 1)), np.arange(6.0))
-    assert not (tmp_path / "r").exists()
-
-
 def test_estimator_refit_trains_the_members_on_every_row(tmp_path):
     from autodeuq import AutoDEUQRegressor
 
