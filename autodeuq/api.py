@@ -82,9 +82,25 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         ensemble step a tenth of it (30 s to 5 min; :func:`autodeuq.pipeline.search_timeout`).
     verbose : bool, default=False
         Show the search progress bar.
+    categorical : {"onehot", "ordinal", "none"}, default="onehot"
+        Encoding of non-numeric columns of ``X`` (strings, categories, booleans): one 0/1 input
+        per training category (an unseen category is all zeros), the category's index in the
+        sorted training categories (unseen: -1), or none (such columns are refused).
+    impute : {"mean", "median", "none"}, default="mean"
+        Missing values of ``X`` (NaN, None): replaced by the training rows' mean or median
+        (numeric columns) or most frequent category, at ``fit`` and ``predict``; ``"none"``
+        refuses them. Missing targets are always refused.
+    drop : sequence of str, optional
+        Columns of ``X`` that are not features (read and ignored, also by ``predict``).
+    id_column : str, optional
+        A column of ``X`` that identifies rows: not a feature; ``autodeuq predict`` copies it
+        into its output.
     selection_objective : {"mixture", "gaussian"}, optional
         Deprecated former name of ``selection_score``: it still works, with a
         ``DeprecationWarning``, and will be removed in the next release.
+
+    The encoding and the imputation values are fitted on the training rows only (see
+    :mod:`autodeuq.preprocess`) and saved with the ensemble as JSON.
 
     Attributes
     ----------
@@ -122,7 +138,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                  run_dir=None, seed=None, epochs=None, evaluator="ray", valid_fraction=1 / 3,
                  selector="greedy", selection_score="mixture", selection_stop="size", diversity="none",
                  calibrate="none", selection_bags=10, early_discarding="none", timeout=None, verbose=False,
-                 refit=False, selection_objective="deprecated"):
+                 categorical="onehot", impute="mean", drop=None, id_column=None, refit=False,
+                 selection_objective="deprecated"):
         self.space = space
         self.search = search
         self.max_evals = max_evals
@@ -142,6 +159,10 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.early_discarding = early_discarding
         self.timeout = timeout
         self.verbose = verbose
+        self.categorical = categorical
+        self.impute = impute
+        self.drop = drop
+        self.id_column = id_column
         self.refit = refit
         self.selection_objective = selection_objective
 
@@ -150,8 +171,10 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : array-like or DataFrame of shape (n_samples, n_features)
             At least 3 rows without ``X_valid`` (2 with); a DataFrame's column names are kept.
+            Non-numeric columns and missing values are handled as ``categorical`` and
+            ``impute`` say.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
         X_valid, y_valid : array-like, optional
             Validation data; default: a seeded random split of (X, y).
@@ -173,31 +196,37 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             Ctrl-C (or SIGTERM, as :class:`~autodeuq.runner.Terminated`) stopped the search; the
             catalog in ``run_dir_`` is consistent and ``fit`` with that ``run_dir`` resumes it.
         """
-        from autodeuq.data import MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_arrays
+        from autodeuq.data import MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_table
         from autodeuq.ensemble import Ensemble
         from autodeuq.pipeline import fill_catalog, search_timeout
+        from autodeuq.preprocess import TableOptions
         from autodeuq.runner import Terminated
         from autodeuq.space import load_space
 
         score = self._check_parameters()
+        options = TableOptions(categorical=self.categorical, impute=self.impute, drop=self.drop,
+                               id_column=self.id_column)
         space = load_space(self.space)
         target_names = _target_names(y)
         # At least a training and a validation row; scikit-learn's message says "1 sample(s)".
         min_rows = MIN_TRAIN_ROWS + (MIN_VALID_ROWS if X_valid is None else 0)
-        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64,
-                             ensure_min_samples=min_rows)
+        checked, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=None,
+                                   ensure_all_finite=self._finite(), ensure_min_samples=min_rows)
         self._y_1d = np.ndim(y) == 1
         y2 = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+        valid = None
         if X_valid is not None:
-            X_valid = validate_data(self, self._by_name(X_valid), reset=False, dtype=np.float64)
-            y_valid = np.asarray(y_valid, dtype=np.float64).reshape(len(X_valid), -1)
+            X_valid = self._by_name(X_valid)
+            valid_checked = validate_data(self, X_valid, reset=False, dtype=None, ensure_all_finite=self._finite())
+            y_valid = np.asarray(y_valid, dtype=np.float64).reshape(len(valid_checked), -1)
         seed = 0 if self.seed is None else int(self.seed)
         # The catalog records the real column names, so `autodeuq predict --data table.csv` works.
-        names = getattr(self, "feature_names_in_", None)
-        dataset = from_arrays(X, y2, X_valid, y_valid, valid_fraction=self.valid_fraction, seed=seed,
-                              feature_names=None if names is None else list(names),
-                              target_names=target_names if target_names and len(target_names) == y2.shape[1]
-                              else None, name="<fit arrays>")
+        if not (target_names and len(target_names) == y2.shape[1]):
+            target_names = ["y"] if y2.shape[1] == 1 else [f"y{j}" for j in range(y2.shape[1])]
+        if X_valid is not None:
+            valid = (_with_targets(self._table(X_valid, valid_checked), y_valid, target_names), "X_valid")
+        dataset = from_table(_with_targets(self._table(X, checked), y2, target_names), target_names, "X", options,
+                             valid=valid, valid_fraction=self.valid_fraction, seed=seed, name="<fit arrays>")
         self.n_targets_ = y2.shape[1]
         space = space.for_rows(len(dataset.x_train))
         self._remove_temporary_catalog()
@@ -275,6 +304,22 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             self.__dict__.pop("_temporary_catalog", None)
         return state
 
+    def _finite(self):
+        # Estimators pickled before imputation existed refuse missing values, as they did.
+        return "allow-nan" if getattr(self, "impute", "none") != "none" else True
+
+    def _table(self, X, checked):
+        """The inputs as a DataFrame of the fit's columns: ``X`` itself when it has the fit's names."""
+        import pandas as pd
+
+        names = getattr(self, "feature_names_in_", None)
+        if names is not None and hasattr(X, "columns"):
+            return X.reset_index(drop=True)
+        checked = np.asarray(checked)
+        columns = list(names) if names is not None else [f"x{i}" for i in range(checked.shape[1])]
+        # An object array of numbers is numbers: only text and the like are categorical.
+        return pd.DataFrame(checked, columns=columns).infer_objects()
+
     def _shape(self, a):
         return a[:, 0] if self._y_1d else a
 
@@ -300,8 +345,9 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         its column order; an array by position.
         """
         check_is_fitted(self, "ensemble_")
-        X = validate_data(self, self._by_name(X), reset=False, dtype=np.float64)
-        result = self.ensemble_.predict(X)
+        X = self._by_name(X)
+        checked = validate_data(self, X, reset=False, dtype=None, ensure_all_finite=self._finite())
+        result = self.ensemble_.predict(self._table(X, checked))
         return dataclasses.replace(result, **{f.name: self._shape(getattr(result, f.name))
                                               for f in dataclasses.fields(result)})
 
@@ -314,7 +360,16 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.target_tags.single_output = False
         tags.non_deterministic = False
+        tags.input_tags.string = self.categorical != "none"
+        tags.input_tags.allow_nan = self.impute != "none"
         return tags
+
+
+def _with_targets(table, y, names):
+    """``table`` with the target columns appended (a name already in ``table`` stays repeated: refused later)."""
+    import pandas as pd
+
+    return pd.concat([table, pd.DataFrame(y, columns=names)], axis=1)
 
 
 def _target_names(y):

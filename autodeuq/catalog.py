@@ -1351,6 +1351,15 @@ def _check_matches(run_dir: Path, info: dict[str, Any], space: SearchSpace, data
             f"{len(dataset.x_train)} train / {len(dataset.x_valid)} validation rows); "
             f"its entries would not be comparable. Use a new run directory", parameters=("run_dir",)
         )
+    # Options that leave these arrays as they are (--impute median for data without gaps) still
+    # change predictions; a catalog from before table encoding (no record) keeps its behaviour.
+    recorded, wanted = meta.get("data", {}).get("preprocessing"), dataset.describe().get("preprocessing")
+    if recorded is not None and wanted is not None and recorded != wanted:
+        changed = [f"{k} {recorded.get(k)!r} recorded, {wanted.get(k)!r} asked"
+                   for k in ("categorical", "impute", "drop", "id_column") if recorded.get(k) != wanted.get(k)]
+        raise CatalogError(f"{run_dir}: its catalog was made with another table encoding "
+                           f"({'; '.join(changed) or 'other categories or fill values'}). Use a new run directory",
+                           parameters=("run_dir", "categorical", "impute", "drop", "id_column"))
     new_spec = json.loads(_dumps(space.to_dict()))
     differences = _spec_differences(meta["space"], new_spec)
     if differences:

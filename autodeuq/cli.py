@@ -75,6 +75,19 @@ def _add_data_args(p):
     g.add_argument("--test", metavar="FILE", help="test table, scored after the ensemble is built")
     g.add_argument("--dataset", choices=BUILTIN_DATASETS,
                    help="built-in dataset instead of --data (boston/concrete need the 'benchmarks' extra)")
+    g = p.add_argument_group("table columns (--data only; fitted on the training rows, saved with every model)")
+    g.add_argument("--categorical", choices=("onehot", "ordinal", "none"), default=None,
+                   help="encoding of non-numeric columns: onehot (one 0/1 input per training category; an unseen "
+                        "category is all zeros), ordinal (the category's index; unseen: -1), none (refuse them) "
+                        "(default: onehot)")
+    g.add_argument("--impute", choices=("mean", "median", "none"), default=None,
+                   help="missing feature values: the training mean or median of a numeric column, the most frequent "
+                        "training category of a categorical one, also at prediction; none refuses them "
+                        "(default: mean)")
+    g.add_argument("--drop", metavar="COL", action="append", default=None,
+                   help="a column that is not a feature (ignored, also by predict); repeat for several")
+    g.add_argument("--id-column", metavar="COL", default=None,
+                   help="a row identifier: not a feature; 'autodeuq predict' copies it into its output")
 
 
 def _add_search_args(p):
@@ -191,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, action="append", metavar="LEVEL",
                    help="also write the central LEVEL prediction interval of the ensemble's mixture, e.g. 0.9: "
                         "columns <target>_lower_90 and <target>_upper_90; repeat for several levels (default: none)")
+    p.add_argument("--id-column", metavar="COL", default=None,
+                   help="a column of --data to copy, first, into the predictions (default: the --id-column the "
+                        "model was fitted with, when the table has it)")
     p = sub.add_parser("export", help="write a saved ensemble as a self-contained folder (no catalog needed)")
     p.add_argument("--ensemble", required=True, metavar="PATH",
                    help="ensemble manifest (ensemble.json), or a folder exported before")
@@ -214,14 +230,23 @@ def _load_dataset(args):
 
     if args.dataset and args.data:
         raise CLIError("give either --data FILE or --dataset NAME, not both")
+    table_flags = [flag for flag, value in (("--categorical", args.categorical), ("--impute", args.impute),
+                                            ("--drop", args.drop), ("--id-column", args.id_column))
+                   if value is not None]
     if args.dataset:
+        if table_flags:
+            raise CLIError(f"{table_flags[0]} applies to --data tables, not to the built-in --dataset")
         test_fraction = None if args.dataset == "toy-sine" else 0.1
         return load_builtin(args.dataset, seed=args.seed, valid_fraction=args.valid_fraction,
                             test_fraction=test_fraction)
     if not args.data:
         raise CLIError("no data: give --data FILE (with --target COL) or --dataset NAME")
+    from autodeuq.preprocess import TableOptions
+
+    options = TableOptions(categorical=args.categorical or "onehot", impute=args.impute or "mean",
+                           drop=tuple(args.drop or ()), id_column=args.id_column)
     return load_files(args.data, args.target, valid=args.valid, test=args.test,
-                      valid_fraction=args.valid_fraction, seed=args.seed)
+                      valid_fraction=args.valid_fraction, seed=args.seed, options=options)
 
 
 def _json_option(flag, text):
@@ -384,6 +409,26 @@ def _interval_levels(levels) -> list[tuple[float, str]]:
     return out
 
 
+def _split_id_column(table, ensemble, id_column, source):
+    """(the id column to copy or None, the table to predict from).
+
+    ``id_column`` (``--id-column``) must be in the table; without it, the model's recorded id
+    column is copied when the table has it. An id column that is not a feature is left out of
+    the table the ensemble reads.
+    """
+    columns = [str(c) for c in table.columns]
+    if id_column is not None and id_column not in columns:
+        raise CLIError(f"--id-column {id_column}: {source} has no such column; columns are {columns}")
+    if id_column is None and ensemble.preprocessor is not None:
+        id_column = ensemble.preprocessor.options.id_column
+    if id_column is None or id_column not in columns:
+        return None, table
+    ids = table[table.columns[columns.index(id_column)]].rename(id_column)
+    if id_column in ensemble.columns:
+        return ids, table
+    return ids, table.drop(columns=[table.columns[columns.index(id_column)]])
+
+
 def cmd_predict(args):
     import pandas as pd
 
@@ -402,13 +447,14 @@ def cmd_predict(args):
         ensemble = load_ensemble(args.ensemble)
         # Columns are matched by name; target columns, when present, are ignored.
         x = read_table(args.data)
+        ids, features = _split_id_column(x, ensemble, args.id_column, str(args.data))
         # The components once, for the moments and the intervals alike.
-        means, variances = ensemble.components(x, source=str(args.data))
+        means, variances = ensemble.components(features, source=str(args.data))
     except OSError as exc:
         raise _os_error(exc) from None
     result = UncertaintyPrediction.from_mixture(means, variances, ensemble.weights)
     intervals = [(suffix, central_interval(means, variances, ensemble.weights, level)) for level, suffix in levels]
-    columns = {}  # an id column, when the table has one, goes first
+    columns = {} if ids is None else {ids.name: ids.to_numpy()}  # an id column goes first
     for j, t in enumerate(ensemble.target_names):
         columns[f"{t}_mean"] = result.mean[:, j]
         columns[f"{t}_std"] = result.std[:, j]

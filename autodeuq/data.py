@@ -10,11 +10,14 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from autodeuq.errors import AutoDEUQError
+
+if TYPE_CHECKING:
+    from autodeuq.preprocess import TablePreprocessor
 
 DEFAULT_VALID_FRACTION = 1.0 / 3.0
 MIN_TRAIN_ROWS = 2
@@ -74,6 +77,9 @@ class Dataset:
     feature_names, target_names : list of str
     scaler : Standardizer
         Fitted on the training split only.
+    preprocessor : TablePreprocessor or None
+        For a table: how its columns became ``feature_names`` (categorical encoding, imputation;
+        fitted on the training split only). The arrays are its output.
     name : str
         Built-in dataset name or the training file's path.
     split : dict
@@ -92,6 +98,7 @@ class Dataset:
     x_test: np.ndarray | None = None
     y_test: np.ndarray | None = None
     scaler: Standardizer | None = None
+    preprocessor: TablePreprocessor | None = None
 
     def __post_init__(self):
         if self.scaler is None:
@@ -125,6 +132,7 @@ class Dataset:
             "split": self.split,
             "fingerprint": self.fingerprint(),
             "standardization": self.scaler.to_dict(),
+            **({} if self.preprocessor is None else {"preprocessing": self.preprocessor.to_dict()}),
         }
 
 
@@ -210,22 +218,7 @@ def _frame_arrays(frame, targets: Sequence[str] | None, source: str, features: S
     _check_unique_names(frame.columns, source)
     columns = [str(c) for c in frame.columns]
     frame.columns = columns
-    if not targets:
-        if "y" in columns:
-            targets = ["y"]
-        else:
-            raise DataError(f"{source}: no target column given, and none is named 'y'; columns are {columns}",
-                            parameters=("target",))
-    missing = [t for t in targets if t not in columns]
-    if missing:
-        import difflib
-
-        def hint(t):
-            close = difflib.get_close_matches(t, columns, 1, cutoff=0.5)
-            return f"{t!r} (did you mean {close[0]!r}?)" if close else repr(t)
-
-        hints = [hint(t) for t in missing]
-        raise DataError(f"{source}: target column {', '.join(hints)} not found; columns are {columns}")
+    targets = _resolve_targets(columns, targets, source)
     feature_cols = [c for c in columns if c not in targets]
     if features is not None:
         if sorted(feature_cols) != sorted(features):
@@ -276,6 +269,24 @@ def _check_values(arr: np.ndarray, cols, source: str, role: str) -> None:
         )
 
 
+def feature_frame(columns, source: str = "X"):
+    """A mapping of column name -> 1-D values as a DataFrame, refusing columns of other shapes or lengths."""
+    import pandas as pd
+
+    checked = {}
+    for name, values in dict(columns).items():
+        values = np.asarray(values)
+        if values.ndim != 1:
+            raise DataError(f"{source}: column {name!r} must be 1-D, got shape {values.shape}")
+        checked[name] = values
+    lengths = {str(name): len(v) for name, v in checked.items()}
+    if len(set(lengths.values())) > 1:
+        (a, na), *others = lengths.items()
+        b, nb = next((k, n) for k, n in others if n != na)
+        raise DataError(f"{source}: column {a!r} has {na} rows, column {b!r} {nb}")
+    return pd.DataFrame(checked)
+
+
 def feature_matrix(table, features: Sequence[str], source: str = "X", ignore: Sequence[str] = ()) -> np.ndarray:
     """The feature columns of a table, taken by name, as a validated float64 array.
 
@@ -301,21 +312,8 @@ def feature_matrix(table, features: Sequence[str], source: str = "X", ignore: Se
         Duplicate, missing or unexpected columns, columns of different lengths, non-numeric
         columns, NaN/inf values or magnitudes beyond float32 (naming the first data row).
     """
-    import pandas as pd
-
     if not hasattr(table, "columns"):
-        columns = {}
-        for name, values in dict(table).items():
-            values = np.asarray(values)
-            if values.ndim != 1:
-                raise DataError(f"{source}: column {name!r} must be 1-D, got shape {values.shape}")
-            columns[name] = values
-        lengths = {str(name): len(v) for name, v in columns.items()}
-        if len(set(lengths.values())) > 1:
-            (a, na), *others = lengths.items()
-            b, nb = next((k, n) for k, n in others if n != na)
-            raise DataError(f"{source}: column {a!r} has {na} rows, column {b!r} {nb}")
-        table = pd.DataFrame(columns)
+        table = feature_frame(table, source)
     _check_unique_names(table.columns, source)
     names = [str(c) for c in table.columns]
     missing = [f for f in features if f not in names]
@@ -409,35 +407,161 @@ def _as_2d(a, label):
 
 def load_files(train: str | Path, targets: Sequence[str] | None = None, *, valid: str | Path | None = None,
                test: str | Path | None = None, valid_fraction: float = DEFAULT_VALID_FRACTION,
-               seed: int = 0) -> Dataset:
-    """Read and validate a training file (and optional validation/test files)."""
+               seed: int = 0, options=None) -> Dataset:
+    """Read and validate a training file (and optional validation/test files).
+
+    ``options`` (:class:`autodeuq.preprocess.TableOptions`; default: one-hot encoding, mean
+    imputation) says how categorical columns and missing values become network inputs; see
+    :func:`from_table`.
+    """
     frame = read_table(train)
-    x, y, features, targets = _frame_arrays(frame, targets, str(train))
-    _check_targets_vary(y, targets, str(train))
-    if valid is not None:
-        xv, yv, _, _ = _frame_arrays(read_table(valid), targets, str(valid), features)
-        x_tr, y_tr, split = x, y, {"kind": "file", "path": str(valid)}
-    else:
+    valid_table = None if valid is None else (read_table(valid), str(valid))
+    test_table = None if test is None else (read_table(test), str(test))
+    return from_table(frame, targets, str(train), options, valid=valid_table, test=test_table,
+                      valid_fraction=valid_fraction, seed=seed)
+
+
+def _resolve_targets(columns: list[str], targets, source: str) -> list[str]:
+    """The target columns, checked to be in ``columns`` (default ``y`` when there is one)."""
+    if not targets:
+        if "y" in columns:
+            return ["y"]
+        raise DataError(f"{source}: no target column given, and none is named 'y'; columns are {columns}",
+                        parameters=("target",))
+    missing = [t for t in targets if t not in columns]
+    if missing:
+        import difflib
+
+        def hint(t):
+            close = difflib.get_close_matches(t, columns, 1, cutoff=0.5)
+            return f"{t!r} (did you mean {close[0]!r}?)" if close else repr(t)
+
+        raise DataError(f"{source}: target column {', '.join(hint(t) for t in missing)} not found; columns are {columns}")
+    return list(targets)
+
+
+def from_table(frame, targets: Sequence[str] | None, source: str, options=None, *, valid=None, test=None,
+               valid_fraction: float = DEFAULT_VALID_FRACTION, seed: int = 0, name: str | None = None) -> Dataset:
+    """A :class:`Dataset` from a table that may hold categorical columns and missing values.
+
+    The columns that are not targets, dropped (``options.drop``) or the id column
+    (``options.id_column``) are the features. The validation rows (``valid``, else a seeded
+    random ``valid_fraction`` of the rows) and the test rows are encoded by a
+    :class:`autodeuq.preprocess.TablePreprocessor` fitted on the training rows only.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        The training table, targets included.
+    targets : sequence of str or None
+        Target column names (default ``y``).
+    source : str
+        Names the table in error messages.
+    options : TableOptions, optional
+    valid, test : (DataFrame, source) pairs, optional
+        Tables with the same feature and target columns (in any order; dropped columns and the
+        id column may be absent).
+
+    Raises
+    ------
+    DataError
+        Missing, constant or non-finite targets, unknown dropped or id columns, no feature, a
+        categorical column or a missing value the options refuse, a column without any value in
+        the training rows, infinite or out-of-float32 values.
+    """
+    from autodeuq.preprocess import TableOptions, TablePreprocessor
+
+    options = TableOptions() if options is None else options
+    _check_unique_names(frame.columns, source)
+    frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
+    columns = list(frame.columns)
+    targets = _resolve_targets(columns, targets, source)
+    for role, names in (("dropped", options.drop), ("id", [options.id_column] if options.id_column else [])):
+        for c in names:
+            if c not in columns:
+                raise DataError(f"{source}: {role} column {c!r} not found; columns are {columns}")
+            if c in targets:
+                raise DataError(f"{source}: column {c!r} is a target and cannot be the {role} column")
+    features = [c for c in columns if c not in targets and c not in options.ignored]
+    if not features:
+        raise DataError(f"{source}: no feature columns besides the target(s) {targets}"
+                        + (f" and the columns left out {options.ignored}" if options.ignored else ""))
+    y = _numeric_block(frame, targets, source, "target")
+    _check_targets_vary(y, targets, source)
+    if valid is None:
         try:
-            tr, va = random_split(len(x), valid_fraction, seed)
+            tr, va = random_split(len(frame), valid_fraction, seed)
         except DataError as exc:
-            raise DataError(f"{train}: {exc}") from None
-        x_tr, y_tr, xv, yv = x[tr], y[tr], x[va], y[va]
+            raise DataError(f"{source}: {exc}") from None
         split = {"kind": "random", "fraction": valid_fraction, "seed": seed}
-        _check_targets_vary(y_tr, targets, f"{train} (training split)")
-    xt = yt = None
+        _check_targets_vary(y[tr], targets, f"{source} (training split)")
+    else:
+        tr, va = np.arange(len(frame)), None
+        split = {"kind": "file", "path": valid[1]}
+    prep = TablePreprocessor.fit(frame, features, options, source, rows=tr)
+    x = encode_table(prep, frame, source, ignore=targets)
+    if valid is None:
+        x_tr, y_tr, x_va, y_va = x[tr], y[tr], x[va], y[va]
+    else:
+        x_tr, y_tr = x, y
+        x_va, y_va = _encoded_with_targets(prep, valid[0], targets, valid[1])
+    x_te = y_te = None
     if test is not None:
-        xt, yt = load_test_file(test, features, targets)
-    return Dataset(x_tr, y_tr, xv, yv, features, targets, name=str(train), split=split, x_test=xt, y_test=yt)
+        x_te, y_te = _encoded_with_targets(prep, test[0], targets, test[1])
+    return Dataset(x_tr, y_tr, x_va, y_va, prep.output_names, targets, name=name or source, split=split,
+                   x_test=x_te, y_test=y_te, preprocessor=prep)
 
 
-def load_test_file(path, features: Sequence[str], targets: Sequence[str], require_targets: bool = True):
+def encode_table(preprocessor, frame, source: str, ignore: Sequence[str] = ()) -> np.ndarray:
+    """A table's features, encoded by ``preprocessor`` and checked, as float64 (n, n_encoded).
+
+    Columns are taken by name; besides the features, only ``ignore`` and the preprocessor's
+    dropped and id columns may be present.
+
+    Raises
+    ------
+    DataError
+        Duplicate, missing or unexpected columns, values the encoding refuses, infinite values
+        or magnitudes beyond float32 (naming the column and the first data row).
+    """
+    _check_unique_names(frame.columns, source)
+    frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
+    known = set(preprocessor.feature_columns) | set(ignore) | set(preprocessor.options.ignored)
+    unexpected = [c for c in frame.columns if c not in known]
+    if unexpected:
+        raise DataError(f"{source}: columns do not match the model's features {preprocessor.feature_columns}: "
+                        f"unexpected column(s) {unexpected}")
+    x = preprocessor.transform(frame, source)
+    _check_values(x, preprocessor.output_names, source, "feature")
+    return x
+
+
+def _encoded_with_targets(preprocessor, frame, targets, source):
+    """(encoded features, targets) of a validation or test table."""
+    frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
+    _resolve_targets(list(frame.columns), targets, source)
+    absent = [c for c in preprocessor.feature_columns if c not in frame.columns]
+    if absent:
+        raise DataError(f"{source}: feature columns do not match the training data's "
+                        f"{preprocessor.feature_columns}: missing {absent}")
+    return encode_table(preprocessor, frame, source, ignore=targets), _numeric_block(frame, list(targets), source,
+                                                                                     "target")
+
+
+def load_test_file(path, features: Sequence[str], targets: Sequence[str], require_targets: bool = True,
+                   preprocessor=None):
     """Read a test/prediction table; its feature columns are matched to ``features`` by name.
 
     With ``require_targets`` (a test set) the table needs the target columns and returns them;
     without (new data to predict), target columns may be present and are ignored, and ``y`` is None.
+    With a ``preprocessor`` (a model fitted on a table), the table's columns are its feature
+    columns, and ``x`` is their encoding (the networks' inputs, named ``features``).
     """
     frame = read_table(path)
+    if preprocessor is not None:
+        if require_targets:
+            return _encoded_with_targets(preprocessor, frame, list(targets), str(path))
+        return encode_table(preprocessor, frame, str(path), ignore=targets), None
     if require_targets:
         x, y, _, _ = _frame_arrays(frame, list(targets), str(path), features)
         return x, y

@@ -92,7 +92,7 @@ def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_f
     # The figures of the predictions show test data when there is some, else validation data.
     scored = ("validation", means, variances, valid_targets)
     if test is not None:
-        raw = ensemble.member_predictions(test[0])
+        raw = ensemble.member_predictions(test[0], encoded=True)
         t_means, t_vars = ensemble.recalibrated(*raw)
         results["test"] = metrics.evaluate(t_means, t_vars, ensemble.weights, test[1])
         scored = ("test", t_means, t_vars, test[1])
@@ -150,7 +150,8 @@ def _test_and_training_data(catalog, ensemble, test_file):
     """(x_test, y_test) or None, and for one feature the training points (x, y) or None."""
     one_feature = len(ensemble.feature_names) == 1
     if test_file is not None:
-        test = load_test_file(test_file, ensemble.feature_names, ensemble.target_names)
+        test = load_test_file(test_file, ensemble.feature_names, ensemble.target_names,
+                              preprocessor=ensemble.preprocessor)
     else:
         test = catalog.test_data()
     train = catalog.training_data() if one_feature else None
@@ -188,7 +189,7 @@ def _uncertainty_plot(ensemble, catalog, test, train, run_dir) -> bytes:
     else:
         lo, hi = -1.0, 1.0
     grid = np.linspace(lo, hi, 400)[:, None]
-    prediction = ensemble.predict(grid)
+    prediction = ensemble.predict(grid, encoded=True)
     name = catalog.meta.get("data", {}).get("name")
     truth = 2 * np.sin(grid) if name == "toy-sine" else None
     return plots.plot_uncertainty_1d(

@@ -6,6 +6,7 @@ import pytest
 from autodeuq.data import (
     DataError, Standardizer, feature_matrix, from_arrays, load_builtin, load_files, load_test_file, toy_sine,
 )
+from autodeuq.preprocess import TableOptions
 
 
 def write_csv(path, frame):
@@ -101,8 +102,11 @@ def check_error(path_or_call, targets, *match, **kwargs):
 
 def test_nan_and_inf_values_name_the_column(tmp_path, table):
     bad = table.copy()
-    bad.loc[4, "b"] = np.nan
-    check_error(write_csv(tmp_path / "nan.csv", bad), ["y1"], "nan.csv", "'b'", "NaN", "row 5")
+    bad.loc[4, "b"] = np.nan  # imputed by default (tests/test_tables.py); refused without imputation
+    check_error(write_csv(tmp_path / "nan.csv", bad), ["y1"], "nan.csv", "'b'", "missing", "row 5",
+                options=TableOptions(impute="none"))
+    bad.loc[4, "b"] = np.inf  # never imputed
+    check_error(write_csv(tmp_path / "inf.csv", bad), ["y1"], "inf.csv", "'b'", "infinite", "row 5")
     bad = table.copy()
     bad.loc[2, "y1"] = np.inf
     check_error(write_csv(tmp_path / "inf.csv", bad), ["y1"], "inf.csv", "'y1'", "infinite")
@@ -111,7 +115,8 @@ def test_nan_and_inf_values_name_the_column(tmp_path, table):
 def test_non_numeric_feature_column_is_named(tmp_path, table):
     bad = table.copy()
     bad["city"] = "paris"
-    check_error(write_csv(tmp_path / "s.csv", bad), ["y1"], "s.csv", "non-numeric feature", "'city'")
+    check_error(write_csv(tmp_path / "s.csv", bad), ["y1"], "s.csv", "'city' is categorical", "'paris'",
+                "encoding is 'none'", options=TableOptions(categorical="none"))
 
 
 def test_missing_or_misspelled_target(tmp_path, table):

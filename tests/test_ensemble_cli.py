@@ -99,7 +99,7 @@ def test_cli_errors_are_one_line(run_dir, tmp_path, capsys):
     assert "catalog" in one_line_error(capsys, ["ensemble", "--run-dir", str(tmp_path / "nothing")]).lower()
     pd.DataFrame({"x": [1.0, 2.0, np.nan], "y": [1.0, 2.0, 3.0]}).to_csv(tmp_path / "nan.csv", index=False)
     err = one_line_error(capsys, ["search", "--data", str(tmp_path / "nan.csv"), "--target", "y",
-                                  "--evaluator", "serial"])
+                                  "--impute", "none", "--evaluator", "serial"])  # imputed by default
     assert "nan.csv" in err and "'x'" in err
 
 

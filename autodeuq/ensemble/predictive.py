@@ -6,8 +6,9 @@ run directory a search filled) or a self-contained folder written by
 
     model_dir/
         ensemble.json          format "autodeuq-ensemble/2": members (id, weight, file, SHA-256,
-                               size), feature and target names, input standardization,
-                               calibration, selection, package versions
+                               size), feature and target names, input standardization, the
+                               table encoding (categories, fill values; or null), calibration,
+                               selection, package versions
         members/<id>.keras     the members' model files, the catalog's very bytes
 
 Input and output standardization live inside each ``.keras`` model; the manifest repeats the
@@ -31,7 +32,7 @@ import numpy as np
 
 from autodeuq.catalog import (MAX_MODEL_BYTES, Catalog, CatalogError, _package_versions, _sha256, atomic_write,
                               checked_keras_config, load_keras_model, read_verified)
-from autodeuq.data import FLOAT32_MAX, DataError, feature_matrix
+from autodeuq.data import FLOAT32_MAX, DataError, encode_table, feature_frame, feature_matrix
 from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage
 from autodeuq.ensemble.selection import select, select_bagged
 from autodeuq.deprecation import renamed_keywords
@@ -144,6 +145,8 @@ class CatalogMembers:
     feature_names, target_names : list of str
     standardization : dict or None
         The training split's ``x_mean``, ``x_std`` (and ``y_mean``, ``y_std``).
+    preprocessor : TablePreprocessor or None
+        How a table's columns become ``feature_names`` (None: the features are the columns).
     """
 
     def __init__(self, run_dir):
@@ -153,6 +156,10 @@ class CatalogMembers:
         self.feature_names = list(data.get("features", []))
         self.target_names = list(data.get("targets", []))
         self.standardization = data.get("standardization")
+        try:
+            self.preprocessor = checked_preprocessor(data.get("preprocessing"), self.feature_names)
+        except DataError as exc:
+            raise CatalogError(f"{self.run_dir}: damaged catalog: {exc}") from None
 
     @property
     def location(self) -> Path:
@@ -182,17 +189,19 @@ class ExportedMembers:
         Each member's ``.keras`` archive.
     feature_names, target_names : list of str
     standardization : dict or None
+    preprocessor : TablePreprocessor or None
     """
 
     run_dir = None
     catalog = None
 
-    def __init__(self, folder, models: dict, feature_names, target_names, standardization):
+    def __init__(self, folder, models: dict, feature_names, target_names, standardization, preprocessor=None):
         self.folder = Path(folder)
         self.models = dict(models)
         self.feature_names = list(feature_names)
         self.target_names = list(target_names)
         self.standardization = standardization
+        self.preprocessor = preprocessor
 
     @property
     def location(self) -> Path:
@@ -237,6 +246,14 @@ class Ensemble:
     catalog : Catalog or None
         Likewise.
     feature_names, target_names : list of str
+        The networks' inputs and outputs. For an ensemble fitted on a table with categorical
+        columns, ``feature_names`` are the encoded inputs (``island=Dream``).
+    preprocessor : TablePreprocessor or None
+        The encoding of a table's columns into ``feature_names`` (categories, imputation
+        values), fitted on the training rows; None when the features are the table's columns.
+    columns : list of str
+        The table columns the ensemble reads (``preprocessor.feature_columns``, else
+        ``feature_names``).
 
     Examples
     --------
@@ -262,6 +279,7 @@ class Ensemble:
         self.calibration = dict(calibration) if calibration else None
         self.feature_names = list(self.source.feature_names)
         self.target_names = list(self.source.target_names)
+        self.preprocessor = getattr(self.source, "preprocessor", None)
         self.scale = None
         if self.calibration is not None:
             self.scale = np.asarray(self.calibration.get("scale"), dtype=float).reshape(-1)
@@ -274,6 +292,11 @@ class Ensemble:
     @property
     def run_dir(self) -> Path | None:
         return self.source.run_dir
+
+    @property
+    def columns(self) -> list[str]:
+        """The table columns the ensemble reads, in order."""
+        return self.feature_names if self.preprocessor is None else self.preprocessor.feature_columns
 
     @property
     def catalog(self) -> Catalog | None:
@@ -291,6 +314,7 @@ class Ensemble:
         if "source" not in state:  # pickled before member sources: it held its catalog
             state["source"] = CatalogMembers(state.pop("run_dir"))
             state.pop("catalog", None)
+        state.setdefault("preprocessor", None)  # pickled before table preprocessing
         self.__dict__.update(state)
 
     # ------------------------------------------------------------------ building
@@ -448,13 +472,18 @@ class Ensemble:
             self._models = [_float64_copy(self.source.load_model(i)) for i in self.member_ids]
         return self._models
 
-    def _check_x(self, x, source: str = "X") -> np.ndarray:
+    def _check_x(self, x, source: str = "X", encoded: bool = False) -> np.ndarray:
         """Validated float64 inputs in the order of ``feature_names``.
 
         A DataFrame or a mapping of columns is matched by column name (target columns are
-        ignored, any other unknown column is refused); an array is taken by position.
+        ignored, any other unknown column is refused); an array is taken by position. With a
+        ``preprocessor``, the table's ``columns`` are encoded first, unless ``encoded`` (``x``
+        already holds the networks' inputs, e.g. a catalog's stored test set).
         """
-        if hasattr(x, "columns") or isinstance(x, Mapping):
+        if self.preprocessor is not None and not encoded:
+            x = encode_table(self.preprocessor, _as_frame(x, self.columns, source), source,
+                             ignore=self.target_names)
+        elif hasattr(x, "columns") or isinstance(x, Mapping):
             x = feature_matrix(x, self.feature_names, source, ignore=self.target_names)
         else:
             try:
@@ -482,7 +511,7 @@ class Ensemble:
                 )
         return x
 
-    def member_predictions(self, x, *, source: str = "X") -> tuple[np.ndarray, np.ndarray]:
+    def member_predictions(self, x, *, source: str = "X", encoded: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Every member's (means, variances), shape (n_members, n, n_targets), original units.
 
         Parameters
@@ -492,6 +521,9 @@ class Ensemble:
             ensemble's ``feature_names``; its ``target_names`` may be present and are ignored).
         source : str
             Names the inputs in error messages (the file they were read from, say).
+        encoded : bool
+            ``x`` is already encoded (the networks' ``feature_names``, by position): the
+            ``preprocessor`` is skipped.
 
         Raises
         ------
@@ -502,7 +534,7 @@ class Ensemble:
         """
         import tensorflow as tf
 
-        x = self._check_x(x, source)
+        x = self._check_x(x, source, encoded)
         models = self._load()
         if self._predict_fn is None:
             # One graph runs all members on the same batch, so TensorFlow executes them together.
@@ -523,12 +555,13 @@ class Ensemble:
         t = out.shape[-1] // 2
         return out[..., :t], out[..., t:]
 
-    def components(self, x, *, source: str = "X") -> tuple[np.ndarray, np.ndarray]:
+    def components(self, x, *, source: str = "X", encoded: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The predictive mixture's component (means, variances), recalibrated when the ensemble is.
 
-        Without calibration these are :meth:`member_predictions`; ``x`` and ``source`` as there.
+        Without calibration these are :meth:`member_predictions`; ``x``, ``source`` and
+        ``encoded`` as there.
         """
-        return self.recalibrated(*self.member_predictions(x, source=source))
+        return self.recalibrated(*self.member_predictions(x, source=source, encoded=encoded))
 
     def recalibrated(self, means, variances) -> tuple[np.ndarray, np.ndarray]:
         """Members' (means, variances) as the ensemble's mixture components: scaled when calibrated."""
@@ -536,15 +569,16 @@ class Ensemble:
             return means, variances
         return apply_scale(means, variances, self.weights, self.scale)
 
-    def predict(self, x, *, source: str = "X") -> UncertaintyPrediction:
+    def predict(self, x, *, source: str = "X", encoded: bool = False) -> UncertaintyPrediction:
         """Mixture mean and the aleatoric / epistemic / total variances.
 
         ``mean = sum_i w_i mu_i``, ``aleatoric = sum_i w_i s2_i``,
         ``epistemic = sum_i w_i (mu_i - mean)**2`` (Egele et al. 2022), whose sum is the mixture's
         variance (law of total variance); a recalibrated ensemble multiplies both variance parts
-        by the square of its scale. ``x`` and ``source`` are as in :meth:`member_predictions`.
+        by the square of its scale. ``x``, ``source`` and ``encoded`` are as in
+        :meth:`member_predictions`.
         """
-        return UncertaintyPrediction.from_mixture(*self.components(x, source=source), self.weights)
+        return UncertaintyPrediction.from_mixture(*self.components(x, source=source, encoded=encoded), self.weights)
 
     def interval(self, x, level: float = 0.9, *, source: str = "X") -> tuple[np.ndarray, np.ndarray]:
         """Central ``level`` prediction interval of the predictive mixture, original units.
@@ -676,6 +710,10 @@ def _load_self_contained(path: Path, manifest: dict) -> Ensemble:
     features = _manifest_names(path, manifest, "features")
     targets = _manifest_names(path, manifest, "targets")
     standardization = _manifest_standardization(path, manifest.get("standardization"), len(features))
+    try:
+        preprocessor = checked_preprocessor(manifest.get("preprocessing"), features)
+    except DataError as exc:
+        raise ManifestError(f"{path}: {exc}") from None
     folder = path.parent.resolve()
     models = {}
     for k, (entry_id, member) in enumerate(zip(ids, manifest["members"])):
@@ -698,7 +736,7 @@ def _load_self_contained(path: Path, manifest: dict) -> Ensemble:
             raise ManifestError(str(exc)) from None
         models[entry_id] = data
     selection, calibration = _selection_and_calibration(path, manifest)
-    source = ExportedMembers(folder, models, features, targets, standardization)
+    source = ExportedMembers(folder, models, features, targets, standardization, preprocessor)
     try:
         return Ensemble(source, ids, weights, selection=selection, calibration=calibration)
     except ValueError as exc:
@@ -727,6 +765,42 @@ def _manifest_standardization(path: Path, scaling, n_features: int) -> dict | No
         raise ManifestError(f"{path}: 'standardization' must hold 'x_mean' and positive 'x_std', one finite number "
                             f"per feature ({n_features}), or be null; got {_short(scaling)}")
     return scaling
+
+
+def checked_preprocessor(spec, features):
+    """The :class:`~autodeuq.preprocess.TablePreprocessor` a catalog or manifest records, or None.
+
+    Raises
+    ------
+    DataError
+        A malformed record, or one whose encoded names are not ``features``.
+    """
+    from autodeuq.preprocess import TablePreprocessor
+
+    if spec is None:
+        return None
+    prep = TablePreprocessor.from_dict(spec)
+    if prep.output_names != list(features):
+        raise DataError(f"'preprocessing' encodes the columns {prep.feature_columns} as {prep.output_names}, "
+                        f"not as the features {list(features)}")
+    return prep
+
+
+def _as_frame(x, columns: list[str], source: str):
+    """A DataFrame of a table's columns: a DataFrame as it is, a mapping by name, an array by position."""
+    import pandas as pd
+
+    if hasattr(x, "columns"):
+        return x
+    if isinstance(x, Mapping):
+        return feature_frame(x, source)
+    x = np.asarray(x)
+    if x.ndim == 1 and len(columns) == 1:
+        x = x[:, None]
+    if x.ndim != 2 or x.shape[1] != len(columns):
+        raise DataError(f"{source}: the ensemble expects {len(columns)} column(s) {columns}, "
+                        f"got an array of shape {x.shape}")
+    return pd.DataFrame({c: x[:, j] for j, c in enumerate(columns)})
 
 
 def _make_folder(folder: Path) -> None:
@@ -774,6 +848,7 @@ def _export(ens: Ensemble, folder: Path) -> Path:
         "features": ens.feature_names,
         "targets": ens.target_names,
         "standardization": ens.source.standardization,
+        "preprocessing": None if ens.preprocessor is None else ens.preprocessor.to_dict(),
         "versions": {k: versions[k] for k in _EXPORT_VERSIONS if k in versions},
     }
     _make_folder(members_dir)

@@ -121,7 +121,8 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None) -> Ensemble:
             models[entry_id] = original
             kept.append(entry_id)
     source = ExportedMembers(Path(f"{catalog.run_dir} (refitted)"), models, ensemble.feature_names,
-                             ensemble.target_names, dataset.scaler.to_dict())
+                             ensemble.target_names, dataset.scaler.to_dict(),
+                             preprocessor=ensemble.preprocessor)
     selection = {**ensemble.selection, "refit": {"rows": int(len(x)), "epochs": {str(i): e for i, e in epochs.items()},
                                                  "kept_original": kept}}
     return Ensemble(source, ensemble.member_ids, ensemble.weights, selection=selection,

@@ -1,0 +1,329 @@
+"""Tables to network inputs: categorical encoding and imputation of missing values.
+
+The transform is fitted on the training rows only, with scikit-learn's transformers
+(``SimpleImputer`` for missing values, ``OneHotEncoder`` or ``OrdinalEncoder`` for categorical
+columns, in a ``ColumnTransformer``), and kept as plain JSON-safe parameters: per column its
+kind, the value that replaces a missing entry, and its categories. :meth:`TablePreprocessor.transform`
+applies those parameters with numpy alone, so a saved model carries its preprocessing without
+pickle, and loading it runs no code.
+
+Encodings (Pedregosa et al. 2011, scikit-learn):
+
+* ``"onehot"``: a categorical column becomes one 0/1 input per training category, named
+  ``column=category``; a category never seen in training encodes as all zeros
+  (``handle_unknown="ignore"``).
+* ``"ordinal"``: a categorical column becomes one input, the index of its category in the sorted
+  training categories; an unseen category encodes as -1 (``unknown_value=-1``).
+* ``"none"``: categorical columns are refused.
+
+Imputation: ``"mean"`` or ``"median"`` of the training rows for a numeric column, the most
+frequent training category for a categorical one; ``"none"`` refuses missing values. The fill
+values are used at prediction too, for every column, whether or not training had missing values.
+Infinite values are not missing: they stay an error.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autodeuq.data import DataError
+from autodeuq.errors import ParameterError
+
+CATEGORICAL = ("onehot", "ordinal", "none")
+IMPUTE = ("mean", "median", "none")
+UNKNOWN_ORDINAL = -1
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """How a table becomes network inputs.
+
+    Parameters
+    ----------
+    categorical : {"onehot", "ordinal", "none"}
+    impute : {"mean", "median", "none"}
+    drop : sequence of str
+        Columns that are not features (read, then ignored; also at prediction).
+    id_column : str, optional
+        A row identifier: not a feature, copied into ``autodeuq predict``'s output.
+    """
+
+    categorical: str = "onehot"
+    impute: str = "mean"
+    drop: tuple = ()
+    id_column: str | None = None
+
+    def __post_init__(self):
+        if self.categorical not in CATEGORICAL:
+            raise ParameterError("categorical", f"must be one of {list(CATEGORICAL)}", self.categorical)
+        if self.impute not in IMPUTE:
+            raise ParameterError("impute", f"must be one of {list(IMPUTE)}", self.impute)
+        drop = self.drop if self.drop is not None else ()
+        if isinstance(drop, str) or not all(isinstance(c, str) for c in drop):
+            raise ParameterError("drop", "must be a list of column names", self.drop)
+        object.__setattr__(self, "drop", tuple(drop))
+        repeated = sorted({c for c in self.drop if self.drop.count(c) > 1})
+        if repeated:
+            raise ParameterError("drop", "must name each column once", list(self.drop))
+        if self.id_column is not None and not isinstance(self.id_column, str):
+            raise ParameterError("id_column", "must be None or a column name", self.id_column)
+        if self.id_column is not None and self.id_column in self.drop:
+            raise DataError(f"column {self.id_column!r} is both the id column and dropped",
+                            parameters=("id_column", "drop"))
+
+    @property
+    def ignored(self) -> list[str]:
+        """Columns read and left out of the features: the dropped ones and the id column."""
+        return list(self.drop) + ([self.id_column] if self.id_column is not None else [])
+
+
+def is_categorical(series) -> bool:
+    """True for columns that are not numbers: strings, objects, categories, booleans."""
+    import pandas as pd
+
+    return not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series)
+
+
+def _as_labels(values) -> np.ndarray:
+    """A categorical column as an object array of str, missing entries as None."""
+    import pandas as pd
+
+    values = pd.Series(values).astype(object)
+    missing = values.isna().to_numpy()
+    return np.array([None if m else str(v) for v, m in zip(values.to_numpy(), missing)], dtype=object)
+
+
+@dataclass
+class TablePreprocessor:
+    """Fitted encoding of a table's feature columns into the networks' float inputs.
+
+    Attributes
+    ----------
+    columns : list of dict
+        One per feature column, in the table's order: ``{"name", "kind": "numeric"|"categorical",
+        "fill": value or None, "categories": [...] (categorical only)}``.
+    options : TableOptions
+    """
+
+    columns: list[dict]
+    options: TableOptions = field(default_factory=TableOptions)
+
+    # ------------------------------------------------------------------ fitting
+    @classmethod
+    def fit(cls, frame, features: Sequence[str], options: TableOptions, source: str,
+            rows=None) -> TablePreprocessor:
+        """Fit on the training rows ``frame[features].iloc[rows]`` with scikit-learn's transformers.
+
+        ``rows`` (default: all) are the training rows; what the options refuse is looked for
+        in the whole table, so a message names the table's data row (1-based).
+
+        Raises
+        ------
+        DataError
+            A categorical column with ``categorical="none"``, a missing value with
+            ``impute="none"``, a column with no value at all in the training rows, or encoded
+            names that collide.
+        """
+        from sklearn.compose import ColumnTransformer
+        from sklearn.impute import SimpleImputer
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder
+
+        features = [str(c) for c in features]
+        kinds = {c: "categorical" if is_categorical(frame[c]) else "numeric" for c in features}
+        training = frame if rows is None else frame.iloc[rows]
+        for c in features:
+            missing = frame[c].isna().to_numpy()
+            if training[c].isna().all():
+                raise DataError(f"{source}: feature column {c!r} has no value in the {len(training)} training "
+                                f"row(s): drop it", parameters=("drop",))
+            if kinds[c] == "categorical" and options.categorical == "none":
+                raise DataError(
+                    f"{source}: feature column {c!r} is categorical ({frame[c].dtype}, e.g. "
+                    f"{_first_value(frame[c])!r}) but categorical encoding is 'none': encode it one-hot or "
+                    f"ordinal, drop it or make it numbers", parameters=("categorical", "drop"))
+            if missing.any() and options.impute == "none":
+                raise DataError(
+                    f"{source}: feature column {c!r} has {int(missing.sum())} missing value(s) (first at data row "
+                    f"{int(np.argmax(missing)) + 1}) and imputation is 'none': impute the mean or median, or drop "
+                    f"it", parameters=("impute", "drop"))
+        numeric = [c for c in features if kinds[c] == "numeric"]
+        categorical = [c for c in features if kinds[c] == "categorical"]
+        parts = []
+        if numeric:
+            steps = [SimpleImputer(strategy=options.impute)] if options.impute != "none" else ["passthrough"]
+            parts.append(("numeric", make_pipeline(*steps), numeric))
+        if categorical:
+            encoder = (OneHotEncoder(handle_unknown="ignore", sparse_output=False) if options.categorical == "onehot"
+                       else OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=UNKNOWN_ORDINAL))
+            parts.append(("categorical", make_pipeline(SimpleImputer(strategy="most_frequent"),
+                                                       encoder), categorical))
+        table = training[features].copy()
+        for c in categorical:
+            labels = _as_labels(table[c])
+            labels[_is_none(labels)] = np.nan  # the imputer's marker of a missing entry
+            table[c] = labels
+        transformer = ColumnTransformer(parts).fit(table)
+        fitted = {}
+        if numeric:
+            pipeline = transformer.named_transformers_["numeric"]
+            fills = pipeline[0].statistics_ if options.impute != "none" else [None] * len(numeric)
+            for c, fill in zip(numeric, fills):
+                fitted[c] = {"name": c, "kind": "numeric", "fill": None if fill is None else float(fill)}
+        if categorical:
+            imputer, encoder = transformer.named_transformers_["categorical"]
+            for c, fill, categories in zip(categorical, imputer.statistics_, encoder.categories_):
+                fitted[c] = {"name": c, "kind": "categorical", "fill": None if options.impute == "none" else str(fill),
+                             "categories": [str(v) for v in categories]}
+        prep = cls([fitted[c] for c in features], options)
+        names = prep.output_names
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise DataError(f"{source}: the encoded feature name {repeated[0]!r} is made twice (a column "
+                            f"of that name and a one-hot column); rename the column")
+        return prep
+
+    # ------------------------------------------------------------------ describing
+    @property
+    def feature_columns(self) -> list[str]:
+        """The table's feature columns, in order."""
+        return [c["name"] for c in self.columns]
+
+    @property
+    def output_names(self) -> list[str]:
+        """Names of the encoded inputs the networks see, in order."""
+        names = []
+        for c in self.columns:
+            if c["kind"] == "categorical" and self.options.categorical == "onehot":
+                names.extend(f"{c['name']}={v}" for v in c["categories"])
+            else:
+                names.append(c["name"])
+        return names
+
+    def to_dict(self) -> dict:
+        o = self.options
+        return {"categorical": o.categorical, "impute": o.impute, "drop": list(o.drop), "id_column": o.id_column,
+                "columns": [dict(c) for c in self.columns]}
+
+    @classmethod
+    def from_dict(cls, d) -> TablePreprocessor:
+        """Rebuild from :meth:`to_dict`'s output, checking every field (it may come from an untrusted file).
+
+        Raises
+        ------
+        DataError
+            The field at fault, in the message.
+        """
+        if not isinstance(d, dict):
+            raise DataError(f"'preprocessing' must be an object, got {type(d).__name__}")
+        drop, id_column = d.get("drop"), d.get("id_column")
+        if not isinstance(drop, list) or not all(isinstance(c, str) for c in drop):
+            raise DataError("'preprocessing.drop' must be a list of column names")
+        if id_column is not None and not isinstance(id_column, str):
+            raise DataError("'preprocessing.id_column' must be a column name or null")
+        try:
+            options = TableOptions(categorical=d.get("categorical"), impute=d.get("impute"), drop=tuple(drop),
+                                   id_column=id_column)
+        except ParameterError as exc:
+            raise DataError(f"'preprocessing.{exc.parameter}' {exc.requirement}, got {exc.value!r}") from None
+        columns = d.get("columns")
+        if not isinstance(columns, list) or not columns:
+            raise DataError("'preprocessing.columns' must be a non-empty list")
+        checked = []
+        for k, c in enumerate(columns):
+            where = f"'preprocessing.columns[{k}]'"
+            if not isinstance(c, dict) or not isinstance(c.get("name"), str) or c.get("kind") not in ("numeric",
+                                                                                                      "categorical"):
+                raise DataError(f"{where} must have a 'name' and a 'kind' (numeric or categorical)")
+            fill = c.get("fill")
+            if c["kind"] == "numeric":
+                if not (fill is None or (isinstance(fill, (int, float)) and not isinstance(fill, bool)
+                                         and np.isfinite(fill))):
+                    raise DataError(f"{where}: 'fill' must be a finite number or null")
+                checked.append({"name": c["name"], "kind": "numeric", "fill": None if fill is None else float(fill)})
+                continue
+            categories = c.get("categories")
+            if (not isinstance(categories, list) or not categories or not all(isinstance(v, str) for v in categories)
+                    or len(set(categories)) != len(categories)):
+                raise DataError(f"{where}: 'categories' must be a non-empty list of distinct strings")
+            if not (fill is None or fill in categories):
+                raise DataError(f"{where}: 'fill' must be one of its categories or null")
+            checked.append({"name": c["name"], "kind": "categorical", "fill": fill, "categories": list(categories)})
+        if (options.impute == "none") != all(c["fill"] is None for c in checked):
+            raise DataError("'preprocessing': every column needs a 'fill' value unless imputation is 'none'")
+        names = [c["name"] for c in checked] + options.ignored
+        if len(set(names)) != len(names):
+            raise DataError("'preprocessing': column names must be distinct (features, dropped, id)")
+        return cls(checked, options)
+
+    # ------------------------------------------------------------------ applying
+    def transform(self, frame, source: str = "X") -> np.ndarray:
+        """The encoded float64 inputs of a table's feature columns (taken by name).
+
+        Missing values are replaced by the training fill values; categories are encoded as
+        fitted (unseen ones as described in the module documentation). Values are not checked
+        for range here: the data layer does that on the result.
+
+        Raises
+        ------
+        DataError
+            A feature column missing from ``frame``, non-numeric text in a numeric column, or a
+            missing value when imputation is ``"none"``.
+        """
+        names = [str(c) for c in frame.columns]
+        absent = [c for c in self.feature_columns if c not in names]
+        if absent:
+            raise DataError(f"{source}: columns do not match the model's features {self.feature_columns}: "
+                            f"missing feature column(s) {absent}")
+        frame = frame.set_axis(names, axis=1)
+        blocks = []
+        for c in self.columns:
+            values = frame[c["name"]]
+            missing = values.isna().to_numpy()
+            if missing.any() and c["fill"] is None:
+                raise DataError(
+                    f"{source}: feature column {c['name']!r} has {int(missing.sum())} missing value(s) (first at data "
+                    f"row {int(np.argmax(missing)) + 1}) and the model imputes none")
+            if c["kind"] == "numeric":
+                blocks.append(_numeric_values(values, c, missing, source)[:, None])
+                continue
+            labels = _as_labels(values)
+            labels[missing] = c["fill"]
+            index = {v: i for i, v in enumerate(c["categories"])}
+            codes = np.array([index.get(v, -1) for v in labels], dtype=np.int64)
+            if self.options.categorical == "onehot":
+                onehot = np.zeros((len(codes), len(index)))
+                known = codes >= 0
+                onehot[np.flatnonzero(known), codes[known]] = 1.0
+                blocks.append(onehot)
+            else:
+                blocks.append(np.where(codes >= 0, codes, UNKNOWN_ORDINAL).astype(np.float64)[:, None])
+        return np.concatenate(blocks, axis=1)
+
+
+def _numeric_values(values, column: dict, missing: np.ndarray, source: str) -> np.ndarray:
+    import pandas as pd
+
+    if is_categorical(values) and not missing.all():
+        converted = pd.to_numeric(values.astype(object), errors="coerce")
+        bad = converted.isna().to_numpy() & ~missing
+        if bad.any() or pd.api.types.is_bool_dtype(values):
+            row = int(np.argmax(bad)) if bad.any() else 0
+            raise DataError(f"{source}: feature column {column['name']!r} is numeric in the model but holds "
+                            f"{values.iloc[row]!r} at data row {row + 1}")
+        values = converted
+    out = np.array(pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan))
+    if column["fill"] is not None:
+        out[missing] = column["fill"]
+    return out
+
+
+def _is_none(values) -> np.ndarray:
+    return np.array([v is None for v in values], dtype=bool)
+
+
+def _first_value(series):
+    present = series.dropna()
+    return present.iloc[0] if len(present) else None

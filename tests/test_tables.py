@@ -1,0 +1,305 @@
+"""Tables with categorical columns and missing values: encoding and imputation fitted on the
+training rows, saved as JSON with every model, applied at prediction (CLI, export, estimator)."""
+import json
+import warnings
+
+import joblib
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.compose import ColumnTransformer
+from sklearn.impute import SimpleImputer
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder
+
+from autodeuq import AutoDEUQRegressor
+from autodeuq.cli import main
+from autodeuq.data import DataError, from_table, load_files, random_split
+from autodeuq.ensemble import load_ensemble
+from autodeuq.ensemble.predictive import ManifestError
+from autodeuq.errors import ParameterError
+from autodeuq.preprocess import TableOptions, TablePreprocessor
+
+TINY = ["--evaluator", "serial", "--space", "toy", "--search", "random", "--max-evals", "2", "--epochs", "3",
+        "--size", "2", "--no-progress"]
+
+
+def mixed_table(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    color = rng.choice(["red", "green", "blue"], n)
+    a = rng.normal(size=n)
+    frame = pd.DataFrame({"id": [f"row{i}" for i in range(n)], "a": a, "color": color, "note": "x",
+                          "y": 2 * a + np.where(color == "red", 3.0, 0.0) + rng.normal(0, 0.1, n)})
+    frame.loc[frame.index.isin([3, 10, 17]), "a"] = np.nan
+    frame.loc[frame.index.isin([5, 12]), "color"] = None
+    return frame
+
+
+def test_encoding_and_imputation_are_fitted_on_the_training_rows_only():
+    frame = mixed_table()
+    train, valid = random_split(len(frame), 1 / 3, 4)
+    # 'purple' and a large value of 'a' only in validation rows: neither may reach the fit.
+    frame.loc[valid[0], "color"] = "purple"
+    frame.loc[valid[1], "a"] = 1e6
+    ds = from_table(frame, ["y"], "t.csv", TableOptions(drop=("note",), id_column="id"), seed=4)
+    prep = ds.preprocessor
+    assert ds.feature_names == ["a", "color=blue", "color=green", "color=red"]
+    a_fill, color = prep.columns[0]["fill"], prep.columns[1]
+    assert a_fill == pytest.approx(frame["a"].iloc[train].mean())
+    assert color["categories"] == ["blue", "green", "red"]
+    assert color["fill"] == frame["color"].iloc[train].mode()[0]
+    # The validation row with the unseen category encodes as all zeros; imputed rows hold the training mean.
+    row = list(valid).index(valid[0])
+    np.testing.assert_array_equal(ds.x_valid[row, 1:], [0.0, 0.0, 0.0])
+    imputed = [list(train).index(i) for i in (3, 10, 17) if i in train]
+    np.testing.assert_array_equal(ds.x_train[imputed, 0], a_fill)
+    assert np.isfinite(ds.x_train).all() and np.isfinite(ds.x_valid).all()
+
+
+@pytest.mark.parametrize("categorical", ["onehot", "ordinal"])
+@pytest.mark.parametrize("impute", ["mean", "median"])
+def test_numpy_transform_equals_scikit_learns(categorical, impute):
+    train = mixed_table()
+    new = mixed_table(25, seed=1)
+    new.loc[[0, 4], "color"] = "purple"  # unseen
+    new.loc[[1, 2], "a"] = np.nan
+    new.loc[[6], "color"] = None
+    prep = TablePreprocessor.fit(train, ["a", "color"], TableOptions(categorical=categorical, impute=impute), "t")
+    encoder = (OneHotEncoder(handle_unknown="ignore", sparse_output=False) if categorical == "onehot"
+               else OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1))
+    reference = ColumnTransformer([
+        ("numeric", SimpleImputer(strategy=impute), ["a"]),
+        ("categorical", make_pipeline(SimpleImputer(strategy="most_frequent"), encoder), ["color"]),
+    ])
+
+    def sk(frame):
+        return frame[["a", "color"]].assign(color=frame["color"].astype(object).where(frame["color"].notna(), np.nan))
+
+    expected = reference.fit(sk(train)).transform(sk(new))
+    np.testing.assert_array_equal(prep.transform(new, "new"), expected)
+    # From its JSON, the same transform: nothing else is kept.
+    again = TablePreprocessor.from_dict(json.loads(json.dumps(prep.to_dict())))
+    np.testing.assert_array_equal(again.transform(new, "new"), expected)
+    if categorical == "ordinal":
+        assert set(expected[[0, 4], 1]) == {-1.0}
+
+
+def test_missing_values_at_prediction_take_the_training_statistics():
+    train = pd.DataFrame({"a": [1.0, 2.0, 3.0, 10.0, np.nan], "c": ["u", "v", "v", None, "u"]})
+    new = pd.DataFrame({"c": [None, "u"], "a": [np.nan, 5.0]})  # any column order
+    mean = TablePreprocessor.fit(train, ["a", "c"], TableOptions(), "t")
+    # 'u' and 'v' are equally frequent: the smaller one fills, as scikit-learn's imputer does.
+    np.testing.assert_array_equal(mean.transform(new), [[4.0, 1.0, 0.0], [5.0, 1.0, 0.0]])
+    median = TablePreprocessor.fit(train, ["a", "c"], TableOptions(impute="median", categorical="ordinal"), "t")
+    np.testing.assert_array_equal(median.transform(new), [[2.5, 0.0], [5.0, 0.0]])
+    strict = TablePreprocessor.fit(train.dropna(), ["a", "c"], TableOptions(impute="none"), "t")
+    with pytest.raises(DataError, match=r"new: feature column 'a' has 1 missing value\(s\) \(first at data row 1\)"):
+        strict.transform(new, "new")
+
+
+def error_of(call, parameters=None, kind=DataError):
+    with pytest.raises(kind) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message
+    if parameters is not None:  # what the user can change, named by the front end (--drop, drop=...)
+        assert info.value.parameters == parameters
+    return message
+
+
+def test_what_cannot_be_handled_is_one_clear_error():
+    frame = mixed_table()
+    fit = lambda f=frame, **o: from_table(f, ["y"], "t.csv", TableOptions(**o))
+    message = error_of(lambda: fit(drop=("note", "id"), categorical="none"), ("categorical", "drop"))
+    assert "t.csv: feature column 'color' is categorical (" in message and "encoding is 'none'" in message
+    message = error_of(lambda: fit(drop=("note", "id"), impute="none"), ("impute", "drop"))
+    assert "t.csv: feature column 'a' has 3 missing value(s) (first at data row 4)" in message
+    message = error_of(lambda: fit(frame.assign(empty=np.nan), drop=("note", "id")), ("drop",))
+    assert "feature column 'empty' has no value in the 40 training row(s)" in message
+    message = error_of(lambda: fit(frame.assign(y=frame["y"].where(frame.index != 7)), drop=("note", "id")))
+    assert "t.csv: target column 'y'" in message and "row 8" in message
+    assert "dropped column 'nope' not found" in error_of(lambda: fit(drop=("nope",)))
+    assert "column 'y' is a target and cannot be the id column" in error_of(lambda: fit(id_column="y"))
+    assert error_of(lambda: TableOptions(drop=("a", "a")), ("drop",), ParameterError).startswith(
+        "drop must name each column once")
+    assert error_of(lambda: TableOptions(drop="note"), ("drop",), ParameterError).startswith(
+        "drop must be a list of column names")
+    assert "impute must be one of" in error_of(lambda: TableOptions(impute="zero"), ("impute",), ParameterError)
+    prep = fit(drop=("note",), id_column="id").preprocessor
+    assert "numeric in the model but holds 'ten' at data row 2" in error_of(
+        lambda: prep.transform(pd.DataFrame({"a": ["1", "ten"], "color": ["red", "red"]}), "new.csv"))
+    assert "missing feature column(s) ['color']" in error_of(lambda: prep.transform(frame[["a"]], "new.csv"))
+
+
+def test_a_malformed_record_is_refused_naming_the_field():
+    spec = TablePreprocessor.fit(mixed_table(), ["a", "color"], TableOptions(), "t").to_dict()
+    for change, field in ((lambda d: d["columns"][1].update(fill="purple"), "'fill' must be one of its categories"),
+                          (lambda d: d["columns"][0].update(fill="x"), "'fill' must be a finite number"),
+                          (lambda d: d.update(categorical="pickle"), "'preprocessing.categorical' must be one of"),
+                          (lambda d: d["columns"][1].update(categories=[]), "'categories' must be a non-empty")):
+        bad = json.loads(json.dumps(spec))
+        change(bad)
+        with pytest.raises(DataError, match=field):
+            TablePreprocessor.from_dict(bad)
+
+
+@pytest.fixture(scope="module")
+def table_run(tmp_path_factory):
+    """A catalog, ensemble and export made by the CLI from a mixed table with --drop and --id-column."""
+    root = tmp_path_factory.mktemp("tables")
+    mixed_table().to_csv(root / "train.csv", index=False)
+    run = root / "run"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["run", "--data", str(root / "train.csv"), "--target", "y", "--drop", "note",
+                     "--id-column", "id", "--run-dir", str(run), *TINY]) == 0
+    assert main(["export", "--ensemble", str(run / "ensemble.json"), "--out", str(root / "export")]) == 0
+    return root
+
+
+def test_predict_copies_the_id_column_and_encodes_the_table(table_run):
+    new = mixed_table(8, seed=2).drop(columns=["y"])
+    new.loc[0, "color"] = "purple"
+    new.loc[1, "a"] = np.nan
+    new = new[["color", "id", "note", "a"]]  # any order; the dropped column may be present
+    new.to_csv(table_run / "new.csv", index=False)
+    outputs = []
+    for source in (table_run / "run" / "ensemble.json", table_run / "export"):
+        out = table_run / f"pred_{len(outputs)}.csv"
+        assert main(["predict", "--ensemble", str(source), "--data", str(table_run / "new.csv"),
+                     "--out", str(out)]) == 0
+        outputs.append(pd.read_csv(out))
+    pred = outputs[0]
+    assert list(pred.columns) == ["id", "y_mean", "y_std", "y_aleatoric_std", "y_epistemic_std"]
+    assert pred["id"].tolist() == new["id"].tolist()
+    assert np.isfinite(pred.drop(columns="id").to_numpy()).all()
+    pd.testing.assert_frame_equal(outputs[1], pred)  # the export carries the preprocessing
+    # The same rows through the Python API: the encoded inputs are the preprocessing's.
+    ens = load_ensemble(table_run / "export")
+    np.testing.assert_array_equal(ens.predict(new.drop(columns=["id"])).mean[:, 0], pred["y_mean"])
+    prep = ens.preprocessor
+    expected = prep.transform(new, "new")
+    np.testing.assert_array_equal(ens.predict(expected, encoded=True).mean[:, 0], pred["y_mean"])
+    # Without the id column in the table, predictions have no id column.
+    new.drop(columns=["id"]).to_csv(table_run / "no_id.csv", index=False)
+    assert main(["predict", "--ensemble", str(table_run / "export"), "--data", str(table_run / "no_id.csv"),
+                 "--out", str(table_run / "no_id_pred.csv")]) == 0
+    assert "id" not in pd.read_csv(table_run / "no_id_pred.csv").columns
+    # --id-column names another column to copy.
+    assert main(["predict", "--ensemble", str(table_run / "export"), "--data", str(table_run / "new.csv"),
+                 "--out", str(table_run / "note_pred.csv"), "--id-column", "note"]) == 0
+    assert pd.read_csv(table_run / "note_pred.csv").columns[0] == "note"
+
+
+def test_ensemble_scores_a_raw_test_table(table_run):
+    test = mixed_table(20, seed=3)
+    test.loc[0, "color"] = "purple"
+    test.to_csv(table_run / "test.csv", index=False)
+    out = table_run / "rescored" / "ensemble.json"
+    assert main(["ensemble", "--run-dir", str(table_run / "run"), "--size", "2", "--test",
+                 str(table_run / "test.csv"), "--out", str(out)]) == 0
+    metrics = json.loads((table_run / "run" / "metrics.json").read_text())
+    assert np.isfinite(metrics["test"]["rmse"]["mean"])
+    ens = load_ensemble(out)
+    pred = ens.predict(test.drop(columns=["y"]))
+    rmse = np.sqrt(np.mean((pred.mean[:, 0] - test["y"].to_numpy()) ** 2))
+    assert metrics["test"]["rmse"]["mean"] == pytest.approx(rmse, rel=1e-9)
+
+
+def test_the_export_stores_the_preprocessing_as_json(table_run):
+    manifest = json.loads((table_run / "export" / "ensemble.json").read_text())
+    prep = manifest["preprocessing"]
+    assert prep["id_column"] == "id" and prep["drop"] == ["note"] and prep["categorical"] == "onehot"
+    assert [c["name"] for c in prep["columns"]] == ["a", "color"]
+    assert manifest["features"] == ["a", "color=blue", "color=green", "color=red"]
+    assert sorted(p.name for p in (table_run / "export").iterdir()) == ["ensemble.json", "members"]
+    # A record that does not encode to the manifest's features is refused, naming the file.
+    prep["columns"][1]["categories"] = ["blue", "red"]
+    prep["columns"][1]["fill"] = "red"
+    bad = table_run / "bad_export"
+    bad.mkdir()
+    (bad / "members").symlink_to(table_run / "export" / "members")
+    (bad / "ensemble.json").write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match=r"bad_export/ensemble.json: 'preprocessing' encodes the columns"):
+        load_ensemble(bad)
+
+
+def test_cli_refusals_are_one_line(table_run, capsys):
+    def error(argv):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err
+        return err
+
+    train = str(table_run / "train.csv")
+    err = error(["search", "--data", train, "--target", "y", "--categorical", "none", "--run-dir",
+                 str(table_run / "none"), "--evaluator", "serial", "--max-evals", "1"])
+    assert "train.csv: feature column 'id' is categorical" in err and err.endswith("(--categorical, --drop)")
+    assert not (table_run / "none").exists()  # refused before anything is written
+    assert "--drop applies to --data tables" in error(["search", "--dataset", "toy-sine", "--drop", "x"])
+    err = error(["predict", "--ensemble", str(table_run / "export"), "--data", train, "--out",
+                 str(table_run / "x.csv"), "--id-column", "nope"])
+    assert "--id-column nope" in err and "no such column" in err
+
+
+def test_estimator_takes_frames_with_text_and_missing_values_and_round_trips(tmp_path):
+    frame = mixed_table()
+    X, y = frame.drop(columns=["y"]), frame["y"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoDEUQRegressor(space="toy", search="random", max_evals=2, ensemble_size=2, epochs=3,
+                                  evaluator="serial", seed=0, categorical="ordinal", impute="median",
+                                  drop=["note"], id_column="id", run_dir=tmp_path / "run").fit(X, y)
+    assert model.ensemble_.feature_names == ["a", "color"] and list(model.feature_names_in_) == list(X.columns)
+    prep = model.ensemble_.preprocessor
+    assert prep.columns[0]["fill"] == pytest.approx(X["a"].iloc[random_split(60, 1 / 3, 0)[0]].median())
+    new = X.iloc[:6].copy()
+    new.loc[0, "color"] = "purple"
+    new.loc[1, "a"] = np.nan
+    mean = model.predict(new)
+    np.testing.assert_array_equal(model.predict(new[list(reversed(new.columns))]), mean)
+    joblib.dump(model, tmp_path / "model.joblib")
+    np.testing.assert_array_equal(joblib.load(tmp_path / "model.joblib").predict(new), mean)
+    # The catalog's records let `autodeuq predict` read the original table.
+    new.to_csv(tmp_path / "new.csv", index=False)
+    model.ensemble_.save(tmp_path / "ensemble.json")
+    assert main(["predict", "--ensemble", str(tmp_path / "ensemble.json"), "--data", str(tmp_path / "new.csv"),
+                 "--out", str(tmp_path / "pred.csv")]) == 0
+    pred = pd.read_csv(tmp_path / "pred.csv")
+    assert pred["id"].tolist() == new["id"].tolist()
+    np.testing.assert_allclose(pred["y_mean"], mean, rtol=1e-12)
+    with pytest.raises(DataError, match="feature column 'color' is categorical"):
+        AutoDEUQRegressor(categorical="none", drop=["note", "id"], evaluator="serial").fit(X, y)
+
+
+def test_a_run_is_not_resumed_under_another_encoding(tmp_path, capsys):
+    # No gaps: --impute median encodes these rows as --impute mean does, but predicts other fills.
+    mixed_table().dropna().to_csv(tmp_path / "full.csv", index=False)
+    base = ["search", "--data", str(tmp_path / "full.csv"), "--target", "y", "--drop", "note", "--id-column", "id",
+            "--run-dir", str(tmp_path / "run"), "--evaluator", "serial", "--space", "toy", "--epochs", "2",
+            "--no-progress"]
+    assert main([*base, "--max-evals", "1"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--max-evals", "1", "--impute", "median"]) == 2
+    err = capsys.readouterr().err
+    assert "another table encoding (impute 'mean' recorded, 'median' asked)" in err
+    assert main([*base, "--max-evals", "2"]) == 0  # the same options resume
+
+
+def test_validation_and_test_files_are_encoded_with_the_training_fit(tmp_path):
+    train, other = mixed_table(), mixed_table(12, seed=5)
+    other.loc[0, "color"] = "purple"
+    train.to_csv(tmp_path / "train.csv", index=False)
+    # Columns in another order, without the dropped and the id column.
+    other[["y", "color", "a"]].to_csv(tmp_path / "valid.csv", index=False)
+    other.to_csv(tmp_path / "test.csv", index=False)
+    options = TableOptions(drop=("note",), id_column="id")
+    ds = load_files(tmp_path / "train.csv", ["y"], valid=tmp_path / "valid.csv", test=tmp_path / "test.csv",
+                    options=options)
+    np.testing.assert_array_equal(ds.x_valid, ds.preprocessor.transform(other, "valid"))
+    np.testing.assert_array_equal(ds.x_test, ds.x_valid)
+    np.testing.assert_array_equal(ds.x_valid[0, 1:], [0.0, 0.0, 0.0])  # 'purple'
+    assert ds.preprocessor.columns[0]["fill"] == pytest.approx(train["a"].mean())  # all of train.csv trains
+    other.assign(extra=1.0).to_csv(tmp_path / "bad.csv", index=False)
+    with pytest.raises(DataError, match=r"bad\.csv: columns do not match .* unexpected column\(s\) \['extra'\]"):
+        load_files(tmp_path / "train.csv", ["y"], valid=tmp_path / "bad.csv", options=options)
