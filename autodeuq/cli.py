@@ -21,7 +21,6 @@ import numpy as np
 
 from autodeuq.data import BUILTIN_DATASETS
 from autodeuq.errors import AutoDEUQError, ParameterError
-from autodeuq.pipeline import EVALUATORS, SEARCHES
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1  # an unexpected exception (a bug), as for any Python program that dies of one
@@ -91,17 +90,22 @@ def _add_data_args(p):
 
 
 def _add_search_args(p):
+    # the choices are the modules' registries; importing them (scikit-learn, ConfigSpace) costs --help seconds
+    from autodeuq import discard, evaluator, search
+    from autodeuq.search.bo import ACQUISITIONS
+    from autodeuq.search.surrogate import SURROGATES
+
     g = p.add_argument_group("search")
     g.add_argument("--space", default=None, metavar="NAME_OR_FILE",
                    help="search space: 'toy', 'tabular' or a YAML/JSON file "
                         "(default: toy for --dataset toy-sine, else tabular)")
-    g.add_argument("--search", default="agebo", choices=SEARCHES,
+    g.add_argument("--search", default="agebo", choices=list(search.SEARCHERS) + list(search.ABLATIONS),
                    help="search algorithm (default: agebo); the ablations: age-fixed-hp (aging evolution over "
                         "the architecture, training hyperparameters fixed by --fixed-hp), bo-fixed-arch (BO over "
                         "the training hyperparameters, architecture fixed by --fixed-arch)")
-    g.add_argument("--surrogate", default=None, choices=["et", "rf", "gp", "deep-ensemble", "ranking-ensemble"],
+    g.add_argument("--surrogate", default=None, choices=list(SURROGATES),
                    help=f"surrogate model of the BO-based searchers ({', '.join(BO_SEARCHES)}) (default: et)")
-    g.add_argument("--acq", default=None, choices=["lcb", "ei", "pi"],
+    g.add_argument("--acq", default=None, choices=ACQUISITIONS,
                    help=f"acquisition function of the BO-based searchers ({', '.join(BO_SEARCHES)}) (default: lcb)")
     g.add_argument("--fixed-hp", default=None, metavar="JSON",
                    help="with --search age-fixed-hp: training hyperparameters as a JSON object; those not given "
@@ -121,7 +125,7 @@ def _add_search_args(p):
                    help="per-evaluation limit in seconds (> 0) of running on a worker; overrunning evaluations are "
                         "cancelled and recorded as failures (default: none)")
     g.add_argument("--epochs", type=int, default=None, metavar="E", help="override the space's epoch budget (default: the space's)")
-    g.add_argument("--early-discarding", choices=["none", "sha"], default="none",
+    g.add_argument("--early-discarding", choices=discard.POLICIES, default="none",
                    help="sha: asynchronous successive halving; a training continues past each rung epoch "
                         "(min x reduction^k) only if its validation loss is among the best 1/reduction recorded "
                         "there (default: none)")
@@ -135,7 +139,7 @@ def _add_search_args(p):
                    help="catalog directory; an existing one is resumed (default: runs/<dataset>-<search>)")
     g.add_argument("--new-run", action="store_true", help="refuse to resume: DIR must not hold a catalog yet")
     e = p.add_argument_group("evaluation")
-    e.add_argument("--evaluator", choices=EVALUATORS, default="ray",
+    e.add_argument("--evaluator", choices=list(evaluator.EVALUATORS), default="ray",
                    help="ray: parallel Ray tasks (default); serial: in-process, one at a time")
     e.add_argument("--workers", type=int, default=None, metavar="N",
                    help="concurrent evaluations (default: what the Ray cluster can run)")
@@ -150,26 +154,28 @@ def _add_search_args(p):
 
 
 def _add_ensemble_args(p, with_test=True):
+    from autodeuq.ensemble import predictive, selection
+
     g = p.add_argument_group("ensemble")
     g.add_argument("--size", type=int, default=5, metavar="K", help="distinct ensemble members (default: 5)")
-    g.add_argument("--selector", choices=["greedy", "greedy-noreplace", "topk"], default="greedy",
+    g.add_argument("--selector", choices=selection.METHODS, default="greedy",
                    help="selection method (default: greedy, with replacement)")
-    g.add_argument("--selection-score", choices=["mixture", "gaussian"], default="mixture",
+    g.add_argument("--selection-score", choices=selection.OBJECTIVES, default="mixture",
                    help="what selection minimizes: the ensemble's exact mixture NLL or its moment-matched Gaussian "
                         "NLL (default: mixture)")
     # Its former name, kept for one release: "objective" is the search's (a network's validation NLL).
-    g.add_argument("--objective", dest="former_objective", choices=["mixture", "gaussian"], default=None,
+    g.add_argument("--objective", dest="former_objective", choices=selection.OBJECTIVES, default=None,
                    help=argparse.SUPPRESS)
-    g.add_argument("--selection-stop", choices=["size", "improvement"], default="size",
+    g.add_argument("--selection-stop", choices=selection.STOPS, default="size",
                    help="size: always K distinct members (when the catalog has K usable models); improvement: "
                         "stop as soon as no addition improves the validation NLL (may leave one member) "
                         "(default: size)")
-    g.add_argument("--diversity", choices=["none", "architecture", "activations"], default="none",
+    g.add_argument("--diversity", choices=predictive.DIVERSITY, default="none",
                    help="at most one member per architecture, or per set of activation functions (default: none)")
     g.add_argument("--selection-bags", type=int, default=10, metavar="B",
                    help="repeat the selection on B random halves of the validation rows and average the weights "
                         "(bagged selection; 0: select once on all rows) (default: 10)")
-    g.add_argument("--calibrate", choices=["none", "scale"], default="none",
+    g.add_argument("--calibrate", choices=predictive.CALIBRATIONS, default="none",
                    help="scale: recalibrate each target's predictive std by a factor fitted on out-of-fold "
                         "selections of the validation rows (default: none)")
     g.add_argument("--refit", action="store_true",

@@ -21,20 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ConfigSpace as CS
 import numpy as np
 
+from autodeuq.activations import ACTIVATIONS
 from autodeuq.errors import AutoDEUQError
+from autodeuq.optimizers import OPTIMIZERS
 
 # The repository's search_spaces/ folder, used when autodeuq runs from a checkout that was not
 # installed (PYTHONPATH=.); installs carry the same files as the package autodeuq.search_spaces.
 SOURCE_SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
 
-ACTIVATIONS = (
-    "elu", "gelu", "hard_sigmoid", "linear", "relu", "selu",
-    "sigmoid", "softplus", "softsign", "swish", "tanh",
-)
-OPTIMIZERS = ("sgd", "rmsprop", "adagrad", "adam", "adadelta", "adamax", "nadam")
 HP_NAMES = (
     "learning_rate", "batch_size", "optimizer", "patience_reduce_lr", "patience_early_stopping",
 )
@@ -117,12 +113,12 @@ class SearchSpace:
         acts = arch.get("activations", list(ACTIVATIONS))
         if not isinstance(acts, list) or not acts:
             self._fail("architecture.activations", "expected a non-empty list of activation names")
-        bad = [a for a in acts if a not in ACTIVATIONS]
+        bad = [a for a in acts if not isinstance(a, str) or a not in ACTIVATIONS]
         if bad:
             self._fail("architecture.activations", f"unknown activation(s) {bad}; known: {list(ACTIVATIONS)}")
         self.activations = list(acts)
         self.merge_activation = arch.get("merge_activation", "relu")
-        if self.merge_activation not in ACTIVATIONS:
+        if not isinstance(self.merge_activation, str) or self.merge_activation not in ACTIVATIONS:
             self._fail("architecture.merge_activation", f"unknown activation {self.merge_activation!r}")
         self.epochs = self._positive_int(spec, "epochs", "top level")
         self.max_steps_per_epoch = (None if spec.get("max_steps_per_epoch") is None
@@ -156,7 +152,9 @@ class SearchSpace:
             return list(units)
         self._fail("architecture.units", f"expected {{min, max, step}} or a list of positive integers, got {units!r}")
 
-    def _training_space(self, training) -> CS.ConfigurationSpace:
+    def _training_space(self, training) -> CS.ConfigurationSpace:  # noqa: F821
+        import ConfigSpace as CS  # here, not at the top: scipy.stats alone takes a second to import
+
         if not isinstance(training, dict):
             self._fail("training", "missing or not a mapping")
         missing = [n for n in HP_NAMES if n not in training]
@@ -172,7 +170,7 @@ class SearchSpace:
             if name == "optimizer":
                 if not isinstance(entry, list) or not entry:
                     self._fail(where, "expected a non-empty list of optimizer names")
-                bad = [o for o in entry if o not in OPTIMIZERS]
+                bad = [o for o in entry if not isinstance(o, str) or o not in OPTIMIZERS]
                 if bad:
                     self._fail(where, f"unknown optimizer(s) {bad}; known: {list(OPTIMIZERS)}")
                 cs.add(CS.Categorical(name, list(entry)))

@@ -10,12 +10,12 @@ bookkeeping of :class:`EpochBookkeeper`, which reproduces Keras' ``ReduceLROnPla
 Choices that keep tracing cheap and rare:
 
 * All trainable parameters live in one flat vector, and the epoch runs the network as plain ops
-  on slices of it, with its backward pass written out (:class:`~autodeuq.model.NetworkProgram`,
-  checked against the Keras model and ``tf.GradientTape`` in the tests). Every optimizer of the
+  on slices of it, with its backward pass written out (:class:`~autodeuq.plan.NetworkProgram`
+  over the network's plan, checked against the Keras model and ``tf.GradientTape`` in the tests). Every optimizer of the
   space is elementwise, so one fused update of the vector
   (:class:`~autodeuq.optimizers.FlatOptimizer`) is the same arithmetic as Keras' per-variable
   updates, with far fewer ops to trace and run, and the best-weights snapshot is a single copy.
-* The compiled epoch, built for a (network structure, optimizer, input width, targets) key, is
+* The compiled epoch, built for a (network plan, optimizer) key (:attr:`~autodeuq.plan.NetworkPlan.key`), is
   kept in a small LRU cache (:data:`TRAINER_CACHE_SIZE`). A later training with the same key
   (e.g. a search over training hyperparameters with a fixed architecture) reuses it after
   resetting the weights, the optimizer state and the shuffle generator: no retrace.
@@ -25,7 +25,7 @@ training's imports are moved out of the garbage collector's sight (``gc.freeze``
 collections run every :data:`FULL_GC_EVERY` trainings, so that collecting the cyclic garbage of
 old models does not rescan TensorFlow's own objects each time (~0.45 s a collection otherwise,
 ~0.1 s frozen). Keras' ``swish`` (``tf.nn.silu``, a ``tf.custom_gradient`` that pins every traced
-graph forever in TF 2.21) is replaced by :func:`autodeuq.model.swish`. Measured: RSS stays flat
+graph forever in TF 2.21) is replaced by :func:`autodeuq.layers.swish`. Measured: RSS stays flat
 over 200 trainings (``benchmarks/results/training_speed.md``).
 
 One training runs at a time per process (Keras' global seed and session state, and the Grappler
@@ -49,20 +49,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .model import NetworkProgram, build_network, count_params, model_to_bytes, split_output, with_scaling
-from .optimizers import FlatOptimizer
+from .model import count_params, model_to_bytes, split_output, with_scaling
+from .optimizers import OPTIMIZERS, FlatOptimizer
+from .plan import NetworkPlan, NetworkProgram
 from .result import DISCARDED, DONE, TrainResult
 
 LOG_2PI = math.log(2.0 * math.pi)
-OPTIMIZERS = {
-    "sgd": keras.optimizers.SGD,
-    "rmsprop": keras.optimizers.RMSprop,
-    "adagrad": keras.optimizers.Adagrad,
-    "adam": keras.optimizers.Adam,
-    "adadelta": keras.optimizers.Adadelta,
-    "adamax": keras.optimizers.Adamax,
-    "nadam": keras.optimizers.Nadam,
-}
 TRAINER_CACHE_SIZE = 4  # compiled epochs kept for reuse (each holds its graph and parameter vectors)
 FULL_GC_EVERY = 20  # trainings between full garbage collections
 GRAPPLER_IN_TRAINING = False  # see _graph_optimizer_off
@@ -226,15 +218,6 @@ class EpochBookkeeper:
 
 
 # --------------------------------------------------------------------------- compiled trainer
-def make_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
-    """A Keras optimizer by its search-space name, with Keras' default settings."""
-    try:
-        cls = OPTIMIZERS[name]
-    except KeyError:
-        raise ValueError(f"unknown optimizer {name!r}; known: {sorted(OPTIMIZERS)}") from None
-    return cls(learning_rate=float(learning_rate))
-
-
 def _to_numpy(variable) -> np.ndarray:
     # Keras' Variable.numpy() goes through np.array(tf.Variable), which warns under numpy 2.
     return variable.value.numpy()
@@ -245,7 +228,7 @@ class CompiledTrainer:
 
     It owns the flat parameter vector, its best-epoch copy, the optimizer (a
     :class:`~autodeuq.optimizers.FlatOptimizer`) and the shuffle generator; the network enters
-    only as a :class:`~autodeuq.model.NetworkProgram` (plain ops, with its backward pass written
+    only as a :class:`~autodeuq.plan.NetworkProgram` (plain ops, with its backward pass written
     out), so no Keras model is kept. :meth:`reset` loads a new training's initial weights,
     learning rate and seed, so one trace serves several trainings.
 
@@ -256,7 +239,7 @@ class CompiledTrainer:
     program : NetworkProgram
         That network's computation.
     optimizer_name : str
-        A key of :data:`OPTIMIZERS`.
+        A name of :data:`autodeuq.optimizers.OPTIMIZERS`.
     """
 
     def __init__(self, model: keras.Model, program: NetworkProgram, optimizer_name: str):
@@ -318,18 +301,15 @@ _CACHE: OrderedDict[str, CompiledTrainer] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
 
-def _structure_key(space, arch, n_features, n_targets, optimizer_name) -> str:
-    cells = [[c.units, c.activation, list(skips)] for c, skips in space.cells(arch)]
-    return json.dumps([cells, space.merge_activation, int(n_features), int(n_targets), optimizer_name])
-
-
-def _checkout_trainer(key, space, arch, model, optimizer_name):
-    """A cached trainer for ``key`` (removed from the cache while in use), or a new one for ``model``."""
+def _checkout_trainer(plan, model, optimizer_name):
+    """A cached trainer for this plan and optimizer (removed from the cache while in use), or a
+    new one for ``model`` (built from ``plan``); with the cache key."""
+    key = json.dumps([plan.key, optimizer_name])
     with _CACHE_LOCK:
         trainer = _CACHE.pop(key, None)
     if trainer is not None:
-        return trainer, True
-    return CompiledTrainer(model, NetworkProgram(space, arch, model), optimizer_name), False
+        return key, trainer, True
+    return key, CompiledTrainer(model, NetworkProgram(plan, model), optimizer_name), False
 
 
 def _checkin_trainer(key, trainer):
@@ -492,10 +472,10 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         seed = _seed32(seed)
         _clear_state()
         keras.utils.set_random_seed(seed)
-        core = build_network(space, arch, n_features, n_targets)
+        plan = NetworkPlan.from_arch(space, arch, n_features, n_targets)
+        core = plan.build_model()
         n_params = count_params(core)
-        key = _structure_key(space, arch, n_features, n_targets, hp["optimizer"])
-        trainer, reused = _checkout_trainer(key, space, arch, core, hp["optimizer"])
+        key, trainer, reused = _checkout_trainer(plan, core, hp["optimizer"])
         traces_before = trainer.traces
         trainer.reset([_to_numpy(v) for v in core.trainable_variables],
                       hp["learning_rate"] if schedule is None else schedule[0], seed)

@@ -108,7 +108,8 @@ def keras_fit_reference(config, space, dataset, *, seed: int, epochs: int):
     import tensorflow as tf
 
     from autodeuq.model import build_network, model_to_bytes, with_scaling
-    from autodeuq.train import gaussian_nll, make_optimizer, predict
+    from autodeuq.optimizers import make_optimizer
+    from autodeuq.train import gaussian_nll, predict
 
     EpochClock = _epoch_clock_class()
     keras.backend.clear_session()  # outside the timing, like the product's session reset

@@ -358,6 +358,39 @@ def write_report(records: list[dict], path: Path) -> str:
             lines.append(f"| {d} | " + " | ".join(row) + " |")
         return lines + [""]
 
+    def discarding_table():
+        # Splits run both ways: what successive halving saves and what it costs in test NLL.
+        pairs = sorted({(r["dataset"], r["split"]) for r in done if r["method"] == "autodeuq"}
+                       & {(r["dataset"], r["split"]) for r in done if r["method"] == "autodeuq-sha"},
+                       key=lambda p: (DATASETS.index(p[0]), p[1]))
+        if not pairs:
+            return []
+        by = {(r["method"], r["dataset"], r["split"]): r for r in done}
+        lines = ["**Early discarding** (the same splits searched without and with successive halving)", "",
+                 "| dataset | split | epochs without | epochs with | fewer epochs | test NLL without | test NLL with "
+                 "| difference | wall time without | wall time with |", "|---" * 10 + "|"]
+        for d, i in pairs:
+            a, b = by[("autodeuq", d, i)], by[("autodeuq-sha", d, i)]
+            lines.append(f"| {d} | {i} | {a['epochs']} | {b['epochs']} | {a['epochs'] / max(b['epochs'], 1):.1f}× "
+                         f"| {a['nll']:.3f} | {b['nll']:.3f} | {b['nll'] - a['nll']:+.3f} | {a['wall_s']:.0f} s "
+                         f"| {b['wall_s']:.0f} s |")
+        return lines + [""]
+
+    def standing():
+        # For each of our methods: on how many datasets its mean test NLL is below each reference.
+        lines = []
+        for m in (m for m in ("autodeuq", "autodeuq-sha") if m in methods):
+            ds = [d for d in datasets if cell[(m, d)]]
+            refs = {LABELS[o]: {d: np.mean([r["nll"] for r in cell[(o, d)]]) for d in ds if cell[(o, d)]}
+                    for o in methods if o not in ("autodeuq", "autodeuq-sha")}
+            refs["AutoDEUQ (thesis)"] = {d: PUBLISHED["AutoDEUQ (thesis)"]["nll"][d] for d in ds}
+            parts = []
+            for name, ref in refs.items():
+                wins = [d for d in ref if np.mean([r["nll"] for r in cell[(m, d)]]) < ref[d]]
+                parts.append(f"{name} on {len(wins)} of {len(ref)}")
+            lines.append(f"- {LABELS[m]} ({len(ds)} dataset{'s' if len(ds) > 1 else ''} so far): mean test NLL below " + ", ".join(parts) + ".")
+        return lines + [""] if lines else []
+
     failed = [r for r in records if r.get("status") != "done"]
     commands = sorted({r["command"] for r in records if r.get("command")})
     machines = sorted({r["machine"] for r in records if r.get("machine")})
@@ -386,6 +419,8 @@ def write_report(records: list[dict], path: Path) -> str:
         *table("rmse", "Test RMSE"),
         *table("coverage_90", "Coverage of the central 90 % interval (nominal 0.90)"),
         *cost_table(),
+        *discarding_table(),
+        *standing(),
         "Published columns (means over their splits; not measured here): AutoDEUQ (thesis): Egele et al. 2022, "
         "thesis Table 6.1 (500-model catalog, ensemble of 5, random train/validation splits). Deep Ensembles "
         "(paper): Lakshminarayanan et al. 2017, Table 1 (20 splits, 5 for protein; trained on the whole training "

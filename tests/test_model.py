@@ -3,17 +3,17 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import copy  # noqa: E402
+
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from autodeuq import ops  # noqa: E402
+from autodeuq.activations import ACTIVATIONS, Activation  # noqa: E402
 from autodeuq.data import Standardizer  # noqa: E402
+from autodeuq.layers import GaussianHead, Standardize, Unstandardize  # noqa: E402
 from autodeuq.model import (  # noqa: E402
-    ACTIVATION_GRADIENTS,
-    GaussianHead,
-    NetworkProgram,
-    Standardize,
-    Unstandardize,
     build_network,
     count_params,
     model_from_bytes,
@@ -21,7 +21,18 @@ from autodeuq.model import (  # noqa: E402
     split_output,
     with_scaling,
 )
-from autodeuq.space import ACTIVATIONS, SearchSpace  # noqa: E402
+from autodeuq.plan import (  # noqa: E402
+    HEAD_NAME,
+    HEAD_RAW_NAME,
+    INPUT_NAME,
+    NetworkPlan,
+    NetworkProgram,
+    add_name,
+    dense_name,
+    merge_name,
+    projection_name,
+)
+from autodeuq.space import SearchSpace, SpaceError  # noqa: E402
 
 ACTS = ["relu", "tanh", "linear", "swish"]
 NP_ACTS = {
@@ -59,6 +70,11 @@ def inbound(model, layer_name):
     return [t._keras_history.operation.name for t in tensors]
 
 
+def plan_of(space, arch, model):
+    """The plan ``model`` was built from."""
+    return NetworkPlan.from_arch(space, arch, model.input_shape[-1], model.output_shape[-1] // 2)
+
+
 def numpy_forward(space, arch, model, x):
     """Independent re-implementation of the cell semantics of the joint space (Egele 2024, Figure 6.1)."""
     w = {layer.name: layer.get_weights() for layer in model.layers if layer.get_weights()}
@@ -66,19 +82,19 @@ def numpy_forward(space, arch, model, x):
     for k, (choice, skips) in enumerate(space.cells(arch), start=1):
         h = outs[k - 1]
         if choice.units is not None:
-            kernel, bias = w[f"cell{k}_dense"]
+            kernel, bias = w[dense_name(k)]
             h = NP_ACTS[choice.activation](h @ kernel + bias)
         if skips:
             total = h
             for a in skips:
                 s = outs[a]
                 if s.shape[1] != h.shape[1]:
-                    kernel, bias = w[f"cell{k}_skip_from{a}_proj"]
+                    kernel, bias = w[projection_name(k, a)]
                     s = s @ kernel + bias
                 total = total + s
             h = NP_ACTS[space.merge_activation](total)
         outs[k] = h
-    kernel, bias = w["gaussian_raw"]
+    kernel, bias = w[HEAD_RAW_NAME]
     raw = outs[len(outs) - 1] @ kernel + bias
     t = raw.shape[1] // 2
     return np.concatenate([raw[:, :t], np.log1p(np.exp(raw[:, t:])) + 1e-6], axis=1)
@@ -93,17 +109,17 @@ def test_identity_cells_without_skips_leave_only_the_head(space):
     arch = [0, 0, 0, 0, 0, 0, 0, 0, 0]
     model = build_network(space, arch, n_features=3, n_targets=1)
     assert model.output_shape == (None, 2)
-    assert [layer.name for layer in model.layers] == ["features", "gaussian_raw", "gaussian_head"]
-    assert inbound(model, "gaussian_raw") == ["features"]
+    assert [layer.name for layer in model.layers] == [INPUT_NAME, HEAD_RAW_NAME, HEAD_NAME]
+    assert inbound(model, HEAD_RAW_NAME) == [INPUT_NAME]
 
 
 def test_dense_cell(space):
     arch = [dense(space, 8, "tanh"), 0, 0, 0, 0, 0, 0, 0, 0]
     model = build_network(space, arch, 3, 1)
-    layer = model.get_layer("cell1_dense")
+    layer = model.get_layer(dense_name(1))
     assert layer.units == 8 and layer.activation.__name__ == "tanh"
-    assert inbound(model, "cell1_dense") == ["features"]
-    assert inbound(model, "gaussian_raw") == ["cell1_dense"]
+    assert inbound(model, dense_name(1)) == [INPUT_NAME]
+    assert inbound(model, HEAD_RAW_NAME) == [dense_name(1)]
     assert not any("merge" in layer.name or "add" in layer.name for layer in model.layers)
 
 
@@ -112,31 +128,31 @@ def test_skip_with_equal_widths_has_no_projection(space):
     arch = [dense(space, 8, "relu"), 0, dense(space, 8, "tanh"), 1, 0, 0, 0, 0, 0]
     model = build_network(space, arch, 3, 1)
     names = [layer.name for layer in model.layers]
-    assert "cell2_add" in names and "cell2_merge" in names
+    assert add_name(2) in names and merge_name(2) in names
     assert not any("proj" in n for n in names)
-    assert inbound(model, "cell2_add") == ["cell2_dense", "cell1_dense"]
-    assert inbound(model, "cell2_merge") == ["cell2_add"]
-    assert model.get_layer("cell2_merge").activation.__name__ == "relu"
-    assert inbound(model, "gaussian_raw") == ["cell2_merge"]
+    assert inbound(model, add_name(2)) == [dense_name(2), dense_name(1)]
+    assert inbound(model, merge_name(2)) == [add_name(2)]
+    assert model.get_layer(merge_name(2)).activation.__name__ == "relu"
+    assert inbound(model, HEAD_RAW_NAME) == [merge_name(2)]
 
 
 def test_skip_with_different_widths_is_projected(space):
     # cell2 Dense(8) with a skip from the 3-wide input (cell 0)
     arch = [0, 0, dense(space, 8, "relu"), 0, 1, 0, 0, 0, 0]
     model = build_network(space, arch, 3, 1)
-    proj = model.get_layer("cell2_skip_from0_proj")
+    proj = model.get_layer(projection_name(2, 0))
     assert proj.units == 8 and proj.activation.__name__ == "linear"
-    assert inbound(model, "cell2_skip_from0_proj") == ["features"]
-    assert inbound(model, "cell2_add") == ["cell2_dense", "cell2_skip_from0_proj"]
+    assert inbound(model, projection_name(2, 0)) == [INPUT_NAME]
+    assert inbound(model, add_name(2)) == [dense_name(2), projection_name(2, 0)]
 
 
 def test_identity_cell_with_skip_keeps_the_previous_width(space):
     # cell1 Dense(4); cell2 identity (width 4) with skips from cell 1 (same width) and the input (3 wide)
     arch = [dense(space, 4, "relu"), 0, 0, 1, 1, 0, 0, 0, 0]
     model = build_network(space, arch, 3, 1)
-    assert inbound(model, "cell2_add") == ["cell1_dense", "cell1_dense", "cell2_skip_from0_proj"]
-    assert model.get_layer("cell2_skip_from0_proj").units == 4
-    assert "cell2_skip_from1_proj" not in [layer.name for layer in model.layers]
+    assert inbound(model, add_name(2)) == [dense_name(1), dense_name(1), projection_name(2, 0)]
+    assert model.get_layer(projection_name(2, 0)).units == 4
+    assert projection_name(2, 1) not in [layer.name for layer in model.layers]
 
 
 @pytest.mark.parametrize("arch_seed", range(8))
@@ -153,14 +169,35 @@ def test_network_matches_an_independent_numpy_forward(space, arch_seed):
 def test_plain_ops_forward_equals_the_keras_model(space, arch_seed):
     arch = space.sample_arch(np.random.default_rng(100 + arch_seed))
     model = build_network(space, arch, 3, 2)
-    forward = NetworkProgram(space, arch, model)
+    forward = NetworkProgram(plan_of(space, arch, model), model)
     x = np.random.default_rng(2).normal(size=(6, 3)).astype(np.float32)
     weights = [v.value for v in model.trainable_variables]
     np.testing.assert_allclose(np.asarray(forward(weights, x)), np.asarray(model(x)), rtol=1e-6, atol=1e-7)
 
 
-def test_every_space_activation_has_a_gradient():
-    assert set(ACTIVATIONS) <= set(ACTIVATION_GRADIENTS)
+def test_the_space_accepts_exactly_the_registered_activations(monkeypatch):
+    assert small_space(activations=list(ACTIVATIONS)).activations == list(ACTIVATIONS)
+    with pytest.raises(SpaceError, match="unknown activation.*'mish'"):
+        small_space(activations=["relu", "mish"])
+    # a new activation is one entry of the table: the space takes it and networks use it
+    monkeypatch.setitem(ACTIVATIONS, "mish", Activation("mish", gradient=None))
+    space = small_space(activations=["relu", "mish"])
+    model = build_network(space, [dense(space, 4, "mish")] + [0] * 8, 3, 1)
+    assert model.get_layer(dense_name(1)).activation.__name__ == "mish"
+
+
+def test_layer_names_come_from_the_plan():
+    """The names saved models carry: the plan makes them, build_network uses them."""
+    assert (dense_name(2), projection_name(3, 0), add_name(4), merge_name(4)) == (
+        "cell2_dense", "cell3_skip_from0_proj", "cell4_add", "cell4_merge")
+    assert (INPUT_NAME, HEAD_RAW_NAME, HEAD_NAME) == ("features", "gaussian_raw", "gaussian_head")
+    space = small_space(num_cells=4, units=(3, 5), activations=ACTIVATIONS)
+    for seed in range(6):
+        arch = space.sample_arch(np.random.default_rng(seed))
+        plan = NetworkPlan.from_arch(space, arch, 3, 2)
+        model = build_network(space, arch, 3, 2)
+        assert sorted(layer.name for layer in model.layers) == sorted(plan.layer_names)
+        assert len(set(plan.layer_names)) == len(plan.layer_names)
 
 
 def every_cell(space, act):
@@ -182,7 +219,7 @@ def test_written_out_backward_equals_gradient_tape(case):
     rng = np.random.default_rng(7)
     arch = every_cell(space, value) if kind == "act" else space.sample_arch(np.random.default_rng(int(value)))
     model = build_network(space, arch, 3, 2)
-    program = NetworkProgram(space, arch, model)
+    program = NetworkProgram(plan_of(space, arch, model), model)
     weights = [tf.constant(v.value) for v in model.trainable_variables]
     x = tf.constant(rng.normal(size=(7, 3)) * 2, tf.float32)  # wide enough to cross the kinks
     c_mean = tf.constant(rng.normal(size=(7, 2)), tf.float32)
@@ -200,6 +237,95 @@ def test_written_out_backward_equals_gradient_tape(case):
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-4, atol=1e-5, err_msg=v.path)
 
 
+def tape_gradients(program, weights, x, c_mean, c_var):
+    """Outputs and gradients of ``sum(c_mean * mean) + sum(c_var * var)``, by tf.GradientTape."""
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        tape.watch(weights)
+        mean, var, _ = program.forward(weights, x)
+        loss = tf.reduce_sum(c_mean * mean) + tf.reduce_sum(c_var * var)
+    return np.concatenate([mean, var], axis=1), tape.gradient(loss, weights)
+
+
+def without_backward(op):
+    """A copy of ``op`` whose class (a subclass of its own) does not write its backward."""
+    tape_op = copy.copy(op)
+    tape_op.__class__ = type(f"Tape{type(op).__name__}", (type(op),), {"backward": ops.Op.backward})
+    return tape_op
+
+
+def random_inputs(n_features, n_targets, seed=7):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    return [tf.constant(rng.normal(size=(7, d)) * s, tf.float32)
+            for d, s in ((n_features, 2.0), (n_targets, 1.0), (n_targets, 1.0))]
+
+
+@pytest.mark.parametrize("case", ["every-cell", "same-input-twice", "seed=1", "seed=2"])
+def test_ops_without_a_backward_fall_back_to_gradient_tape(case):
+    """Every op of the plan without its written-out backward: the same gradients."""
+    import tensorflow as tf
+
+    space = small_space(num_cells=4, units=(3, 5), activations=ACTIVATIONS)
+    if case == "every-cell":
+        arch = every_cell(space, "tanh")
+    elif case == "same-input-twice":  # cell 2: identity + skip from cell 1, i.e. Add(cell1, cell1, ...)
+        arch = [dense(space, 5, "tanh"), 0, 0, 1, 1] + [0] * 8
+    else:
+        arch = space.sample_arch(np.random.default_rng(int(case.split("=")[1])))
+    model = build_network(space, arch, 3, 2)
+    plan = plan_of(space, arch, model)
+    taped = NetworkPlan(tuple(without_backward(op) for op in plan.ops), plan.n_features, plan.n_targets)
+    assert all(type(op).backward is ops.Op.backward for op in taped.ops)
+    if case == "same-input-twice":
+        assert plan.ops[2].inputs[:2] == (dense_name(1), dense_name(1))
+    weights = [tf.constant(v.value) for v in model.trainable_variables]
+    x, c_mean, c_var = random_inputs(3, 2)
+    results = []
+    for p in (plan, taped):
+        program = NetworkProgram(p, model)
+        mean, var, saved = program.forward(weights, x)
+        results.append((np.concatenate([mean, var], axis=1), program.backward(saved, c_mean, c_var)))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    for written, taped_grad, v in zip(results[0][1], results[1][1], model.trainable_variables):
+        np.testing.assert_allclose(np.asarray(taped_grad), np.asarray(written), rtol=1e-5, atol=1e-6,
+                                   err_msg=v.path)
+
+
+class Square(ops.Op):
+    """A new kind of layer in one class, without a backward: ``x ** 2``."""
+
+    def layer(self):
+        return keras.layers.Activation(keras.ops.square, name=self.name)
+
+    def forward(self, weights, inputs):
+        return inputs[0] ** 2, None
+
+
+def test_a_new_op_is_one_class():
+    """Inserted in a plan, it builds into the Keras model and trains through the program."""
+    space = small_space()
+    arch = [dense(space, 8, "tanh"), 0, dense(space, 4, "relu"), 1, 1, 0, 0, 0, 0]
+    plan = NetworkPlan.from_arch(space, arch, 3, 2)
+    head_raw = copy.copy(plan.ops[-2])
+    assert head_raw.name == HEAD_RAW_NAME
+    square = Square("square", head_raw.inputs)
+    head_raw.inputs = (square.name,)
+    plan = NetworkPlan(plan.ops[:-2] + (square, head_raw, plan.ops[-1]), 3, 2)
+    model = plan.build_model()
+    assert "square" in [layer.name for layer in model.layers]
+    program = NetworkProgram(plan, model)
+    weights = [v.value for v in model.trainable_variables]
+    x, c_mean, c_var = random_inputs(3, 2)
+    out, expected = tape_gradients(program, weights, x, c_mean, c_var)
+    np.testing.assert_allclose(out, np.asarray(model(x)), rtol=1e-6, atol=1e-7)
+    _, _, saved = program.forward(weights, x)
+    for got, e in zip(program.backward(saved, c_mean, c_var), expected):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(e), rtol=1e-5, atol=1e-6)
+
+
 def test_tabular_space_builds_its_five_cells():
     from autodeuq.space import load_space
 
@@ -208,7 +334,7 @@ def test_tabular_space_builds_its_five_cells():
     model = build_network(space, arch, 13, 1)
     assert model.output_shape == (None, 2)
     dense_cells = [k for k, (c, _) in enumerate(space.cells(arch), start=1) if c.units is not None]
-    assert {f"cell{k}_dense" for k in dense_cells} <= {layer.name for layer in model.layers}
+    assert {dense_name(k) for k in dense_cells} <= {layer.name for layer in model.layers}
 
 
 def test_gaussian_head_variance_is_positive_and_softplus():

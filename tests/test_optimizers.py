@@ -8,9 +8,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from autodeuq.optimizers import FlatOptimizer  # noqa: E402
-from autodeuq.space import OPTIMIZERS as SPACE_OPTIMIZERS  # noqa: E402
-from autodeuq.train import make_optimizer  # noqa: E402
+from autodeuq.optimizers import OPTIMIZERS, FlatOptimizer, make_optimizer  # noqa: E402
 
 
 def keras_run(name, start, grads, rates):
@@ -37,7 +35,7 @@ def flat_run(name, start, grads, rates, opt=None):
     return np.array(out)
 
 
-@pytest.mark.parametrize("name", SPACE_OPTIMIZERS)
+@pytest.mark.parametrize("name", OPTIMIZERS)
 def test_flat_optimizer_follows_keras(name):
     """20 steps with varied gradients (some tiny, some zero) and a learning-rate cut at step 10."""
     rng = np.random.default_rng(0)
@@ -65,3 +63,16 @@ def test_reset_restarts_the_optimizer(name):
 def test_unknown_optimizer():
     with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
         FlatOptimizer("lion", 3)
+    with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
+        make_optimizer("lion", 0.1)
+
+
+def test_the_space_accepts_exactly_the_registered_optimizers():
+    from autodeuq.space import SpaceError, load_space
+
+    spec = load_space("toy").to_dict()
+    spec["training"]["optimizer"] = list(OPTIMIZERS)
+    assert list(load_space(spec).configspace["optimizer"].choices) == list(OPTIMIZERS)
+    spec["training"]["optimizer"] = ["adam", "lion"]
+    with pytest.raises(SpaceError, match=r"unknown optimizer\(s\) \['lion'\]"):
+        load_space(spec)

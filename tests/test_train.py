@@ -13,9 +13,9 @@ import tensorflow as tf  # noqa: E402
 from autodeuq import train as train_mod  # noqa: E402
 from autodeuq.data import from_arrays  # noqa: E402
 from autodeuq.model import model_from_bytes  # noqa: E402
+from autodeuq.optimizers import OPTIMIZERS  # noqa: E402
 from autodeuq.space import SearchSpace  # noqa: E402
 from autodeuq.train import (  # noqa: E402
-    OPTIMIZERS,
     EpochBookkeeper,
     clear_trainer_cache,
     configure_threads,

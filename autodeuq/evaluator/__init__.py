@@ -8,15 +8,27 @@ from autodeuq.evaluator.base import Evaluator, TrainingObjective
 from autodeuq.evaluator.serial import SerialEvaluator
 
 
+def _ray(objective, **options) -> Evaluator:
+    from autodeuq.evaluator.ray import RayEvaluator  # Ray loads only when asked for
+
+    return RayEvaluator(objective, **options)
+
+
+def _serial(objective, **options) -> Evaluator:
+    return SerialEvaluator(objective, eval_timeout=options.get("eval_timeout"))
+
+
+EVALUATORS = {"ray": _ray, "serial": _serial}
+"""The evaluators by name: ``name -> factory(objective, **options)``."""
+
+
 def create(name: str, objective, **options) -> Evaluator:
-    """An evaluator by name: ``"ray"`` (default of the CLI) or ``"serial"``."""
-    if name == "serial":
-        return SerialEvaluator(objective, eval_timeout=options.get("eval_timeout"))
-    if name == "ray":
-        from autodeuq.evaluator.ray import RayEvaluator
-
-        return RayEvaluator(objective, **options)
-    raise ParameterError("evaluator", "must be 'ray' or 'serial'", name)
+    """An evaluator by name (:data:`EVALUATORS`): ``"ray"`` (default of the CLI) or ``"serial"``."""
+    try:
+        factory = EVALUATORS[name]
+    except KeyError:
+        raise ParameterError("evaluator", "must be " + " or ".join(map(repr, EVALUATORS)), name) from None
+    return factory(objective, **options)
 
 
-__all__ = ["Evaluator", "SerialEvaluator", "TrainingObjective", "create"]
+__all__ = ["EVALUATORS", "Evaluator", "SerialEvaluator", "TrainingObjective", "create"]

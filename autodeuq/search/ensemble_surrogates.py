@@ -5,7 +5,7 @@ registered as ``"deep-ensemble"`` and ``"ranking-ensemble"`` in
 :data:`~autodeuq.search.surrogate.SURROGATES` when this module is imported:
 
 * :class:`DeepEnsembleSurrogate`: M MLPs ending in the project's
-  :class:`~autodeuq.model.GaussianHead`, trained on standardized costs with the beta-NLL of
+  :class:`~autodeuq.layers.GaussianHead`, trained on standardized costs with the beta-NLL of
   Seitzer et al. (ICLR 2022): the Gaussian NLL of :func:`autodeuq.train.gaussian_nll` with each
   row weighted by its (constant) predicted variance to the power beta; the prediction is the
   mixture moments of :func:`autodeuq.metrics.mixture_moments` (equal weights).
@@ -79,7 +79,7 @@ def _trainer(kind: str, n_layers: int):
     """The compiled trainer ``(params, X, target, mask, epochs, lr, beta) -> (params, final loss)``.
 
     ``kind="nll"``: ``target`` is ``(n,)`` standardized costs, each member's output goes through
-    :class:`~autodeuq.model.GaussianHead` and the beta-NLL (the rows of
+    :class:`~autodeuq.layers.GaussianHead` and the beta-NLL (the rows of
     :func:`autodeuq.train.gaussian_nll` times ``stop_gradient(var) ** beta``; ``beta=0`` is the
     plain NLL); rows with ``mask == 0`` are padding (their outputs are cut from the gradient).
     This trainer is XLA-compiled (about 5x faster per epoch on CPU), and XLA compiles once per
@@ -98,7 +98,7 @@ def _trainer(kind: str, n_layers: int):
     import tensorflow as tf
 
     if kind == "nll":
-        from autodeuq.model import GaussianHead
+        from autodeuq.layers import GaussianHead
         from autodeuq.train import LOG_2PI
 
         head = GaussianHead(1)
@@ -190,7 +190,7 @@ class DeepEnsembleSurrogate(RegressorMixin, BaseEstimator):
     """Deep ensemble of Gaussian MLPs (Lakshminarayanan et al. 2017) as a BO surrogate.
 
     Each of the ``n_members`` MLPs (ReLU hidden layers) ends in a Dense(2) and the project's
-    :class:`~autodeuq.model.GaussianHead` (mean, softplus variance) and is trained on
+    :class:`~autodeuq.layers.GaussianHead` (mean, softplus variance) and is trained on
     standardized costs, full batch, with Adam, by the beta-NLL of Seitzer et al., "On the Pitfalls
     of Heteroscedastic Uncertainty Estimation with Probabilistic Neural Networks" (ICLR 2022): the
     Gaussian NLL of :func:`autodeuq.train.gaussian_nll` with each row weighted by its predicted
@@ -262,7 +262,8 @@ class DeepEnsembleSurrogate(RegressorMixin, BaseEstimator):
 
     def predict_members(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Each member's mean and variance in cost units, each of shape ``(M, n, 1)``."""
-        from autodeuq.model import GaussianHead, split_output
+        from autodeuq.layers import GaussianHead
+        from autodeuq.model import split_output
 
         raw = _forward_numpy(self.params_, np.asarray(X, dtype=float))
         n_members, n = raw.shape[:2]

@@ -1,0 +1,195 @@
+"""The network of an architecture vector as a plan: its ops, in order, derived once.
+
+A :class:`NetworkPlan` is the one description of a network (Egele et al. 2022; Egele 2024,
+Figure 6.1): a chain of cells, each a dense decision (identity or ``Dense(units, activation)``)
+plus skip connections to the outputs of up to ``skip_window`` previous cells (cell 0 is the
+input), then a Gaussian head giving, per target, a mean and a positive variance. From it come
+
+* the Keras model (:meth:`NetworkPlan.build_model`, used by :func:`autodeuq.model.build_network`);
+* the plain-ops program the compiled trainer runs (:class:`NetworkProgram`);
+* the key of the trainer's cache of compiled epochs (:attr:`NetworkPlan.key`).
+
+Layer names are made here only (:func:`dense_name`, :func:`projection_name`, ...); saved
+``.keras`` files carry them, so they never change.
+
+Merge rule (a choice the method leaves open): the merge activation (ReLU by default) is applied
+only to a cell that has at least one active skip. A cell without skips outputs its dense output
+unchanged, so an identity cell without skips is a true no-op and ``linear`` activations stay
+linear. A skip whose width differs from the cell's goes through a linear projection.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import keras
+import tensorflow as tf
+
+from . import ops
+
+INPUT_NAME = "features"
+HEAD_RAW_NAME = "gaussian_raw"
+HEAD_NAME = "gaussian_head"
+
+
+def dense_name(cell: int) -> str:
+    """Name of the Dense layer of cell ``cell`` (1-based)."""
+    return f"cell{cell}_dense"
+
+
+def projection_name(cell: int, anchor: int) -> str:
+    """Name of the linear projection of the skip from cell ``anchor`` (0 = input) into ``cell``."""
+    return f"cell{cell}_skip_from{anchor}_proj"
+
+
+def add_name(cell: int) -> str:
+    """Name of the sum of a cell's output and its skips."""
+    return f"cell{cell}_add"
+
+
+def merge_name(cell: int) -> str:
+    """Name of the merge activation applied to that sum."""
+    return f"cell{cell}_merge"
+
+
+@dataclass(frozen=True)
+class NetworkPlan:
+    """The ops of one network, in the order they run (and their layers are created).
+
+    Attributes
+    ----------
+    ops : tuple of Op
+        Each reads the network input (:data:`INPUT_NAME`) or earlier ops' outputs; the last is
+        the Gaussian head, whose output is ``(mean, var)``.
+    n_features, n_targets : int
+    """
+
+    ops: tuple
+    n_features: int
+    n_targets: int
+
+    @classmethod
+    def from_arch(cls, space, arch, n_features: int, n_targets: int) -> NetworkPlan:
+        """The plan of architecture vector ``arch`` of ``space``.
+
+        Examples
+        --------
+        >>> space = load_space("toy")
+        >>> [op.name for op in NetworkPlan.from_arch(space, [1, 0, 0, 0, 0, 0, 0, 0, 0], 1, 1).ops]
+        ['cell1_dense', 'gaussian_raw', 'gaussian_head']
+        """
+        plan = []
+        outputs, widths = {0: INPUT_NAME}, {0: int(n_features)}  # cell index -> output value, width
+        for k, (dense, skips) in enumerate(space.cells(arch), start=1):
+            x, width = outputs[k - 1], widths[k - 1]
+            if dense.units is not None:
+                plan.append(ops.Dense(dense_name(k), x, dense.units, dense.activation))
+                x, width = dense_name(k), dense.units
+            if skips:
+                terms = [x]
+                for a in skips:
+                    if widths[a] == width:
+                        terms.append(outputs[a])
+                    else:
+                        plan.append(ops.Dense(projection_name(k, a), outputs[a], width, "linear"))
+                        terms.append(projection_name(k, a))
+                plan.append(ops.Add(add_name(k), terms))
+                plan.append(ops.Activation(merge_name(k), add_name(k), space.merge_activation))
+                x = merge_name(k)
+            outputs[k], widths[k] = x, width
+        plan.append(ops.Dense(HEAD_RAW_NAME, outputs[len(outputs) - 1], 2 * int(n_targets), "linear"))
+        plan.append(ops.GaussianHead(HEAD_NAME, HEAD_RAW_NAME, n_targets))
+        return cls(tuple(plan), int(n_features), int(n_targets))
+
+    @property
+    def layer_names(self) -> list[str]:
+        """The names of the Keras model's layers, input first."""
+        return [INPUT_NAME] + [op.name for op in self.ops]
+
+    @property
+    def key(self) -> str:
+        """A string equal for two plans exactly when they compute the same function of their
+        weights (the trainer's cache key)."""
+        return json.dumps([self.n_features, self.n_targets,
+                           [[type(op).__name__, op.name, list(op.inputs), op.config()] for op in self.ops]])
+
+    def build_model(self, name: str = "autodeuq_core") -> keras.Model:
+        """The Keras model: input ``(n, n_features)`` -> output ``(n, 2T)`` (means, variances)."""
+        values = {INPUT_NAME: keras.Input(shape=(self.n_features,), name=INPUT_NAME)}
+        for op in self.ops:
+            values[op.name] = op.call_layer(op.layer(), [values[i] for i in op.inputs])
+        return keras.Model(values[INPUT_NAME], values[self.ops[-1].name], name=name)
+
+
+class NetworkProgram:
+    """A plan's computation as plain ops on a list of weights, with its backward pass.
+
+    ``program(weights, x)`` gives the network's ``(n, 2T)`` output, where ``weights`` lists
+    tensors in the order of ``model.trainable_variables``; it applies the same ops in the same
+    order as the Keras layers, so it gives the same numbers. :meth:`forward` and
+    :meth:`backward` are the training pair: each op's forward keeps what its backward needs
+    (:mod:`autodeuq.ops`). The tests check the outputs against the Keras model and the gradients
+    against ``tf.GradientTape``.
+
+    Parameters
+    ----------
+    plan : NetworkPlan
+    model : keras.Model
+        Built by ``plan.build_model()``; tells where each op's weights sit in
+        ``model.trainable_variables``.
+    """
+
+    def __init__(self, plan: NetworkPlan, model: keras.Model):
+        index = {id(v): i for i, v in enumerate(model.trainable_variables)}
+        self.steps = [(op, [index[id(v)] for v in model.get_layer(op.name).trainable_variables])
+                      for op in plan.ops]
+        self.output = plan.ops[-1].name
+        self.n_weights = len(model.trainable_variables)
+
+    def __call__(self, weights, x):
+        mean, var, _ = self.forward(weights, x)
+        return tf.concat([mean, var], axis=1)
+
+    @tf.autograph.experimental.do_not_convert  # static Python loops: nothing for AutoGraph to do
+    def forward(self, weights, x):
+        """``(mean, var, saved)``: the outputs, each ``(n, T)``, and what :meth:`backward` needs."""
+        values, saved = {INPUT_NAME: x}, {}
+        for op, where in self.steps:
+            values[op.name], saved[op.name] = op.forward([weights[i] for i in where],
+                                                         [values[i] for i in op.inputs])
+        mean, var = values[self.output]
+        return mean, var, {"weights": weights, "values": values, "saved": saved}
+
+    @tf.autograph.experimental.do_not_convert
+    def backward(self, saved, d_mean, d_var):
+        """Gradients of a loss w.r.t. every weight, from its gradients w.r.t. the outputs.
+
+        Parameters
+        ----------
+        saved : dict
+            From :meth:`forward`.
+        d_mean, d_var : tf.Tensor of shape (n, T)
+            Gradients of the loss w.r.t. the means and variances :meth:`forward` returned.
+
+        Returns
+        -------
+        list of tf.Tensor
+            One gradient per weight, in ``model.trainable_variables`` order.
+        """
+        weights, values = saved["weights"], saved["values"]
+        grads = [None] * self.n_weights
+        upstream = {self.output: [(d_mean, d_var)]}  # gradients reaching each value
+        for op, where in reversed(self.steps):
+            pending = upstream.pop(op.name, [])
+            if not pending:
+                continue
+            d_output = pending[0] if len(pending) == 1 else tf.add_n(pending)
+            d_inputs, d_weights = op.backward([weights[i] for i in where], [values[i] for i in op.inputs],
+                                              saved["saved"][op.name], d_output,
+                                              [i != INPUT_NAME for i in op.inputs])
+            for i, g in zip(where, d_weights):
+                grads[i] = g
+            for name, d in zip(op.inputs, d_inputs):
+                if name != INPUT_NAME:
+                    upstream.setdefault(name, []).append(d)
+        return grads
