@@ -8,6 +8,9 @@ from importlib import import_module
 # TensorFlow's C++ INFO/WARNING/ERROR logs (oneDNN notices, grappler messages about nested Keras
 # models) bury autodeuq's own output; users can still set their own level.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# ... and so do the lines its native libraries print while it is imported (see autodeuq.quiet).
+_quiet = import_module("autodeuq.quiet")
+_quiet.install()
 
 __version__ = "0.1.0"
 

@@ -68,6 +68,11 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     selection_bags : int, default=10
         When > 0, bagged selection: repeated on that many random halves of the validation rows,
         weights averaged.
+    refit : bool, default=False
+        Retrain the selected members on the training and validation rows together, each for
+        the epochs of its best validation loss with the learning rates it used then (see
+        :mod:`autodeuq.ensemble.refit`); ``ensemble_`` then holds the refitted networks in
+        memory (save it with ``ensemble_.save(folder, self_contained=True)``).
     early_discarding : {"none", "sha"}, default="none"
         ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at epochs 1, 3, 9,
         27, 81: a training continues past a rung only if its validation loss is among the best
@@ -133,7 +138,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                  run_dir=None, seed=None, epochs=None, evaluator="ray", valid_fraction=1 / 3,
                  selector="greedy", selection_score="mixture", selection_stop="size", diversity="none",
                  calibrate="none", selection_bags=10, early_discarding="none", timeout=None, verbose=False,
-                 categorical="onehot", impute="mean", drop=None, id_column=None,
+                 categorical="onehot", impute="mean", drop=None, id_column=None, refit=False,
                  selection_objective="deprecated"):
         self.space = space
         self.search = search
@@ -158,6 +163,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.impute = impute
         self.drop = drop
         self.id_column = id_column
+        self.refit = refit
         self.selection_objective = selection_objective
 
     def fit(self, X, y, X_valid=None, y_valid=None):
@@ -244,6 +250,11 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.ensemble_ = Ensemble.from_catalog(self.run_dir_, size=self.ensemble_size, selector=self.selector,
                                                score=score, stop=self.selection_stop, diversity=self.diversity,
                                                calibrate=self.calibrate, bags=self.selection_bags, seed=seed)
+        if self.refit:
+            from autodeuq.ensemble.refit import refit
+
+            self.ensemble_ = refit(self.ensemble_, np.vstack([dataset.x_train, dataset.x_valid]),
+                                   np.vstack([dataset.y_train, dataset.y_valid]))
         return self
 
     def _check_parameters(self) -> str:
@@ -269,6 +280,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             raise ParameterError("run_dir", "must be None or a path", self.run_dir)
         if not isinstance(self.verbose, numbers.Integral) or self.verbose < 0:  # bool is Integral
             raise ParameterError("verbose", "must be a bool", self.verbose)
+        if not isinstance(self.refit, (bool, np.bool_)):
+            raise ParameterError("refit", "must be True or False", self.refit)
         check_search_parameters(search=self.search, max_evals=self.max_evals, epochs=self.epochs, seed=self.seed,
                                 timeout=self.timeout, evaluator=self.evaluator, workers=self.workers,
                                 valid_fraction=self.valid_fraction, early_discarding=self.early_discarding)

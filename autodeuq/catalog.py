@@ -159,7 +159,7 @@ _TABLES = {
     for name, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\);", _SCHEMA, flags=re.DOTALL)
 }
 # Run-table keys holding arrays that are read only when asked for (they may be large).
-_ARRAY_KEYS = ("x_test", "y_test", "x_train", "y_train")
+_ARRAY_KEYS = ("x_test", "y_test", "x_train", "y_train", "x_valid", "y_valid")
 
 
 class CatalogError(AutoDEUQError, RuntimeError):
@@ -761,12 +761,21 @@ class Catalog:
         return self._stored_pair(("x_test", "y_test"), "test set")
 
     def training_data(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The training points ``(x_train, y_train)``, kept for one-feature problems only.
+        """The training rows ``(x_train, y_train)`` in original units.
 
-        They are what the 1-D uncertainty plot shows; None for several features (or a run created
-        by an autodeuq that did not store them).
+        What the 1-D uncertainty plot shows. None for a run created by an autodeuq that did not
+        store them (older ones kept them for one-feature problems only).
         """
         return self._stored_pair(("x_train", "y_train"), "training points")
+
+    def fit_data(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The training and validation rows together, ``(x, y)`` in original units: what a refit
+        of an ensemble's members trains on. None when the catalog did not store them (runs
+        created before autodeuq kept the validation rows' features)."""
+        train, valid = self.training_data(), self._stored_pair(("x_valid", "y_valid"), "validation rows")
+        if train is None or valid is None:
+            return None
+        return np.vstack([train[0], valid[0]]), np.vstack([train[1], valid[1]])
 
     def _stored_pair(self, keys: tuple[str, str], what: str) -> tuple[np.ndarray, np.ndarray] | None:
         found = {r["key"]: r["value"] for r in self._query("SELECT key, value FROM run WHERE key IN (?, ?)", keys)}
@@ -1214,19 +1223,22 @@ def _migrate(conn, info: dict[str, Any]) -> dict[str, Any]:
 
 
 def _arrays_to_store(dataset) -> dict[str, bytes]:
-    """The test set and, for one feature, the training points, as ``.npy`` bytes: what a report
-    needs besides the index, so that it never re-reads the user's (moved, relative) data files."""
-    pairs = {"test set": ("x_test", "y_test"), "training points": ("x_train", "y_train")}
+    """The test set, the training rows and the validation rows, as ``.npy`` bytes: what a report
+    (test scores, the 1-D plot's training points) and a refit of the ensemble's members need
+    besides the index, so that they never re-read the user's (moved, relative) data files."""
+    pairs = {"test set": ("x_test", "y_test"), "training points": ("x_train", "y_train"),
+             "validation rows": ("x_valid", "y_valid")}
     out = {}
     for what, keys in pairs.items():
         x, y = (getattr(dataset, key, None) for key in keys)
-        if x is None or y is None or (keys[0] == "x_train" and np.shape(x)[1] != 1):
+        if x is None or y is None:
             continue
         stored = {key: _npy_bytes(value) for key, value in zip(keys, (x, y))}
         if sum(map(len, stored.values())) > MAX_ARRAY_BYTES:
-            warnings.warn(f"the {what} is too large to keep in the catalog ({MAX_ARRAY_BYTES} bytes at most); "
-                          f"reports will not show it unless the test table is given again", RuntimeWarning,
-                          stacklevel=4)
+            later = ("reports will not show it unless the test table is given again" if keys[0] == "x_test"
+                     else "a refit of the ensemble's members will not be possible")
+            warnings.warn(f"the {what} are too large to keep in the catalog ({MAX_ARRAY_BYTES} bytes at most); "
+                          f"{later}", RuntimeWarning, stacklevel=4)
             continue
         out.update(stored)
     return out

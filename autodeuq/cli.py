@@ -42,7 +42,7 @@ class CLIError(AutoDEUQError):
 # Options not named after the library parameter they set (the others are ``--`` + its name, dashed).
 OPTIONS = {"size": "--size", "ensemble_size": "--size", "address": "--ray-address", "min_epochs": "--sha-min-epochs",
            "reduction": "--sha-reduction", "score": "--selection-score", "stop": "--selection-stop",
-           "bags": "--selection-bags"}
+           "bags": "--selection-bags", "manifest": "--out"}
 
 
 def option(parameter: str) -> str:
@@ -179,7 +179,13 @@ def _add_ensemble_args(p, with_test=True):
     g.add_argument("--calibrate", choices=predictive.CALIBRATIONS, default="none",
                    help="scale: recalibrate each target's predictive std by a factor fitted on out-of-fold "
                         "selections of the validation rows (default: none)")
-    g.add_argument("--out", default=None, metavar="FILE", help="ensemble manifest (default: DIR/ensemble.json)")
+    g.add_argument("--refit", action="store_true",
+                   help="retrain the selected members on the training and validation rows together, each for the "
+                        "epochs of its best validation loss with the learning rates it used then; the ensemble is "
+                        "written as a self-contained folder (default --out: DIR/refit/ensemble.json)")
+    g.add_argument("--out", default=None, metavar="FILE",
+                   help="ensemble manifest; metrics.json and the figures are written beside it "
+                        "(default: DIR/ensemble.json)")
     if with_test:
         g.add_argument("--test", metavar="FILE", help="test table to score (built-in datasets use their own test set)")
 
@@ -335,7 +341,7 @@ def cmd_search(args, *, timeout=None):
             sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction, evaluator=args.evaluator,
             workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
             ray_address=args.ray_address, eval_timeout=args.eval_timeout, new_run=args.new_run,
-            progress=not args.no_progress, on_start=announce)
+            progress=not args.no_progress, on_start=announce, log=lambda line: print(line, flush=True))
     except OSError as exc:  # the run directory cannot be written, say
         raise _os_error(exc) from None
     print(f"search: {summary}", flush=True)
@@ -362,21 +368,28 @@ def _os_error(exc: OSError) -> CLIError:
     return CLIError(f"{where}{exc.strerror or exc}")
 
 
+def _default_out(run_dir: Path, refit: bool) -> Path:
+    # A refitted ensemble is a self-contained folder, kept apart from the catalog's own files.
+    return run_dir / "refit" / "ensemble.json" if refit else run_dir / "ensemble.json"
+
+
 def cmd_ensemble(args, run_dir=None):
     from autodeuq.ensemble.predictive import EnsembleSizeWarning
     from autodeuq.report import build_and_report
 
     _check_ensemble_args(args)
     run_dir = Path(run_dir or args.run_dir)
-    out = Path(args.out) if args.out else run_dir / "ensemble.json"
+    out = Path(args.out) if args.out else _default_out(run_dir, args.refit)
     _check_out(out, "--out")
+    if args.refit and out.name != "ensemble.json":
+        raise CLIError(f"--out {out}: --refit writes a self-contained folder; give FOLDER/ensemble.json")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", EnsembleSizeWarning)
         try:
             report = build_and_report(run_dir, size=args.size, selector=args.selector, score=args.selection_score,
                                       test_file=getattr(args, "test", None), manifest=out,
                                       stop=args.selection_stop, diversity=args.diversity, calibrate=args.calibrate,
-                                      bags=args.selection_bags)
+                                      bags=args.selection_bags, refit=args.refit)
         except OSError as exc:  # FileNotFoundError of a --test file included
             raise _os_error(exc) from None
     for warning in caught:
@@ -386,7 +399,7 @@ def cmd_ensemble(args, run_dir=None):
             warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     print(report.table())
     print(f"ensemble: {report.ensemble}")
-    print(f"wrote {out}, {run_dir / 'metrics.json'}")
+    print(f"wrote {out}, {out.parent / 'metrics.json'}")
     for plot in report.plots:
         print(f"wrote {plot}")
 
@@ -544,6 +557,8 @@ def cmd_run(args):
     _check_ensemble_args(args)  # before the search, not after it
     if args.out:
         _check_out(Path(args.out), "--out")
+        if args.refit and Path(args.out).name != "ensemble.json":
+            raise CLIError(f"--out {args.out}: --refit writes a self-contained folder; give FOLDER/ensemble.json")
     # --timeout bounds the whole run: the search stops early enough for the ensemble step.
     run_dir = cmd_search(args, timeout=search_timeout(args.timeout))
     cmd_ensemble(args, run_dir=run_dir)

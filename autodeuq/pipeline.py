@@ -117,7 +117,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
                  sha_reduction: int = 3, evaluator: str = "ray", workers: int | None = None,
                  cpus_per_eval: float | None = None, gpus_per_eval: float | None = None,
                  ray_address: str | None = None, eval_timeout: float | None = None, new_run: bool = False,
-                 progress: bool = True, on_start=None):
+                 progress: bool = True, on_start=None, log=None):
     """Search ``space`` on ``dataset``, filling (or resuming) the catalog in ``run_dir``.
 
     Parameters
@@ -126,8 +126,8 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         Already sized for the data (:meth:`SearchSpace.for_rows`).
     dataset : Dataset
     run_dir : path
-    search, search_options, max_evals, seed, new_run, progress
-        Of :func:`autodeuq.runner.run_search`.
+    search, search_options, max_evals, seed, new_run, progress, log
+        Of :func:`autodeuq.runner.run_search` (``log`` receives the line saying a run resumes).
     timeout : float, optional
         Wall-clock seconds for this call, starting the evaluator included (see
         :func:`autodeuq.runner.run_search`); :func:`search_timeout` gives the search's part of a
@@ -183,7 +183,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         if on_start is not None:
             on_start(runner)
         return run_search(space, dataset, runner, run_dir, search=search, search_options=search_options,
-                          max_evals=max_evals, seed=seed, new_run=new_run, progress=progress,
+                          max_evals=max_evals, seed=seed, new_run=new_run, progress=progress, log=log,
                           # Starting the workers (a Ray instance, say) counts against the limit too.
                           timeout=None if deadline is None else max(deadline - time.monotonic(), 1e-3),
                           run_options={"epochs": epochs, "eval_timeout": eval_timeout})

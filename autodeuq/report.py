@@ -1,4 +1,5 @@
-"""Build an ensemble from a catalog, score it on validation/test data, and write metrics and plots."""
+"""Build an ensemble from a catalog (refitted on request), score it on validation/test data, and write
+metrics and figures beside its manifest."""
 from __future__ import annotations
 
 import json
@@ -8,9 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from autodeuq import metrics, plots
-from autodeuq.catalog import Catalog
+from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.data import BUILTIN_DATASETS, DataError, load_builtin, load_test_file
-from autodeuq.ensemble import Ensemble
+from autodeuq.ensemble import Ensemble, UncertaintyPrediction
+from autodeuq.errors import ParameterError
 from autodeuq.fileio import atomic_write
 from autodeuq.result import Status
 
@@ -49,44 +51,60 @@ def _builtin_dataset(catalog: Catalog):
 
 
 def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_file=None,
-                     manifest=None, **selection) -> Report:
+                     manifest=None, refit=False, **selection) -> Report:
     """Select an ensemble, score it on validation (cached) and test data, write metrics.json, the
-    plots and the manifest.
+    figures and the manifest.
 
-    Nothing is written before every member has loaded and every score and figure is computed, and
-    the manifest is written last: a failure (or a kill) leaves a previous ``ensemble.json`` in
-    place. ``metrics.json`` records the member ids and weights it was computed for. The test set
-    is ``test_file`` when given, else the one stored in the catalog at its creation. ``selection``
-    holds further options of :meth:`Ensemble.from_catalog` (``stop``, ``diversity``,
-    ``calibrate``); the scores are those of the ensemble's predictions, recalibrated when it is,
-    and ``metrics.json``'s ``calibration`` block gives the coverage before and after.
+    Every output goes to the folder of ``manifest`` (default ``run_dir/ensemble.json``):
+    ``metrics.json`` and the figures sit beside the manifest they describe, so a second
+    ensemble of the same run (``--out other/ensemble.json``) never overwrites the first one's.
+    Nothing is written before every member has loaded and every score and figure is computed,
+    and a catalog-backed manifest is written last: a failure (or a kill) leaves a previous
+    ``ensemble.json`` in place. ``metrics.json`` records the member ids and weights it was
+    computed for. The test set is ``test_file`` when given, else the one stored in the catalog at
+    its creation (e.g. ``search --test FILE``). ``selection`` holds further options of
+    :meth:`Ensemble.from_catalog` (``stop``, ``diversity``, ``calibrate``); the scores are those
+    of the ensemble's predictions, recalibrated when it is, and ``metrics.json``'s
+    ``calibration`` block gives the coverage before and after.
+
+    With ``refit``, the selected members are retrained on the training and validation rows the
+    catalog stores (:mod:`autodeuq.ensemble.refit`); the ensemble is then written as a
+    self-contained folder (the manifest's folder: new, empty or an earlier export), its test
+    scores are the refitted members', and ``validation`` stays the score of the selection
+    before the refit (the refitted members have trained on those rows).
     """
     run_dir = Path(run_dir)
     manifest = Path(manifest) if manifest else run_dir / MANIFEST_NAME
+    out_dir = manifest.parent
+    if refit and manifest.name != MANIFEST_NAME:
+        raise ParameterError("manifest", f"must be FOLDER/{MANIFEST_NAME}: a refitted ensemble is a self-contained "
+                             f"folder", str(manifest))
     ensemble = Ensemble.from_catalog(run_dir, size=size, selector=selector, score=score, **selection)
     catalog = ensemble.catalog
     ensemble._load()  # a member that cannot be loaded fails the report before anything is written
     _, means, variances = catalog.validation_predictions(ensemble.member_ids)
     means, variances = ensemble.recalibrated(means, variances)
-    results = {"validation": metrics.evaluate(means, variances, ensemble.weights, catalog.validation_targets())}
+    valid_targets = catalog.validation_targets()
+    results = {"validation": metrics.evaluate(means, variances, ensemble.weights, valid_targets)}
     calibration = dict(ensemble.calibration) if ensemble.calibration else None
-
     test, train = _test_and_training_data(catalog, ensemble, test_file)
-    # The calibration curve is drawn on test data when there is some, else on validation data.
-    scored = (means, variances, catalog.validation_targets())
+    if refit:
+        ensemble = _refitted(ensemble, catalog, run_dir)
+
+    # The figures of the predictions show test data when there is some, else validation data.
+    scored = ("validation", means, variances, valid_targets)
     if test is not None:
         raw = ensemble.member_predictions(test[0], encoded=True)
         t_means, t_vars = ensemble.recalibrated(*raw)
         results["test"] = metrics.evaluate(t_means, t_vars, ensemble.weights, test[1])
-        scored = (t_means, t_vars, test[1])
+        scored = ("test", t_means, t_vars, test[1])
         if calibration is not None:
             for key, (m, v) in (("test_coverage_before", raw), ("test_coverage_after", (t_means, t_vars))):
                 calibration[key] = {str(level): metrics.coverage(m, v, ensemble.weights, test[1], level).tolist()
                                     for level in (0.5, 0.9, 0.95)}
 
-    figures = {"search_trace.png": _trace_plot(catalog)}
-    expected, observed = metrics.calibration_curve(scored[0], scored[1], ensemble.weights, scored[2])
-    figures["calibration.png"] = plots.plot_calibration(expected, observed, None, ensemble.target_names)
+    figures = {"search_trace.png": _trace_plot(catalog, ensemble.member_ids)}
+    figures.update(_prediction_plots(ensemble, *scored))
     if len(ensemble.feature_names) == 1:
         figures["uncertainty.png"] = _uncertainty_plot(ensemble, catalog, test, train, run_dir)
     document = {
@@ -96,10 +114,38 @@ def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_f
         **results,
     }
 
-    written = [atomic_write(run_dir / name, png) for name, png in figures.items()]
-    atomic_write(run_dir / METRICS_NAME, json.dumps(document, indent=2).encode())
-    ensemble.save(manifest)
+    if refit:  # a self-contained folder must be new or an earlier export when its members are written
+        ensemble.save(out_dir, self_contained=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = [atomic_write(out_dir / name, png) for name, png in figures.items()]
+    atomic_write(out_dir / METRICS_NAME, json.dumps(document, indent=2).encode())
+    if not refit:
+        ensemble.save(manifest)
     return Report(ensemble, results, written)
+
+
+def _refitted(ensemble, catalog, run_dir):
+    from autodeuq.ensemble.refit import refit
+
+    rows = catalog.fit_data()
+    if rows is None:
+        raise CatalogError(f"{run_dir}: its catalog does not store the training and validation rows (it was created "
+                           f"by an older autodeuq), so its members cannot be refitted here; search again in a new "
+                           f"run directory, or refit in Python with autodeuq.ensemble.refit.refit(ensemble, x, y)",
+                           parameters=("refit", "run_dir"))
+    return refit(ensemble, *rows)
+
+
+def _prediction_plots(ensemble, data, means, variances, y) -> dict[str, bytes]:
+    """The calibration curve, predicted vs observed values and error vs std, on the rows ``data`` names."""
+    prediction = UncertaintyPrediction.from_mixture(means, variances, ensemble.weights)
+    expected, observed = metrics.calibration_curve(means, variances, ensemble.weights, y)
+    names = ensemble.target_names
+    return {
+        "calibration.png": plots.plot_calibration(expected, observed, None, names, data=data, n_rows=len(y)),
+        "predicted_vs_observed.png": plots.plot_predicted_vs_observed(y, prediction, None, names, data=data),
+        "error_vs_std.png": plots.plot_error_vs_std(y, prediction, None, names, data=data),
+    }
 
 
 def _test_and_training_data(catalog, ensemble, test_file):
@@ -121,15 +167,18 @@ def _test_and_training_data(catalog, ensemble, test_file):
     return test, train
 
 
-def _trace_plot(catalog) -> bytes:
+def _trace_plot(catalog, member_ids=()) -> bytes:
     frame = catalog.to_dataframe()
-    frame = frame[frame["status"].isin([Status.DONE, Status.FAILED])].sort_values("id")
+    frame = frame[frame["status"].isin([Status.DONE, Status.DISCARDED, Status.FAILED])].sort_values("id")
     # In the data's units, as metrics.json reports the ensemble's NLL (the standardized training
     # loss only where the catalog lacks the targets' scale).
     original = np.isfinite(catalog.nll_offset)
     column = "valid_nll" if original else "objective"
-    objectives = np.where(frame["status"] == Status.DONE, frame[column].astype(float), np.inf)
-    return plots.plot_search_trace(objectives, None, units="original units" if original else "standardized")
+    objectives = np.where(frame["status"] != Status.FAILED, frame[column].astype(float), np.inf)
+    position = {int(i): k + 1 for k, i in enumerate(frame["id"])}
+    return plots.plot_search_trace(objectives, None, units="original units" if original else "standardized",
+                                   status=frame["status"].to_numpy(),
+                                   members=[position[i] for i in member_ids if i in position])
 
 
 def _uncertainty_plot(ensemble, catalog, test, train, run_dir) -> bytes:

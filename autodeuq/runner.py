@@ -210,7 +210,7 @@ def _check_resume(run_dir, space, epochs, discarder) -> None:
 def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", search_options: dict | None = None,
                max_evals: int = 100, timeout: float | None = None, seed: int = 0, new_run: bool = False,
                progress: bool = True, run_options: dict | None = None,
-               prefetch: bool | None = None) -> SearchSummary:
+               prefetch: bool | None = None, log=None) -> SearchSummary:
     """Search until ``max_evals`` evaluations have finished (done or failed) or ``timeout`` s.
 
     Parameters
@@ -234,6 +234,9 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
     prefetch : bool, optional
         Ask the searcher for the next configurations while all workers are busy, so a freed
         worker never waits for the searcher (default: on when the evaluator has several slots).
+    log : callable, optional
+        Receives one line when an existing run is resumed (how many evaluations are done and
+        how many interrupted ones run again); nothing is logged per evaluation.
 
     Returns
     -------
@@ -258,11 +261,18 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
     with sigterm_interrupts() as sigterm:
         return _run_search(space, dataset, evaluator, run_dir, search=search, search_options=search_options,
                            max_evals=max_evals, timeout=timeout, seed=seed, new_run=new_run, progress=progress,
-                           run_options=run_options, prefetch=prefetch, sigterm=sigterm)
+                           run_options=run_options, prefetch=prefetch, sigterm=sigterm, log=log)
+
+
+def _resume_line(writer, run_dir, n_pending: int) -> str:
+    n_discarded, n_failed = writer.n_discarded, writer.n_finished - writer.n_done - writer.n_discarded
+    discarded = f", {n_discarded} discarded early" if n_discarded else ""
+    return (f"resuming {run_dir}: {writer.n_finished} evaluation(s) finished ({writer.n_done} done{discarded}, "
+            f"{n_failed} failed); {n_pending} interrupted evaluation(s) run again")
 
 
 def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, max_evals, timeout, seed, new_run,
-                progress, run_options, prefetch, sigterm) -> SearchSummary:
+                progress, run_options, prefetch, sigterm, log=None) -> SearchSummary:
     search_options = dict(search_options or {})
     discarder = evaluator.discarder
     if not new_run:
@@ -277,6 +287,9 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
     try:
         searcher = searchers.create(search, space, seed=seed, **search_options)
         history = writer.history()
+        if log is not None and (history or writer.pending()):
+            rerun = min(len(writer.pending()), max(0, max_evals - writer.n_finished))
+            log(_resume_line(writer, run_dir, rerun))
         if history:
             searcher.tell(history)
             if discarder is not None:  # a resumed run's rungs keep what its finished trainings reported

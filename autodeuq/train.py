@@ -376,7 +376,7 @@ def _seed32(seed) -> int:
 
 
 def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
-          threads: int | None = None, discarder=None) -> TrainResult:
+          threads: int | None = None, discarder=None, schedule=None) -> TrainResult:
     """Train one configuration; never raises (problems become a failed :class:`TrainResult`).
 
     Parameters
@@ -400,6 +400,11 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         Early discarding (:mod:`autodeuq.discard`): at each of its rung epochs the training
         reports its best validation loss so far and stops if told to; the result is then
         ``"discarded"``, with the model and predictions of its best epoch so far.
+    schedule : sequence of float, optional
+        A refit: train exactly ``len(schedule)`` epochs, epoch ``k`` with learning rate
+        ``schedule[k]`` (e.g. the rates an earlier training used up to its best epoch), without
+        early stopping or plateau reductions, and keep the weights of the last epoch. The
+        validation data then only gives the reported losses. Replaces ``epochs``.
 
     Returns
     -------
@@ -431,7 +436,11 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         if threads:
             configure_threads(threads)
         reason = _check_config(config, space, dataset)
-        max_epochs = int(epochs or space.epochs)
+        if schedule is not None:
+            schedule = [float(lr) for lr in schedule]
+            if reason is None and not all(math.isfinite(lr) and lr > 0 for lr in schedule):
+                reason = f"a schedule needs positive learning rates, got {schedule}"
+        max_epochs = len(schedule) if schedule is not None else int(epochs or space.epochs)
         if reason is None and max_epochs < 1:
             reason = f"the epoch budget must be >= 1, got {max_epochs}"
         if reason is not None:
@@ -449,7 +458,8 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         n_params = count_params(core)
         key, trainer, reused = _checkout_trainer(plan, core, hp["optimizer"])
         traces_before = trainer.traces
-        trainer.reset([_to_numpy(v) for v in core.trainable_variables], hp["learning_rate"], seed)
+        trainer.reset([_to_numpy(v) for v in core.trainable_variables],
+                      hp["learning_rate"] if schedule is None else schedule[0], seed)
         tensors = tuple(tf.constant(np.asarray(a, dtype=np.float32)) for a in (
             scaler.transform_x(dataset.x_train), scaler.transform_y(dataset.y_train),
             scaler.transform_x(dataset.x_valid), scaler.transform_y(dataset.y_valid),
@@ -459,7 +469,7 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
 
         with _graph_optimizer_off():
             reason, t_first, best_out, discarded = _run_epochs(trainer, tensors, book, max_epochs, history,
-                                                               discarder)
+                                                               discarder, schedule)
         traces = trainer.traces - traces_before
         _checkin_trainer(key, trainer)  # reusable even after a failure: reset() starts it afresh
         t_loop = time.perf_counter()
@@ -503,8 +513,8 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
 
 
 def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_epochs: int, history,
-                discarder=None):
-    """The epoch loop.
+                discarder=None, schedule=None):
+    """The epoch loop; with a ``schedule`` of learning rates, those epochs and the last one's weights.
 
     Returns
     -------
@@ -521,6 +531,9 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
     best_out = None
     rungs = set(discarder.rungs(max_epochs)) if discarder is not None else set()
     for epoch in range(max_epochs):
+        if schedule is not None:
+            book.lr = schedule[epoch]
+            trainer.set_learning_rate(book.lr)
         lr_used = book.lr
         loss, val_loss, valid_out = trainer.run_epoch(*tensors)
         loss, val_loss = float(loss), float(val_loss)
@@ -534,6 +547,10 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
             return (f"non-finite {what} loss at epoch {epoch + 1} (loss={loss}, val_loss={val_loss})", t_first,
                     None, False)
         decision = book.update(val_loss)
+        if schedule is not None:
+            trainer.snapshot()
+            best_out = valid_out.numpy()
+            continue
         if decision.is_best:
             trainer.snapshot()
             best_out = valid_out.numpy()

@@ -343,7 +343,7 @@ def test_cli_ensemble_selection_options_reach_the_manifest_and_metrics(run_dir, 
     assert manifest["selection"]["stop"] == "improvement" and manifest["selection"]["diversity"] == "architecture"
     assert manifest["selection"]["bags"] == 3
     assert manifest["calibration"]["method"] == "scale"
-    document = json.loads((copy / "metrics.json").read_text())
+    document = json.loads((out.parent / "metrics.json").read_text())  # beside the --out manifest
     assert document["calibration"]["scale"] == manifest["calibration"]["scale"]
     assert [m["id"] for m in manifest["members"]] == document["ensemble"]["members"]
 

@@ -144,10 +144,11 @@ def test_search_trace_plots_original_units(run_dir, monkeypatch):
     monkeypatch.setattr(report.plots, "plot_search_trace", fake_plot)
     report._trace_plot(Catalog(run_dir))
     frame = Catalog(run_dir).to_dataframe()
-    shown = frame[frame["status"].isin(["done", "failed"])].sort_values("id")
-    expected = np.where(shown["status"] == "done", shown["valid_nll"], np.inf)
+    shown = frame[frame["status"].isin(["done", "discarded", "failed"])].sort_values("id")
+    expected = np.where(shown["status"] != "failed", shown["valid_nll"], np.inf)
     np.testing.assert_allclose(seen["objectives"], expected)
     assert seen["units"] == "original units"
+    assert list(seen["status"]) == list(shown["status"]) and "discarded" in list(seen["status"])
 
 
 # ----------------------------------------------------------------------------- leaderboard

@@ -269,7 +269,10 @@ def test_test_and_training_arrays_are_kept_in_the_catalog(tmp_path):
     wide = from_arrays(np.random.default_rng(0).normal(size=(30, 3)), np.arange(30.0), seed=0)
     Catalog.create_or_resume(tmp_path / "wide", load_space("toy"), wide, {}, seed=0).close()
     with Catalog(tmp_path / "wide") as cat:
-        assert cat.test_data() is None and cat.training_data() is None  # 1-D plot data only for one feature
+        assert cat.test_data() is None
+        x_fit, y_fit = cat.fit_data()  # every feature count: what a refit trains on
+    np.testing.assert_array_equal(x_fit, np.vstack([wide.x_train, wide.x_valid]))
+    np.testing.assert_array_equal(y_fit, np.vstack([wide.y_train, wide.y_valid]))
 
 
 # --------------------------------------------------------------------------- the CLI on a real (tiny) run

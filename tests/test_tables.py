@@ -201,7 +201,7 @@ def test_ensemble_scores_a_raw_test_table(table_run):
     out = table_run / "rescored" / "ensemble.json"
     assert main(["ensemble", "--run-dir", str(table_run / "run"), "--size", "2", "--test",
                  str(table_run / "test.csv"), "--out", str(out)]) == 0
-    metrics = json.loads((table_run / "run" / "metrics.json").read_text())
+    metrics = json.loads((out.parent / "metrics.json").read_text())  # beside the --out manifest
     assert np.isfinite(metrics["test"]["rmse"]["mean"])
     ens = load_ensemble(out)
     pred = ens.predict(test.drop(columns=["y"]))

@@ -84,7 +84,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
         if address in (None, "local"):
             if num_cpus is not None:
                 kwargs["num_cpus"] = num_cpus
-            _init(ray, "local", kwargs, "start a local Ray instance")
+            with _without_auth_banner():
+                _init(ray, "local", kwargs, "start a local Ray instance")
         else:
             where = f"connect to Ray at {address!r}" + (" (from RAY_ADDRESS)" if source == "RAY_ADDRESS" else "")
             host_port = _bootstrap_host_port(address, where)
@@ -165,6 +166,29 @@ def _single_gcs_attempt():
             os.environ.pop(key, None)
         else:
             os.environ[key] = saved
+
+
+@contextlib.contextmanager
+def _without_auth_banner():
+    """Start a local instance without Ray's banner saying that it enabled token authentication.
+
+    Ray 2.60 prints it (a logging warning) on every local start whose ``RAY_AUTH_MODE`` is unset;
+    the instance is autodeuq's own and the behaviour is unchanged (authentication stays on), so
+    the line only adds noise. Other warnings of that logger still show.
+    """
+    import logging
+
+    class DropBanner(logging.Filter):
+        def filter(self, record):
+            return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    banner = DropBanner()
+    logger.addFilter(banner)
+    try:
+        yield
+    finally:
+        logger.removeFilter(banner)
 
 
 @contextlib.contextmanager
