@@ -14,13 +14,7 @@ import time
 
 from autodeuq.errors import ParameterError
 
-__all__ = ["EVALUATORS", "SEARCHES", "check_ensemble_parameters", "check_search_parameters", "fill_catalog",
-           "search_timeout"]
-
-#: Searcher names (:func:`autodeuq.search.create`); the two last are the thesis' ablations.
-SEARCHES = ("agebo", "age", "bo", "random", "age-fixed-hp", "bo-fixed-arch")
-EVALUATORS = ("ray", "serial")
-
+__all__ = ["check_ensemble_parameters", "check_search_parameters", "fill_catalog", "search_timeout"]
 
 #: Part of a whole-run time budget (search, then ensemble) kept for the ensemble step: this share
 #: of the budget, within these bounds in seconds, and never more than half of it. Selecting from a
@@ -72,8 +66,10 @@ def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=
         Naming the first bad parameter, what it must be and the value given.
     """
     from autodeuq.discard import POLICIES, SuccessiveHalving
+    from autodeuq.evaluator import EVALUATORS
+    from autodeuq.search import ABLATIONS, SEARCHERS
 
-    _one_of("search", search, SEARCHES)
+    _one_of("search", search, (*SEARCHERS, *ABLATIONS))
     _integer("max_evals", max_evals, 1)
     _integer("epochs", epochs, 1, optional=True)
     _integer("seed", seed, 0, optional=True)
