@@ -29,6 +29,7 @@ import numpy as np
 from autodeuq.data import from_arrays
 from autodeuq.ensemble.predictive import Ensemble, ExportedMembers
 from autodeuq.errors import AutoDEUQError, ParameterError
+from autodeuq.metrics import gaussian_nll
 
 
 class RefitError(AutoDEUQError, RuntimeError):
@@ -55,7 +56,7 @@ def _nll(model, x, y) -> float:
     from autodeuq.train import predict
 
     mean, var = predict(model, x)
-    return float(np.mean(0.5 * np.log(2 * np.pi * var) + (y - mean) ** 2 / (2 * var)))
+    return float(np.mean(gaussian_nll(y, mean, var)))
 
 
 def refit(ensemble: Ensemble, x, y, *, threads: int | None = None) -> Ensemble:
