@@ -335,15 +335,18 @@ class _SearchSession:
     def budget_left(self):
         return self.max_evals - self.writer.n_finished - len(self.unrecorded) - self.evaluator.n_running
 
+    def time_left(self) -> float | None:
+        """Seconds until the timeout (None: no timeout)."""
+        return None if self.timeout is None else self.started + self.timeout - time.time()
+
     def out_of_time(self):
-        return _out_of_time(self.started, self.timeout)
+        left = self.time_left()
+        return left is not None and left <= 0
 
     def time_for_another(self):
         """Whether a new evaluation can be expected to finish before the timeout."""
-        if self.timeout is None:
-            return True
-        left = self.started + self.timeout - time.time()
-        return left > (statistics.median(self.durations) if self.durations else 0.0)
+        left = self.time_left()
+        return left is None or left > (statistics.median(self.durations) if self.durations else 0.0)
 
     def refill(self):
         free = min(self.evaluator.n_slots - self.evaluator.n_running, self.budget_left())
@@ -404,7 +407,8 @@ class _SearchSession:
                     wait_for = 0.0
                 else:
                     self.ask_ahead()
-                    wait_for = None if self.timeout is None else max(0.0, self.started + self.timeout - time.time())
+                    left = self.time_left()
+                    wait_for = None if left is None else max(0.0, left)
                 finished = evaluator.wait(timeout=wait_for) if evaluator.n_running else []
                 if finished:
                     self.learn(finished)
@@ -453,10 +457,6 @@ class _SearchSession:
             wall_time=wall, busy_time=self.busy, slots=self.evaluator.n_slots, interrupted=self.interrupted,
             stopped_by=self.stopped_by, failure_reason=failure_reason, failure_count=failure_count,
         )
-
-
-def _out_of_time(started, timeout):
-    return timeout is not None and time.time() - started >= timeout
 
 
 def _progress_bar(enabled, total, initial):
