@@ -268,3 +268,25 @@ def test_a_refit_that_would_overrun_the_time_limit_keeps_the_original_networks(r
         partly, line = refit_module.refit_selected(ens, x, y, True, deadline=time.monotonic() + 3600)
     assert partly.selection["refit"]["out_of_time"] == [slow] and slow not in partly.refitted_ids
     assert f"{slow} (no time left under the time limit)" in line
+
+
+def test_predictions_trace_once_per_ensemble_without_retracing_warnings(reported):
+    import logging
+
+    from autodeuq.ensemble import Ensemble
+
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(handler)
+    x, _ = Catalog(reported).fit_data()
+    try:
+        for _ in range(6):  # a benchmark builds ensembles in a loop
+            ens = Ensemble.from_catalog(reported, size=2)
+            for rows in (7, 31, 120):
+                ens.member_predictions(x[:rows], encoded=True)
+            assert ens._predict_fn.experimental_get_tracing_count() == 1
+    finally:
+        logger.removeHandler(handler)
+    assert not [m for m in messages if "retracing" in m]
