@@ -335,7 +335,10 @@ class Ensemble:
     def refitted_ids(self) -> list[int]:
         """The members whose network is a refit on the training and validation rows, in member order
         (:mod:`autodeuq.ensemble.refit`); the others are the networks the search trained."""
-        epochs = (self.selection.get("refit") or {}).get("epochs") or {}
+        held = getattr(self.source, "refitted", None)
+        if held:
+            return [i for i in self.member_ids if i in held]
+        epochs = (self.selection.get("refit") or {}).get("epochs") or {}  # an export: as its record says
         return [i for i in self.member_ids if str(i) in epochs]
 
     def without_refit(self) -> "Ensemble":
@@ -474,7 +477,9 @@ class Ensemble:
         ----------
         path : path
             ``self_contained=False``: the manifest file, which names the catalog by its path
-            relative to the file's folder (moving either breaks it). ``self_contained=True``: a
+            relative to the file's folder (moving either breaks it); refitted members' networks
+            are written beside it, ``<stem>_refit/<id>.keras`` (format "autodeuq-ensemble/3"),
+            and earlier ones there that are no longer members removed. ``self_contained=True``: a
             folder that receives ``ensemble.json`` and ``members/<id>.keras`` (see the module
             documentation); :func:`load_ensemble` opens it anywhere, without the catalog. The
             folder must be new, empty or an earlier export (whose old member files are removed).
