@@ -183,10 +183,10 @@ def _add_ensemble_args(p, with_test=True):
     g.add_argument("--refit", action=argparse.BooleanOptionalAction, default="auto",
                    help="retrain the selected members on the training and validation rows together, each for the "
                         "epochs of its best validation loss with the learning rates it used then (their networks "
-                        "are written beside --out, in DIR/ensemble_refit/); auto: when those rows number at most "
-                        "1000 (measured to lower the test NLL on small data); --no-refit: the networks the search "
-                        "trained. Under run's --timeout, a member is refitted only if its retraining fits in the "
-                        "time left")
+                        "are written beside the --out manifest, DIR/ensemble_refit/<id>.keras by default); "
+                        "--no-refit: keep the networks the search trained. Under run's --timeout, a member is "
+                        "refitted only if its retraining fits in the time left (default: when the training and "
+                        "validation rows number at most 1000, where it was measured to lower the test NLL)")
     g.add_argument("--out", default=None, metavar="FILE",
                    help="ensemble manifest; metrics.json and the figures are written beside it "
                         "(default: DIR/ensemble.json)")

@@ -45,8 +45,6 @@ from autodeuq.metrics import gaussian_nll
 #: ``refit="auto"`` refits when the training and validation rows number at most this many: the
 #: largest measured (concrete, 927 rows) rounded up; see the module documentation.
 AUTO_MAX_ROWS = 1000
-#: The values of ``refit``: always, never, or when the data are small enough.
-CHOICES = (True, False, "auto")
 
 
 class RefitError(AutoDEUQError, RuntimeError):
@@ -183,11 +181,10 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
         if _nll(load_keras_model(result.model_bytes, where), x, y) <= _nll(load_keras_model(original, where), x, y):
             models[entry_id], epochs[entry_id] = result.model_bytes, len(schedule)
         else:
-            models[entry_id] = original
             kept.append(entry_id)
     record = {"refitted": bool(epochs), "rows": int(len(x)), "epochs": {str(i): e for i, e in epochs.items()},
               "kept_original": kept, "out_of_time": late, "seconds": round(time.monotonic() - started, 1)}
-    source = CatalogMembers(catalog.run_dir, {i: models[i] for i in epochs})
+    source = CatalogMembers(catalog.run_dir, models)
     return Ensemble(source, ensemble.member_ids, ensemble.weights, selection={**ensemble.selection, "refit": record},
                     calibration=ensemble.calibration)
 
