@@ -66,9 +66,9 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     calibrate : {"none", "scale"}, default="none"
         ``"scale"``: recalibrate each target's predictive std by a factor fitted on out-of-fold
         selections of the validation rows (saved with the ensemble).
-    selection_bags : int, default=10
+    selection_bags : int, default=0
         When > 0, bagged selection: repeated on that many random halves of the validation rows,
-        weights averaged.
+        weights averaged (0: selection once on all the validation rows).
     refit : {"auto", True, False}, default="auto"
         Retrain the selected members on the training and validation rows together, each for
         the epochs of its best validation loss with the learning rates it used then (see
@@ -143,7 +143,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     def __init__(self, space="tabular", search="agebo", max_evals=100, ensemble_size=5, workers=None,
                  run_dir=None, seed=None, epochs=None, evaluator="ray", valid_fraction=1 / 3,
                  selector="greedy", selection_score="mixture", selection_stop="size", diversity="none",
-                 calibrate="none", selection_bags=10, early_discarding="none", timeout=None, verbose=False,
+                 calibrate="none", selection_bags=0, early_discarding="none", timeout=None, verbose=False,
                  categorical="onehot", impute="mean", drop=None, id_column=None, refit="auto",
                  selection_objective="deprecated"):
         self.space = space

@@ -174,9 +174,9 @@ def _add_ensemble_args(p, with_test=True):
                         "(default: size)")
     g.add_argument("--diversity", choices=predictive.DIVERSITY, default="none",
                    help="at most one member per architecture, or per set of activation functions (default: none)")
-    g.add_argument("--selection-bags", type=int, default=10, metavar="B",
+    g.add_argument("--selection-bags", type=int, default=0, metavar="B",
                    help="repeat the selection on B random halves of the validation rows and average the weights "
-                        "(bagged selection; 0: select once on all rows) (default: 10)")
+                        "(bagged selection; 0: select once on all rows) (default: 0)")
     g.add_argument("--calibrate", choices=predictive.CALIBRATIONS, default="none",
                    help="scale: recalibrate each target's predictive std by a factor fitted on out-of-fold "
                         "selections of the validation rows (default: none)")

@@ -101,7 +101,7 @@ def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=
 
 
 def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_score="mixture", selection_stop="size",
-                              diversity="none", selection_bags=10, calibrate="none", refit="auto") -> None:
+                              diversity="none", selection_bags=0, calibrate="none", refit="auto") -> None:
     """Refuse, before any work, a bad ensemble-selection parameter (see
     :meth:`autodeuq.ensemble.Ensemble.from_catalog`).
 

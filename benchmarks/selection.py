@@ -1,23 +1,32 @@
 """Ensemble selection study: which selection keeps an honest epistemic part and the best test NLL.
 
-Every variant selects from the same catalogs, so differences come from the selection alone:
+Every variant selects from the same catalogs, on the same cached validation predictions, so
+differences come from the selection alone. Ensemble size K = 5; "greedy" is Caruana et al.'s (2004)
+greedy selection with replacement on the exact mixture NLL.
 
-- ``greedy-early``: Caruana's greedy with replacement, stopping when no addition improves the
-  validation NLL (the rule of the original method);
+- ``greedy-early``: greedy, stopping when no addition improves the validation NLL (the rule of
+  the original method);
 - ``greedy-k``: the same, continued to K distinct members (each non-improving step adds the best
-  model not yet in the ensemble);
-- ``noreplace-k``: greedy without replacement to K members, uniform weights;
-- ``greedy-k-arch`` / ``greedy-k-act``: ``greedy-k`` with at most one member per architecture /
-  per set of activation functions;
-- ``noreplace-k-act``: ``noreplace-k`` with one member per set of activation functions;
+  model not yet in the ensemble; Zaidi et al. 2021) -- the default;
 - ``greedy-k-bag``: ``greedy-k`` repeated on 10 random halves of the validation rows, weights
-  averaged (bagged ensemble selection, Caruana et al. 2006);
-- each also recalibrated (``+cal``): a std scale per target fitted on out-of-fold selections.
+  summed (bagged ensemble selection, Caruana et al. 2006);
+- ``noreplace-k``: greedy without replacement to K members, uniform weights;
+- ``greedy-k-em``, ``-em05``, ``-em10``: the members of ``greedy-k``, weights refitted to the
+  maximum of the validation mixture likelihood (EM), each at least 0, 1/(4K) or 1/(2K);
+- ``greedy-k-shrink``: the weights of ``greedy-k`` halfway to uniform (each >= 1/(2K));
+- ``greedy-k-bag-em10``: the members of ``greedy-k-bag``, EM weights >= 1/(2K);
+- ``holdout-em05`` / ``holdout-em10``: 10 times, ``greedy-k`` on a random half of the rows and EM
+  weights (>= 1/(4K) / 1/(2K)) on the other half; weights summed, the K heaviest kept;
+- ``crossfit-em05`` / ``crossfit-em10``: the same on the two halves of one split, each half
+  selecting once and weighting once;
+- ``stack-em05`` / ``stack-em10``: EM weights over the whole catalog (stacking of predictive
+  distributions, Yao et al. 2018), the K heaviest models kept, their weights refitted (>= 1/(4K)
+  / 1/(2K)).
 
 Catalogs: toy-sine AgEBO runs (``--toy-seeds``; made here when missing) and the standard UCI
-splits searched by ``benchmarks/uci.py --methods autodeuq`` (``--uci-runs``).
+splits searched by ``benchmarks/uci.py`` (``--uci-runs``; ``--uci-method`` picks whose).
 
-    python benchmarks/selection.py --toy-seeds 0 1 2 --uci boston concrete energy yacht --splits 0-4
+    python benchmarks/selection.py --toy-seeds 0 1 --uci boston concrete energy yacht --splits 0-4
 """
 from __future__ import annotations
 
@@ -26,7 +35,6 @@ import json
 import platform
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -35,20 +43,98 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from autodeuq import metrics  # noqa: E402
+from autodeuq.catalog import Catalog  # noqa: E402
 from autodeuq.ensemble import Ensemble  # noqa: E402
-from autodeuq.ensemble.calibration import apply_scale  # noqa: E402
+from autodeuq.ensemble.selection import fit_weights, select, select_bagged  # noqa: E402
 
 SIZE = 5
+BAGS = 10
+
+
+def _greedy(stop="size"):
+    return lambda m, v, y, k: tuple(select(m, v, y, k, stop=stop))
+
+
+def _bagged(m, v, y, k):
+    return tuple(select_bagged(m, v, y, k, bags=BAGS))
+
+
+def _refit(base, floor):
+    """The members of ``base``, their weights refitted by EM, each >= floor / K."""
+    def variant(m, v, y, k):
+        idx, _ = base(m, v, y, k)
+        return idx, fit_weights(m[idx], v[idx], y, floor / len(idx))
+    return variant
+
+
+def _shrink(m, v, y, k):
+    idx, w = select(m, v, y, k)
+    return idx, 0.5 * w + 0.5 / len(idx)
+
+
+def _heaviest(totals, k):
+    ranked = np.argsort(-totals, kind="stable")
+    ranked = ranked[totals[ranked] > 0][:k]
+    return ranked, totals[ranked] / totals[ranked].sum()
+
+
+def _select_then_weigh(m, v, y, k, choose, weigh, floor):
+    idx = select(m[:, choose], v[:, choose], y[choose], k).indices
+    return idx, fit_weights(m[idx][:, weigh], v[idx][:, weigh], y[weigh], floor / len(idx))
+
+
+def _holdout(floor, bags=BAGS, seed=0):
+    """Select on a random half of the rows, weigh on the other half; ``bags`` times, summed."""
+    def variant(m, v, y, k):
+        rng, totals, n = np.random.default_rng(seed), np.zeros(m.shape[0]), len(y)
+        for _ in range(bags):
+            perm = rng.permutation(n)
+            idx, w = _select_then_weigh(m, v, y, k, np.sort(perm[: n // 2]), np.sort(perm[n // 2:]), floor)
+            totals[idx] += w
+        return _heaviest(totals, k)
+    return variant
+
+
+def _crossfit(floor, seed=0):
+    """Two halves of the rows: each selects once and weighs the other's selection once."""
+    def variant(m, v, y, k):
+        perm = np.random.default_rng(seed).permutation(len(y))
+        halves, totals = (np.sort(perm[: len(y) // 2]), np.sort(perm[len(y) // 2:])), np.zeros(m.shape[0])
+        for choose, weigh in (halves, halves[::-1]):
+            idx, w = _select_then_weigh(m, v, y, k, choose, weigh, floor)
+            totals[idx] += w
+        return _heaviest(totals, k)
+    return variant
+
+
+def _stack(floor):
+    """EM weights over every usable model, the K heaviest kept and reweighted (Yao et al. 2018)."""
+    def variant(m, v, y, k):
+        with np.errstate(all="ignore"):
+            usable = np.flatnonzero(np.all(np.isfinite(m) & np.isfinite(v) & (v > 0), axis=(1, 2)))
+        w = fit_weights(m[usable], v[usable], y, 0.0, tol=1e-10, max_iter=3000)
+        idx = usable[np.argsort(-w, kind="stable")[:k]]
+        return idx, fit_weights(m[idx], v[idx], y, floor / len(idx))
+    return variant
+
+
 VARIANTS = {
-    "greedy-early": dict(selector="greedy", stop="improvement"),
-    "greedy-k": dict(selector="greedy", stop="size"),
-    "noreplace-k": dict(selector="greedy-noreplace", stop="size"),
-    "greedy-k-arch": dict(selector="greedy", stop="size", diversity="architecture"),
-    "greedy-k-act": dict(selector="greedy", stop="size", diversity="activations"),
-    "noreplace-k-act": dict(selector="greedy-noreplace", stop="size", diversity="activations"),
-    "greedy-k-bag": dict(selector="greedy", stop="size", bags=10),
+    "greedy-early": _greedy("improvement"),
+    "greedy-k": _greedy(),
+    "greedy-k-bag": _bagged,
+    "noreplace-k": lambda m, v, y, k: tuple(select(m, v, y, k, selector="greedy-noreplace")),
+    "greedy-k-em": _refit(_greedy(), 0.0),
+    "greedy-k-em05": _refit(_greedy(), 0.25),
+    "greedy-k-em10": _refit(_greedy(), 0.5),
+    "greedy-k-shrink": _shrink,
+    "greedy-k-bag-em10": _refit(_bagged, 0.5),
+    "holdout-em05": _holdout(0.25),
+    "holdout-em10": _holdout(0.5),
+    "crossfit-em05": _crossfit(0.25),
+    "crossfit-em10": _crossfit(0.5),
+    "stack-em05": _stack(0.25),
+    "stack-em10": _stack(0.5),
 }
-TOY_REGIONS = {"train": None, "gap [-15,15]": (-15, 15), "beyond 32": None}
 
 
 def parse_splits(text: str) -> list[int]:
@@ -59,12 +145,14 @@ def parse_splits(text: str) -> list[int]:
 
 
 def build_variants(run_dir: Path) -> dict[str, Ensemble]:
+    """Every variant's ensemble, selected on the catalog's cached validation predictions."""
+    catalog = Catalog(run_dir)
+    ids, means, variances = catalog.validation_predictions(catalog.model_ids())
+    y = catalog.validation_targets()
     out = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # short ensembles are reported in the table
-        for name, options in VARIANTS.items():
-            out[name] = Ensemble.from_catalog(run_dir, size=SIZE, **options)
-            out[name + "+cal"] = Ensemble.from_catalog(run_dir, size=SIZE, calibrate="scale", **options)
+    for name, variant in VARIANTS.items():
+        indices, weights = variant(means, variances, y, SIZE)
+        out[name] = Ensemble(run_dir, [ids[i] for i in indices], weights)
     return out
 
 
@@ -80,14 +168,12 @@ def member_table(ensembles: dict[str, Ensemble], x) -> dict[int, tuple[np.ndarra
 def components(ens: Ensemble, table) -> tuple[np.ndarray, np.ndarray]:
     means = np.stack([table[i][0] for i in ens.member_ids])
     variances = np.stack([table[i][1] for i in ens.member_ids])
-    if ens.scale is not None:
-        means, variances = apply_scale(means, variances, ens.weights, ens.scale)
     return means, variances
 
 
 def describe(ens: Ensemble) -> dict:
     return {"members": len(ens.member_ids), "effective_size": float(1 / np.sum(ens.weights**2)),
-            "scale": None if ens.scale is None else float(ens.scale[0])}
+            "max_weight": float(ens.weights.max())}
 
 
 def score_tabular(ens, table, y) -> dict:
@@ -216,8 +302,8 @@ def _mean_se(values) -> str:
 
 
 TOY_COLUMNS = ("nll", "aleatoric left", "aleatoric right", "epistemic train", "epistemic gap", "epistemic beyond",
-               "members", "effective_size")
-TABULAR_COLUMNS = ("nll", "rmse", "coverage_90", "members", "effective_size", "scale")
+               "members", "effective_size", "max_weight")
+TABULAR_COLUMNS = ("nll", "rmse", "coverage_90", "members", "effective_size", "max_weight")
 
 
 def report(rows, command: str) -> str:

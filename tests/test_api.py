@@ -85,6 +85,20 @@ def test_ensemble_size_above_the_successes_warns_and_uses_them_all(tmp_path):
     assert 1 <= len(model.ensemble_.member_ids) <= 2
 
 
+def test_fit_says_when_the_ensemble_is_effectively_one_model(tmp_path, monkeypatch):
+    from autodeuq.ensemble import EnsembleSizeWarning, predictive
+
+    monkeypatch.setattr(predictive, "ONE_MODEL_EFFECTIVE_SIZE", 100.0)  # any ensemble of several members
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-1, 1, (45, 1))
+    model = AutoDEUQRegressor(**{**TINY, "ensemble_size": 2}, run_dir=tmp_path / "run")
+    with pytest.warns(EnsembleSizeWarning, match=r"effectively one model: its 2 members weigh"):
+        model.fit(X, np.sin(3 * X[:, 0]))
+    assert len(model.ensemble_.member_ids) == 2
+    assert model.ensemble_.selection["effective_size"] == pytest.approx(1 / np.sum(model.ensemble_.weights**2),
+                                                                        abs=1e-4)
+
+
 def test_bad_ensemble_size_is_refused_before_the_search(tmp_path):
     X = np.random.default_rng(0).normal(size=(30, 1))
     for size in (0, 2.5):

@@ -126,9 +126,10 @@ def test_help_documents_every_option(capsys):
 def test_default_ensemble_has_k_distinct_members_or_says_why(run_dir):
     import warnings
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a full ensemble warns nothing
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         ens = Ensemble.from_catalog(run_dir, size=3)
+    assert not [w for w in caught if "distinct member" in str(w.message)]  # a full ensemble has no shortfall
     assert len(ens.member_ids) == 3 and ens.selection["shortfall"] is None
     n_done = len(ens.catalog.ids("done"))
     with pytest.warns(UserWarning, match=f"size {n_done + 2} asked, but the catalog has only {n_done} successful"):
@@ -223,9 +224,10 @@ def test_report_of_a_recalibrated_ensemble_gives_coverage_before_and_after(run_d
 
 
 # ------------------------------------------------------------- ensemble size
-def fake_catalog(run_dir, n_done, n_valid=None):
+def fake_catalog(run_dir, n_done, n_valid=None, predict=None):
     """A catalog of ``n_done`` successful entries (validation predictions only, no trainings); ``n_valid``
-    validation rows (default: a third of 30)."""
+    validation rows (default: a third of 30); ``predict(i, y_valid)``: entry i's validation means (default:
+    random), each with variance 1."""
     from autodeuq.catalog import Catalog as CatalogReader
     from autodeuq.data import from_arrays
     from autodeuq.result import TrainResult
@@ -243,7 +245,8 @@ def fake_catalog(run_dir, n_done, n_valid=None):
         entry = writer.submit(load_space("toy").sample(rng))
         writer.record(entry, TrainResult(
             status="done", objective=float(i), epochs=1, best_epoch=1, wall_time=0.1, n_params=10,
-            model_bytes=b"fake", valid_mean=rng.normal(size=(n_valid, 1)), valid_var=np.full((n_valid, 1), 1.0),
+            model_bytes=b"fake", valid_var=np.full((n_valid, 1), 1.0),
+            valid_mean=rng.normal(size=(n_valid, 1)) if predict is None else predict(i, dataset.y_valid),
             history={"loss": [1.0], "val_loss": [1.0], "lr": [0.01]}, worker="fake", start_time=0.0, end_time=1.0,
         ))
     writer.close()
@@ -264,13 +267,61 @@ def test_from_catalog_larger_than_the_successes_warns_and_selects_among_all(tmp_
         Ensemble.from_catalog(run, size=0)
 
 
+def test_default_selection_is_greedy_to_k_distinct_members_on_all_validation_rows(tmp_path):
+    from autodeuq.catalog import Catalog
+    from autodeuq.ensemble import select
+
+    run = fake_catalog(tmp_path / "run", 8)
+    ens = Ensemble.from_catalog(run, size=3)
+    catalog = Catalog(run)
+    ids, means, variances = catalog.validation_predictions(catalog.model_ids())
+    chosen = select(means, variances, catalog.validation_targets(), 3, "greedy", stop="size")
+    assert ens.member_ids == [ids[i] for i in chosen.indices] and len(ens.member_ids) == 3
+    np.testing.assert_allclose(ens.weights, chosen.weights)
+    assert ens.selection["bags"] == 0 and ens.selection["effective_size"] == pytest.approx(chosen.effective_size,
+                                                                                           abs=1e-4)
+
+
+def test_an_ensemble_that_is_effectively_one_model_says_so(tmp_path):
+    from autodeuq.ensemble import EnsembleSizeWarning
+
+    # entry 0 predicts the validation targets exactly, the others are 5 units off: greedy selection with
+    # replacement keeps re-adding entry 0, and the two members the ensemble must have weigh almost nothing
+    run = fake_catalog(tmp_path / "run", 3, predict=lambda i, y: y + (0.0 if i == 0 else 5.0 + i))
+    with pytest.warns(EnsembleSizeWarning, match=r"effectively one model: its 3 members weigh 0\.9\d\d") as caught:
+        ens = Ensemble.from_catalog(run, size=3)
+    effective = 1 / np.sum(ens.weights**2)
+    assert len(caught) == 1 and f"(effective size {effective:.2f})" in str(caught[0].message)
+    assert len(ens.member_ids) == 3 and effective < 1.5
+    assert ens.selection["effective_size"] == pytest.approx(effective, abs=1e-4)
+    with warnings.catch_warnings():  # equal weights: no warning
+        warnings.simplefilter("error")
+        assert Ensemble.from_catalog(run, size=3, selector="greedy-noreplace").selection["effective_size"] == 3
+        assert len(Ensemble.from_catalog(run, size=1).member_ids) == 1  # one member asked: nothing to say
+
+
+def test_cli_says_when_the_ensemble_is_effectively_one_model(run_dir, tmp_path, capsys, monkeypatch):
+    from autodeuq.ensemble import predictive
+
+    monkeypatch.setattr(predictive, "ONE_MODEL_EFFECTIVE_SIZE", 100.0)  # any ensemble of several members
+    out = tmp_path / "one.json"
+    assert main(["ensemble", "--run-dir", str(run_dir), "--size", "3", "--out", str(out)]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("autodeuq: warning:")]
+    assert len(lines) == 1 and "is effectively one model" in lines[0], lines
+    selection = json.loads((tmp_path / "metrics.json").read_text())["ensemble"]["selection"]
+    weights = np.asarray(json.loads((tmp_path / "metrics.json").read_text())["ensemble"]["weights"])
+    assert selection["effective_size"] == pytest.approx(1 / np.sum(weights**2), abs=1e-4)
+    assert f"effective size {selection['effective_size']:.2f}" in lines[0]
+
+
 def test_cli_ensemble_larger_than_the_catalog_warns_in_one_line(run_dir, tmp_path, capsys):
     from autodeuq.catalog import Catalog
 
     n_done = Catalog(run_dir).n_done
     out = tmp_path / "big.json"
     assert main(["ensemble", "--run-dir", str(run_dir), "--size", "50", "--out", str(out)]) == 0
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("autodeuq: warning:")]
+    lines = [line for line in capsys.readouterr().err.splitlines()
+             if line.startswith("autodeuq: warning:") and "effectively one model" not in line]
     assert len(lines) == 1 and f"size 50 asked, but the catalog has only {n_done} successful" in lines[0], lines
     manifest = json.loads(out.read_text())
     assert manifest["selection"]["size"] == n_done and 1 <= len(manifest["members"]) <= n_done

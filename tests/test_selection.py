@@ -428,3 +428,57 @@ def test_bagged_selection_sums_the_weights_of_selections_on_row_subsets():
     np.testing.assert_allclose(np.sort(whole.weights), np.sort(plain.weights))
     with pytest.raises(ValueError, match="fraction"):
         select_bagged(means, variances, y, 3, fraction=0)
+
+
+# --- mixture weights by EM, bounded below --------------------------------------------------
+
+
+def simplex_grid(n_members, step, floor):
+    """Every weight vector on a grid of ``step`` with each weight >= floor (brute force)."""
+    ticks = np.arange(0, 1 + step / 2, step)
+    for head in itertools.product(ticks, repeat=n_members - 1):
+        w = np.array(head + (1 - sum(head),))
+        if np.all(w >= floor - 1e-12):
+            yield w
+
+
+@pytest.mark.parametrize("floor", [0.0, 0.05, 0.2, 0.3])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fit_weights_maximizes_the_mixture_likelihood_over_the_bounded_simplex(seed, floor):
+    from autodeuq.ensemble.selection import fit_weights
+
+    means, variances, y = random_catalog(seed, n_models=3, n_points=30)
+    weights = fit_weights(means, variances, y, floor)
+    assert weights.shape == (3,) and np.isclose(weights.sum(), 1.0) and np.all(weights >= floor - 1e-12)
+    best = min(simplex_grid(3, 0.01, floor), key=lambda w: reference_score(means, variances, y, w, "mixture"))
+    fitted = reference_score(means, variances, y, weights, "mixture")
+    assert fitted <= reference_score(means, variances, y, best, "mixture") + 1e-9
+    np.testing.assert_allclose(weights, best, atol=0.011)  # the grid's optimum is within a step
+
+
+def test_fit_weights_keeps_a_useless_member_at_the_floor():
+    from autodeuq.ensemble.selection import fit_weights
+
+    rng = np.random.default_rng(3)
+    y = rng.normal(size=(200, 1))
+    # two members with independent errors (mixing them pays) and one far off everywhere
+    means = np.stack([y + 0.1 * rng.normal(size=y.shape), y + 0.1 * rng.normal(size=y.shape), y + 5.0])
+    variances = np.full(means.shape, 0.01)
+    free = fit_weights(means, variances, y, 0.0)
+    assert free[2] < 1e-6
+    bounded = fit_weights(means, variances, y, 0.1)
+    assert bounded[2] == pytest.approx(0.1) and np.all(bounded[:2] > 0.1)
+    # the free members keep their relative shares of a best fit that has the bound's mass removed
+    np.testing.assert_allclose(bounded[:2] / bounded[:2].sum(), free[:2] / free[:2].sum(), rtol=1e-3)
+    uniform = fit_weights(means, variances, y, 1 / 3)
+    np.testing.assert_allclose(uniform, 1 / 3)
+
+
+def test_fit_weights_refuses_a_bound_that_no_weights_meet():
+    from autodeuq.ensemble.selection import fit_weights
+
+    means, variances, y = random_catalog(0, n_models=3)
+    with pytest.raises(ValueError, match="min_weight"):
+        fit_weights(means, variances, y, 0.4)
+    with pytest.raises(ValueError, match="min_weight"):
+        fit_weights(means, variances, y, -0.1)

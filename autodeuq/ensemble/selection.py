@@ -22,7 +22,7 @@ from autodeuq.deprecation import renamed_keywords
 from autodeuq.errors import ParameterError
 from autodeuq.metrics import LOG_2PI, check_mixture
 
-__all__ = ["select", "select_bagged", "Selection", "METHODS", "SCORES", "STOPS", "IMPROVEMENT_RTOL"]
+__all__ = ["select", "select_bagged", "fit_weights", "Selection", "METHODS", "SCORES", "STOPS", "IMPROVEMENT_RTOL"]
 
 METHODS = ("greedy", "greedy-noreplace", "topk")
 #: Scores of an ensemble (``score``); "objective" is reserved for the search's (a model's validation NLL).
@@ -407,3 +407,79 @@ def select_bagged(means, variances, y, size=5, *, bags=10, fraction=0.5, seed=0,
         reason = next((r for r in reasons if r), f"the {bags} selections together chose {ranked.size} model(s)")
     weights = totals[ranked] / totals[ranked].sum()
     return Selection(ranked, weights, size, reason)
+
+
+def fit_weights(means, variances, y, min_weight=0.0, *, tol=1e-12, max_iter=10_000):
+    """Mixture weights of given members that maximize the validation log-likelihood, each >= ``min_weight``.
+
+    The weights of a mixture of fixed components that maximize its log-likelihood are found by
+    the EM iteration for mixture proportions (Dempster et al. 1977): each step sets the weights
+    to the members' mean responsibilities for the rows. The log-likelihood is concave in the
+    weights, so the iteration climbs to the global maximum. The lower bound enters the M-step:
+    ``argmax sum_i r_i log w_i`` over ``{w : sum w = 1, w_i >= min_weight}`` keeps every
+    member whose proportional share ``r_i / lambda`` falls below the bound at the bound and
+    shares the rest of the mass in proportion to ``r`` among the others (the step still
+    maximizes EM's lower bound, so the likelihood never decreases). Greedy selection with
+    replacement approximates the unbounded maximum on a grid of ``1 / selections``
+    (Caruana et al. 2004); the bound keeps a member from vanishing, so that the ensemble does
+    not become one or two networks in disguise.
+
+    Parameters
+    ----------
+    means, variances : array_like, shape (n_members, n_points, n_targets)
+        The members' validation predictions (usable: finite, positive variances).
+    y : array_like, shape (n_points, n_targets)
+        Validation targets.
+    min_weight : float, default 0.0
+        Lower bound on every weight, in ``[0, 1 / n_members]``.
+    tol : float
+        Stop when an iteration raises the mean log-likelihood by less than this.
+    max_iter : int
+        Cap on iterations.
+
+    Returns
+    -------
+    ndarray, shape (n_members,)
+        Weights summing to 1, each ``>= min_weight``.
+
+    Examples
+    --------
+    >>> y = np.zeros((4, 1))
+    >>> w = fit_weights(np.zeros((2, 4, 1)), np.stack([np.full((4, 1), 1.0), np.full((4, 1), 9.0)]), y, 0.1)
+    >>> w.round(3).tolist()
+    [0.9, 0.1]
+    """
+    means, variances, y = check_mixture(means, variances, y=y)
+    n_members = means.shape[0]
+    if not 0.0 <= min_weight <= 1.0 / n_members:
+        raise ValueError(f"min_weight must be in [0, 1/{n_members}] for {n_members} member(s), got {min_weight!r}")
+    logpdf = -0.5 * (LOG_2PI + np.log(variances) + np.square(means - y) / variances)
+    logpdf = logpdf.reshape(n_members, -1)
+    if not np.all(np.isfinite(logpdf)):
+        raise ValueError("fit_weights needs members with finite means and positive, finite variances")
+    weights = np.full(n_members, 1.0 / n_members)
+    previous = -np.inf
+    for _ in range(max_iter):
+        joint = logpdf + np.log(np.maximum(weights, np.finfo(float).tiny))[:, None]
+        log_mixture = np.logaddexp.reduce(joint, axis=0)
+        likelihood = log_mixture.mean()
+        if likelihood - previous < tol:
+            break
+        previous = likelihood
+        weights = _bounded_proportions(np.exp(joint - log_mixture).mean(axis=1), min_weight)
+    return weights
+
+
+def _bounded_proportions(responsibilities, min_weight):
+    """``argmax sum_i r_i log w_i`` over the simplex with ``w_i >= min_weight`` (``sum r = 1``)."""
+    weights = np.empty_like(responsibilities)
+    at_bound = np.zeros(responsibilities.size, dtype=bool)
+    while True:
+        free = ~at_bound
+        mass, share = 1.0 - min_weight * at_bound.sum(), responsibilities[free].sum()
+        weights[free] = responsibilities[free] * (mass / share) if share > 0 else mass / free.sum()
+        weights[at_bound] = min_weight
+        below = free & (weights < min_weight)
+        if not below.any():
+            return weights
+        at_bound |= below
