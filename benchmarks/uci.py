@@ -15,9 +15,11 @@ Methods (``--methods``):
 
 * ``autodeuq``: AgEBO on the tabular space, ``--max-evals`` evaluations (100), greedy ensemble of
   ``--ensemble-size`` (5), through :class:`autodeuq.AutoDEUQRegressor`, one catalog per
-  dataset/split under ``--runs-dir``; a stopped run resumes its catalogs. Without the refit on
-  training + validation rows (``refit=False``), as every split recorded so far was run; the
-  refit's effect on the same catalogs is measured by ``benchmarks/refit.py``.
+  dataset/split under ``--runs-dir``; a stopped run resumes its catalogs. The estimator's
+  defaults, the refit on training + validation rows included (``--refit auto``: up to 1000
+  rows). ``--rescore`` redoes only the ensemble step of splits already recorded, on their
+  complete catalogs, with the current defaults: the table then shows what the package does
+  today, and each record keeps its earlier scores (``info.rescored.previous``).
 * ``autodeuq-sha``: the same with early discarding by asynchronous successive halving (rungs at
   epochs 1, 3, 9, 27, 81; the best third continue), catalogs ``<dataset>-split<i>-sha``.
 * ``deep-ensembles``: as in Lakshminarayanan et al. 2017 (Section 3.3 and Table 1, "ML-5"):
@@ -252,20 +254,26 @@ def run_autodeuq(data, args, early_discarding="none"):
     model = AutoDEUQRegressor(space="tabular", search="agebo", max_evals=args.max_evals,
                               ensemble_size=args.ensemble_size, workers=args.workers, run_dir=run_dir,
                               seed=data.split, epochs=args.epochs, evaluator=args.evaluator,
-                              early_discarding=early_discarding, refit=False)
+                              early_discarding=early_discarding, refit=REFIT_CHOICES[args.refit])
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
     means, variances = model.ensemble_.components(data.x_test)
     frame = Catalog(run_dir).to_dataframe()
     info = {"epochs": int(frame["epochs"].fillna(0).sum()), "catalog_entries": int(len(frame)),
             "failed": int(model.search_summary_.n_failed), "members": model.ensemble_.member_ids,
             "discarded": int(model.search_summary_.n_discarded), "early_discarding": early_discarding,
-            "train_s_total": float(frame["wall_time"].fillna(0).sum()), "run_dir": str(run_dir)}
+            "train_s_total": float(frame["wall_time"].fillna(0).sum()), "run_dir": str(run_dir),
+            "weights": [float(w) for w in model.ensemble_.weights], "refit": args.refit,
+            "refitted": model.ensemble_.refitted_ids, "selection_bags": model.selection_bags}
     return means, variances, model.ensemble_.weights, info
 
+
+#: ``--refit`` values and the estimator's ``refit`` parameter they stand for.
+REFIT_CHOICES = {"auto": "auto", "never": False, "always": True}
 
 RUNNERS = {"autodeuq": run_autodeuq, "autodeuq-sha": functools.partial(run_autodeuq, early_discarding="sha"),
            "deep-ensembles": run_deep_ensembles, "ngboost": run_ngboost,
            "catboost": run_catboost}
+RESCORABLE = ("autodeuq", "autodeuq-sha")
 
 
 # --------------------------------------------------------------------------- raw results
@@ -283,6 +291,50 @@ def load_raw(path: Path) -> list[dict]:
 
 def save_raw(path: Path, records: list[dict]) -> None:
     atomic_write(path, json.dumps({"format": "autodeuq-uci-raw/1", "records": records}, indent=1).encode())
+
+
+def update_raw(path: Path, record: dict) -> list[dict]:
+    """Write one record into ``uci_raw.json``, replacing the record of the same (method, dataset,
+    split); read, changed and written under a lock, so several runs of this script (a rescore
+    beside a running benchmark) never drop each other's records. Returns all records."""
+    import fcntl
+
+    key = (record["method"], record["dataset"], record["split"])
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        records = [r for r in load_raw(path) if (r["method"], r["dataset"], r["split"]) != key]
+        records.append(record)
+        save_raw(path, records)
+    return records
+
+
+def rescore_one(previous: dict, data, args) -> dict:
+    """The ensemble step again, with the current defaults, on the complete catalog of a recorded
+    autodeuq split (no training: the search resumes with nothing left to do).
+
+    The scores are replaced; the earlier ones stay under ``info["rescored"]["previous"]``. The
+    wall time becomes the recorded one plus the new ensemble step's: an upper bound of search +
+    new ensemble step, as the recorded time already held the earlier ensemble step.
+    """
+    t0 = time.time()
+    means, variances, weights, info = RUNNERS[previous["method"]](data, args)
+    elapsed = time.time() - t0
+    if info["catalog_entries"] != previous["info"]["catalog_entries"]:
+        raise RuntimeError(f"{info['run_dir']}: {info['catalog_entries']} catalog entries, the record had "
+                           f"{previous['info']['catalog_entries']}; the rescore would have trained")
+    record = {**previous, **score(means, variances, weights, data.y_test)}
+    info.pop("epochs", None)
+    earlier = {k: previous.get(k) for k in ("nll", "nll_gaussian", "rmse", "coverage_90", "wall_s", "finished")}
+    earlier["members"] = previous["info"].get("members")
+    earlier["weights"] = previous["info"].get("weights")
+    earlier["settings"] = previous["info"].get("rescored", {}).get(
+        "settings", "the estimator's defaults on the day recorded, no refit")
+    record["info"] = {**previous["info"], **info, "rescored": {
+        "ensemble_s": round(elapsed, 3), "command": args.command,
+        "settings": f"selection_bags={info['selection_bags']}, refit={args.refit}", "previous": earlier}}
+    record["wall_s"] = round(previous["wall_s"] + elapsed, 3)
+    record["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
+    return record
 
 
 def run_one(method, data, args) -> dict:
@@ -494,6 +546,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="autodeuq: concurrent evaluations on Ray")
     p.add_argument("--de-lr", type=float, default=DE_LR,
                    help=f"deep-ensembles: Adam learning rate (default: {DE_LR}; the paper states {DE_PAPER_LR})")
+    p.add_argument("--refit", choices=tuple(REFIT_CHOICES), default="auto",
+                   help="autodeuq: refit the selected members on training + validation rows (default: auto, "
+                        "the estimator's default: up to 1000 rows)")
+    p.add_argument("--rescore", action="store_true",
+                   help="autodeuq: redo only the ensemble step of recorded splits on their complete catalogs, "
+                        "with the current defaults (earlier scores kept in the record)")
     p.add_argument("--threads", type=int, default=1, help="threads of TensorFlow, OpenMP and CatBoost (default: 1)")
     p.add_argument("--valid-fraction", type=float, default=VALID_FRACTION, help=argparse.SUPPRESS)
     p.add_argument("--machine", default=f"{os.cpu_count()}-core {platform.machine()} CPU",
@@ -540,12 +598,20 @@ def main(argv=None) -> int:
                              f"split(s) {missing} do not exist")
     except DataError as exc:
         parser.error(str(exc))
+    from autodeuq import AutoDEUQRegressor
+
+    args.rescore_settings = f"selection_bags={AutoDEUQRegressor().selection_bags}, refit={args.refit}"
     _limit_threads(args.threads)
     args.results.mkdir(parents=True, exist_ok=True)
-    done = {(r["method"], r["dataset"], r["split"]) for r in records}
+    done = {(r["method"], r["dataset"], r["split"]): r for r in records}
     for name in args.datasets:
         for split in args.splits:
-            todo = [m for m in args.methods if (m, name, split) not in done]
+            if args.rescore:
+                recorded = {m: done.get((m, name, split), {}) for m in args.methods if m in RESCORABLE}
+                todo = [m for m, r in recorded.items() if r.get("status") == "done"
+                        and r["info"].get("rescored", {}).get("settings") != args.rescore_settings]
+            else:
+                todo = [m for m in args.methods if (m, name, split) not in done]
             if not todo:
                 continue
             try:
@@ -553,9 +619,9 @@ def main(argv=None) -> int:
             except DataError as exc:
                 parser.error(str(exc))
             for method in todo:
-                record = run_one(method, data, args)
-                records.append(record)
-                save_raw(raw_path, records)
+                record = (rescore_one(done[(method, name, split)], data, args) if args.rescore
+                          else run_one(method, data, args))
+                records = update_raw(raw_path, record)
                 write_report(records, md_path)
                 scores = (f"nll {record['nll']:.3f} rmse {record['rmse']:.4g} cov90 {record['coverage_90']:.2f}"
                           if record["status"] == "done" else f"FAILED: {record['reason']}")

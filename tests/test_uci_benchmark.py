@@ -219,3 +219,68 @@ def test_report_compares_early_discarding_on_the_splits_run_both_ways(tmp_path):
     assert not any(line.startswith("| concrete | 1 |") for line in rows)  # run one way only
     # 2.93 < 3.04 (NGBoost's mean) but not < 2.86 (the thesis); the SHA mean 2.93 likewise.
     assert "- AutoDEUQ (1 dataset so far): mean test NLL below NGBoost on 1 of 1, AutoDEUQ (thesis) on 0 of 1." in md
+
+
+def test_update_raw_keeps_records_written_by_another_run(tmp_path, monkeypatch):
+    make_dataset(tmp_path / "data", "yacht", n_splits=2)
+    out = tmp_path / "out"
+
+    def fake(data, args):
+        # Another run of the script records its own result while this one works.
+        uci.update_raw(out / "uci_raw.json", {"method": "catboost", "dataset": "yacht", "split": data.split,
+                                              "status": "failed", "reason": "elsewhere"})
+        n = len(data.y_test)
+        return np.zeros((1, n, 1)), np.ones((1, n, 1)), np.ones(1), {}
+
+    monkeypatch.setitem(uci.RUNNERS, "ngboost", fake)
+    out.mkdir()
+    assert uci.main(["--methods", "ngboost", "--datasets", "yacht", "--splits", "0-1", "--data-dir",
+                     str(tmp_path / "data"), "--results", str(out)]) == 0
+    records = json.loads((out / "uci_raw.json").read_text())["records"]
+    assert sorted((r["method"], r["split"]) for r in records) == [
+        ("catboost", 0), ("catboost", 1), ("ngboost", 0), ("ngboost", 1)]
+
+
+def test_rescore_redoes_the_ensemble_step_and_keeps_the_earlier_scores(tmp_path, monkeypatch):
+    make_dataset(tmp_path / "data", "yacht", n_splits=1)
+    calls = []
+
+    def fake(data, args, variance=1.0):
+        calls.append(args.rescore)
+        n = len(data.y_test)
+        return (np.zeros((1, n, 1)), np.full((1, n, 1), variance), np.ones(1),
+                {"epochs": 10, "catalog_entries": 4, "run_dir": "r", "members": [1], "weights": [1.0],
+                 "selection_bags": 0})
+
+    monkeypatch.setitem(uci.RUNNERS, "autodeuq", fake)
+    argv = ["--methods", "autodeuq", "--datasets", "yacht", "--splits", "0", "--data-dir", str(tmp_path / "data"),
+            "--results", str(tmp_path / "out")]
+    assert uci.main(argv) == 0
+    (first,) = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
+    monkeypatch.setitem(uci.RUNNERS, "autodeuq", lambda data, args: fake(data, args, variance=4.0))
+    assert uci.main(argv + ["--rescore"]) == 0
+    assert uci.main(argv + ["--rescore"]) == 0  # already rescored with these settings: nothing to do
+    assert calls == [False, True]
+    (record,) = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
+    rescored = record["info"]["rescored"]
+    assert rescored["previous"]["nll"] == first["nll"] and record["nll"] != first["nll"]
+    assert record["epochs"] == first["epochs"] == 10
+    assert record["wall_s"] == pytest.approx(first["wall_s"] + rescored["ensemble_s"], abs=1e-3)
+    assert rescored["settings"].startswith("selection_bags=") and "refit=auto" in rescored["settings"]
+
+
+def test_rescore_refuses_a_catalog_that_would_train(tmp_path, monkeypatch):
+    make_dataset(tmp_path / "data", "yacht", n_splits=1)
+    entries = iter([4, 6])
+
+    def fake(data, args):
+        n = len(data.y_test)
+        return (np.zeros((1, n, 1)), np.ones((1, n, 1)), np.ones(1),
+                {"epochs": 1, "catalog_entries": next(entries), "run_dir": "r", "selection_bags": 0})
+
+    monkeypatch.setitem(uci.RUNNERS, "autodeuq", fake)
+    argv = ["--methods", "autodeuq", "--datasets", "yacht", "--splits", "0", "--data-dir", str(tmp_path / "data"),
+            "--results", str(tmp_path / "out")]
+    uci.main(argv)
+    with pytest.raises(RuntimeError, match="6 catalog entries, the record had 4"):
+        uci.main(argv + ["--rescore"])
