@@ -227,10 +227,12 @@ class CompiledTrainer:
     """A traced whole-epoch training function for one network structure and optimizer.
 
     It owns the flat parameter vector, its best-epoch copy, the optimizer (a
-    :class:`~autodeuq.optimizers.FlatOptimizer`) and the shuffle generator; the network enters
-    only as a :class:`~autodeuq.plan.NetworkProgram` (plain ops, with its backward pass written
-    out), so no Keras model is kept. :meth:`reset` loads a new training's initial weights,
-    learning rate and seed, so one trace serves several trainings.
+    :class:`~autodeuq.optimizers.FlatOptimizer`), the shuffle generator (also that of random ops
+    such as dropout) and, when the network's ops have state (batch normalization's moving
+    statistics), a flat state vector and its best-epoch copy; the network enters only as a
+    :class:`~autodeuq.plan.NetworkProgram` (plain ops, with its backward pass written out), so no
+    Keras model is kept. :meth:`reset` loads a new training's initial weights, state, learning
+    rate and seed, so one trace serves several trainings.
 
     Parameters
     ----------
@@ -249,6 +251,12 @@ class CompiledTrainer:
         size = int(sum(self.sizes))
         self.params = tf.Variable(tf.zeros([size], tf.float32), trainable=False, name="params")
         self.best_params = tf.Variable(tf.zeros([size], tf.float32), trainable=False, name="best_params")
+        self.state_sizes = [int(np.prod(s)) for s in program.state_shapes]
+        self.state = self.best_state = None
+        if self.state_sizes:
+            state_size = int(sum(self.state_sizes))
+            self.state = tf.Variable(tf.zeros([state_size], tf.float32), trainable=False, name="state")
+            self.best_state = tf.Variable(tf.zeros([state_size], tf.float32), trainable=False, name="best_state")
         self.optimizer = FlatOptimizer(optimizer_name, size)
         self.generator = tf.random.Generator.from_seed(0)
         self.traces = 0  # Python-side count of traces of the epoch function
@@ -260,6 +268,13 @@ class CompiledTrainer:
         pieces = tf.split(self.params.read_value(), self.sizes)
         return [tf.reshape(p, s) for p, s in zip(pieces, self.shapes)]
 
+    @tf.autograph.experimental.do_not_convert
+    def _state(self):
+        if self.state is None:
+            return []
+        pieces = tf.split(self.state.read_value(), self.state_sizes)
+        return [tf.reshape(p, s) for p, s in zip(pieces, self.program.state_shapes)]
+
     def _epoch(self, x, y, x_valid, y_valid, batch_size):
         """One epoch: (mean training loss, validation loss, validation outputs)."""
         self.traces += 1
@@ -270,19 +285,26 @@ class CompiledTrainer:
         for i in tf.range((n + batch_size - 1) // batch_size):
             start = i * batch_size
             stop = tf.minimum(start + batch_size, n)
-            mean, var, saved = self.program.forward(self._weights(), x[start:stop])
+            mean, var, saved = self.program.forward(self._weights(), x[start:stop], self._state(),
+                                                    training=True, rng=self.generator)
             loss, d_mean, d_var = gaussian_nll_and_gradients(y[start:stop], mean, var)
             grads = self.program.backward(saved, d_mean, d_var)
             grad = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
             self.optimizer.apply(grad, self.params)
+            if self.state is not None:
+                self.state.assign(tf.concat([tf.reshape(v, [-1]) for v in self.program.new_state(saved)], axis=0))
             total += loss * tf.cast(stop - start, tf.float32)
-        mean, var, _ = self.program.forward(self._weights(), x_valid)
+        mean, var, _ = self.program.forward(self._weights(), x_valid, self._state())
         return total / tf.cast(n, tf.float32), gaussian_nll(y_valid, mean, var), tf.concat([mean, var], axis=1)
 
-    def reset(self, initial_weights, learning_rate: float, seed: int):
+    def reset(self, initial_weights, learning_rate: float, seed: int, initial_state=()):
         flat = np.concatenate([np.asarray(w, np.float32).reshape(-1) for w in initial_weights])
         self.params.assign(flat)
         self.best_params.assign(flat)
+        if self.state is not None:
+            flat = np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in initial_state])
+            self.state.assign(flat)
+            self.best_state.assign(flat)
         self.optimizer.reset(learning_rate)
         self.generator.reset_from_seed(int(seed))
 
@@ -291,10 +313,20 @@ class CompiledTrainer:
 
     def snapshot(self):
         self.best_params.assign(self.params)
+        if self.state is not None:
+            self.best_state.assign(self.state)
 
     def best_weights(self) -> list[np.ndarray]:
         flat = self.best_params.numpy()
         return [p.reshape(s) for p, s in zip(np.split(flat, np.cumsum(self.sizes)[:-1]), self.shapes)]
+
+    def best_state_values(self) -> list[np.ndarray]:
+        """The ops' state at the best epoch, in the order of ``plan.state_variables``."""
+        if self.state is None:
+            return []
+        flat = self.best_state.numpy()
+        return [p.reshape(s) for p, s in zip(np.split(flat, np.cumsum(self.state_sizes)[:-1]),
+                                             self.program.state_shapes)]
 
 
 _CACHE: OrderedDict[str, CompiledTrainer] = OrderedDict()
@@ -459,7 +491,8 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         key, trainer, reused = _checkout_trainer(plan, core, hp["optimizer"])
         traces_before = trainer.traces
         trainer.reset([_to_numpy(v) for v in core.trainable_variables],
-                      hp["learning_rate"] if schedule is None else schedule[0], seed)
+                      hp["learning_rate"] if schedule is None else schedule[0], seed,
+                      [_to_numpy(v) for v in plan.state_variables(core)])
         tensors = tuple(tf.constant(np.asarray(a, dtype=np.float32)) for a in (
             scaler.transform_x(dataset.x_train), scaler.transform_y(dataset.y_train),
             scaler.transform_x(dataset.x_valid), scaler.transform_y(dataset.y_valid),
@@ -478,6 +511,8 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
                            n_params=n_params)
 
         for var, value in zip(core.trainable_variables, trainer.best_weights()):
+            var.assign(value)
+        for var, value in zip(plan.state_variables(core), trainer.best_state_values()):
             var.assign(value)
         # the best epoch's validation pass ran with exactly the weights kept
         valid_mean, valid_var = scaler.inverse_y(*split_output(best_out.astype(np.float64)))
