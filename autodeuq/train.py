@@ -20,6 +20,10 @@ Choices that keep tracing cheap and rare:
   kept in a small LRU cache (:data:`TRAINER_CACHE_SIZE`). A later training with the same key
   (e.g. a search over training hyperparameters with a fixed architecture) reuses it after
   resetting the weights, the optimizer state and the shuffle generator: no retrace.
+* The epoch is an explicit ``tf.while_loop`` traced without AutoGraph, its biases are slices
+  of the vector used as they are (no reshape), and it is called as a concrete function that
+  returns both losses in one tensor: fewer ops to trace, instantiate and run at every step, and
+  one transfer to the host per epoch. None of this changes a number (the tests compare runs).
 
 Long-lived workers: each training resets Keras' session state; the objects alive after the first
 training's imports are moved out of the garbage collector's sight (``gc.freeze``), and full
@@ -261,41 +265,58 @@ class CompiledTrainer:
         self.generator = tf.random.Generator.from_seed(0)
         self.traces = 0  # Python-side count of traces of the epoch function
         spec = [tf.TensorSpec([None, None], tf.float32)] * 4 + [tf.TensorSpec([], tf.int32)]
-        self.run_epoch = tf.function(self._epoch, input_signature=spec)
+        self._epoch_function = tf.function(self._epoch, input_signature=spec, autograph=False)
+        self._concrete_epoch = None
+
+    def run_epoch(self, x, y, x_valid, y_valid, batch_size):
+        """One epoch (traced at the first call): ``(losses, valid_out)``, ``losses`` holding the
+        mean training loss and the validation loss, ``valid_out`` the validation outputs."""
+        if self._concrete_epoch is None:
+            # calling the traced graph directly skips tf.function's per-call argument matching
+            self._concrete_epoch = self._epoch_function.get_concrete_function()
+        return self._concrete_epoch(x, y, x_valid, y_valid, batch_size)
 
     @tf.autograph.experimental.do_not_convert
     def _weights(self):
+        # a 1-D piece (a bias) already has its shape: no Reshape op to trace and run every step
         pieces = tf.split(self.params.read_value(), self.sizes)
-        return [tf.reshape(p, s) for p, s in zip(pieces, self.shapes)]
+        return [p if len(s) == 1 else tf.reshape(p, s) for p, s in zip(pieces, self.shapes)]
 
     @tf.autograph.experimental.do_not_convert
     def _state(self):
         if self.state is None:
             return []
         pieces = tf.split(self.state.read_value(), self.state_sizes)
-        return [tf.reshape(p, s) for p, s in zip(pieces, self.program.state_shapes)]
+        return [p if len(s) == 1 else tf.reshape(p, s) for p, s in zip(pieces, self.program.state_shapes)]
 
     def _epoch(self, x, y, x_valid, y_valid, batch_size):
-        """One epoch: (mean training loss, validation loss, validation outputs)."""
+        # Written as an explicit tf.while_loop and traced without AutoGraph, which would only
+        # rewrite this one loop and costs tracing time at every new plan.
         self.traces += 1
         n = tf.shape(x)[0]
         order = tf.argsort(self.generator.uniform([n]))
         x, y = tf.gather(x, order), tf.gather(y, order)
-        total = tf.constant(0.0)
-        for i in tf.range((n + batch_size - 1) // batch_size):
+        flat = tf.constant([-1])
+
+        def step(i, total):
             start = i * batch_size
             stop = tf.minimum(start + batch_size, n)
             mean, var, saved = self.program.forward(self._weights(), x[start:stop], self._state(),
                                                     training=True, rng=self.generator)
             loss, d_mean, d_var = gaussian_nll_and_gradients(y[start:stop], mean, var)
             grads = self.program.backward(saved, d_mean, d_var)
-            grad = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
+            grad = tf.concat([g if len(s) == 1 else tf.reshape(g, flat) for g, s in zip(grads, self.shapes)], axis=0)
             self.optimizer.apply(grad, self.params)
             if self.state is not None:
-                self.state.assign(tf.concat([tf.reshape(v, [-1]) for v in self.program.new_state(saved)], axis=0))
-            total += loss * tf.cast(stop - start, tf.float32)
+                self.state.assign(tf.concat([tf.reshape(v, flat) for v in self.program.new_state(saved)], axis=0))
+            return i + 1, total + loss * tf.cast(stop - start, tf.float32)
+
+        _, total = tf.while_loop(lambda i, _: i < (n + batch_size - 1) // batch_size, step,
+                                 (tf.constant(0), tf.constant(0.0)))
         mean, var, _ = self.program.forward(self._weights(), x_valid, self._state())
-        return total / tf.cast(n, tf.float32), gaussian_nll(y_valid, mean, var), tf.concat([mean, var], axis=1)
+        # one tensor for both losses: one transfer to the host per epoch
+        losses = tf.stack([total / tf.cast(n, tf.float32), gaussian_nll(y_valid, mean, var)])
+        return losses, tf.concat([mean, var], axis=1)
 
     def reset(self, initial_weights, learning_rate: float, seed: int, initial_state=()):
         flat = np.concatenate([np.asarray(w, np.float32).reshape(-1) for w in initial_weights])
@@ -570,8 +591,8 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
             book.lr = schedule[epoch]
             trainer.set_learning_rate(book.lr)
         lr_used = book.lr
-        loss, val_loss, valid_out = trainer.run_epoch(*tensors)
-        loss, val_loss = float(loss), float(val_loss)
+        losses, valid_out = trainer.run_epoch(*tensors)
+        loss, val_loss = (float(v) for v in losses.numpy())
         if epoch == 0:
             t_first = time.perf_counter()
         history["loss"].append(loss)
