@@ -62,7 +62,7 @@ class VectorBO:
         configuration it decodes to (integer and categorical variables on their grid), as the
         observations are.
     surrogate : str or object
-        A name of :data:`~autodeuq.search.surrogate.SURROGATES` (``"et"``, ``"rf"``, ``"gp"``...) or
+        A name of :data:`~autodeuq.search.SURROGATES` (``"et"``, ``"rf"``, ``"gp"``...) or
         an object with ``fit`` and ``predict(X, return_std=True)``.
     acq : {"lcb", "ei", "pi"}
     kappa : float
