@@ -12,20 +12,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 import time
 import traceback
 import warnings
 from pathlib import Path
 
-import numpy as np
-
 from autodeuq.data import BUILTIN_DATASETS
 from autodeuq.errors import AutoDEUQError, ParameterError
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1  # an unexpected exception (a bug), as for any Python program that dies of one
-BO_SEARCHES = ("agebo", "bo", "bo-fixed-arch")  # the searchers that take --surrogate and --acq
 EXIT_SEARCH_FAILED = 1
 PREDICT_COLUMNS = (
     "Columns, for each target, in the target's units: <target>_mean (predictive mean), <target>_std "
@@ -65,6 +63,8 @@ def error_line(exc: AutoDEUQError) -> str:
 
 # ----------------------------------------------------------------------------- parsers
 def _add_data_args(p):
+    from autodeuq.preprocess import CATEGORICAL, IMPUTE
+
     g = p.add_argument_group("data (give --data or --dataset)")
     g.add_argument("--data", metavar="FILE", help="training table: .csv, .parquet or .npz (arrays X, y)")
     g.add_argument("--target", metavar="COL", action="append",
@@ -76,11 +76,11 @@ def _add_data_args(p):
     g.add_argument("--dataset", choices=BUILTIN_DATASETS,
                    help="built-in dataset instead of --data (boston/concrete need the 'benchmarks' extra)")
     g = p.add_argument_group("table columns (--data only; fitted on the training rows, saved with every model)")
-    g.add_argument("--categorical", choices=("onehot", "ordinal", "none"), default=None,
+    g.add_argument("--categorical", choices=CATEGORICAL, default=None,
                    help="encoding of non-numeric columns: onehot (one 0/1 input per training category; an unseen "
                         "category is all zeros), ordinal (the category's index; unseen: -1), none (refuse them) "
                         "(default: onehot)")
-    g.add_argument("--impute", choices=("mean", "median", "none"), default=None,
+    g.add_argument("--impute", choices=IMPUTE, default=None,
                    help="missing feature values: the training mean or median of a numeric column, the most frequent "
                         "training category of a categorical one, also at prediction; none refuses them "
                         "(default: mean)")
@@ -91,10 +91,9 @@ def _add_data_args(p):
 
 
 def _add_search_args(p):
-    # the choices are the modules' registries; importing them (scikit-learn, ConfigSpace) costs --help seconds
-    from autodeuq import discard, evaluator, search
-    from autodeuq.search.bo import ACQUISITIONS
-    from autodeuq.search.surrogate import SURROGATES
+    from autodeuq import discard, evaluator, search  # their name tables import none of what they name
+
+    bo_searches = ", ".join(search.surrogate_searchers())
 
     g = p.add_argument_group("search")
     g.add_argument("--space", default=None, metavar="NAME_OR_FILE",
@@ -104,10 +103,10 @@ def _add_search_args(p):
                    help="search algorithm (default: agebo); the ablations: age-fixed-hp (aging evolution over "
                         "the architecture, training hyperparameters fixed by --fixed-hp), bo-fixed-arch (BO over "
                         "the training hyperparameters, architecture fixed by --fixed-arch)")
-    g.add_argument("--surrogate", default=None, choices=list(SURROGATES),
-                   help=f"surrogate model of the BO-based searchers ({', '.join(BO_SEARCHES)}) (default: et)")
-    g.add_argument("--acq", default=None, choices=ACQUISITIONS,
-                   help=f"acquisition function of the BO-based searchers ({', '.join(BO_SEARCHES)}) (default: lcb)")
+    g.add_argument("--surrogate", default=None, choices=list(search.SURROGATES),
+                   help=f"surrogate model of the BO-based searchers ({bo_searches}) (default: et)")
+    g.add_argument("--acq", default=None, choices=list(search.ACQUISITIONS),
+                   help=f"acquisition function of the BO-based searchers ({bo_searches}) (default: lcb)")
     g.add_argument("--fixed-hp", default=None, metavar="JSON",
                    help="with --search age-fixed-hp: training hyperparameters as a JSON object; those not given "
                         "keep their defaults (default: learning_rate 0.01, batch_size 16, optimizer adam, "
@@ -156,28 +155,28 @@ def _add_search_args(p):
 
 
 def _add_ensemble_args(p, with_test=True):
-    from autodeuq.ensemble import predictive, selection
+    from autodeuq.ensemble import options
 
     g = p.add_argument_group("ensemble")
     g.add_argument("--size", type=int, default=5, metavar="K", help="distinct ensemble members (default: 5)")
-    g.add_argument("--selector", choices=selection.METHODS, default="greedy",
+    g.add_argument("--selector", choices=options.METHODS, default="greedy",
                    help="selection method (default: greedy, with replacement)")
-    g.add_argument("--selection-score", choices=selection.OBJECTIVES, default="mixture",
+    g.add_argument("--selection-score", choices=options.SCORES, default="mixture",
                    help="what selection minimizes: the ensemble's exact mixture NLL or its moment-matched Gaussian "
                         "NLL (default: mixture)")
     # Its former name, kept for one release: "objective" is the search's (a network's validation NLL).
-    g.add_argument("--objective", dest="former_objective", choices=selection.OBJECTIVES, default=None,
+    g.add_argument("--objective", dest="former_objective", choices=options.SCORES, default=None,
                    help=argparse.SUPPRESS)
-    g.add_argument("--selection-stop", choices=selection.STOPS, default="size",
+    g.add_argument("--selection-stop", choices=options.STOPS, default="size",
                    help="size: always K distinct members (when the catalog has K usable models); improvement: "
                         "stop as soon as no addition improves the validation NLL (may leave one member) "
                         "(default: size)")
-    g.add_argument("--diversity", choices=predictive.DIVERSITY, default="none",
+    g.add_argument("--diversity", choices=options.DIVERSITY, default="none",
                    help="at most one member per architecture, or per set of activation functions (default: none)")
     g.add_argument("--selection-bags", type=int, default=0, metavar="B",
                    help="repeat the selection on B random halves of the validation rows and average the weights "
                         "(bagged selection; 0: select once on all rows) (default: 0)")
-    g.add_argument("--calibrate", choices=predictive.CALIBRATIONS, default="none",
+    g.add_argument("--calibrate", choices=options.CALIBRATIONS, default="none",
                    help="scale: recalibrate each target's predictive std by a factor fitted on out-of-fold "
                         "selections of the validation rows (default: none)")
     g.add_argument("--refit", action=argparse.BooleanOptionalAction, default="auto",
@@ -269,15 +268,16 @@ def _json_option(flag, text):
 
 def _search_options(args, space) -> dict:
     """The searcher options the flags ask for, checked against ``--search`` and the space."""
-    from autodeuq.search import ablation_fixed_arch, ablation_fixed_hp
+    from autodeuq.search import ablation_fixed_arch, ablation_fixed_hp, surrogate_searchers
     from autodeuq.space import SpaceError
 
+    bo_searches = surrogate_searchers()
     for flag, value in (("--surrogate", args.surrogate), ("--acq", args.acq)):
-        if value is not None and args.search not in BO_SEARCHES:
-            raise CLIError(f"{flag} applies to the BO-based searchers ({', '.join(BO_SEARCHES)}), "
+        if value is not None and args.search not in bo_searches:
+            raise CLIError(f"{flag} applies to the BO-based searchers ({', '.join(bo_searches)}), "
                            f"not to --search {args.search}")
     options = {}
-    if args.search in BO_SEARCHES:
+    if args.search in bo_searches:
         options = {"surrogate": args.surrogate or "et", "acq": args.acq or "lcb"}
     for flag, value, search, option, resolve in (
         ("--fixed-hp", args.fixed_hp, "age-fixed-hp", "fixed_hp", ablation_fixed_hp),
@@ -509,7 +509,7 @@ def cmd_catalog(args):
         frame = catalog.to_dataframe()
         data = catalog.meta.get("data", {})
         space = catalog.space.name
-        original = np.isfinite(catalog.nll_offset)
+        original = math.isfinite(catalog.nll_offset)
     counts = frame["status"].value_counts()
     parts = [f"{counts.get(Status.DONE, 0)} done"]
     if counts.get(Status.DISCARDED, 0):

@@ -9,9 +9,20 @@ An op pairs, as a Keras layer pairs ``call`` and ``get_config`` (or a PyTorch
 * :meth:`Op.backward`: the gradients of a loss w.r.t. the op's inputs and weights from its
   gradient w.r.t. the output. Written out for the ops here (matmuls, bias-gradient sums and the
   activation gradient kernels of :mod:`autodeuq.activations`); an op that does not write it
-  inherits :meth:`Op.backward`, which differentiates :meth:`Op.forward` with
-  ``tf.GradientTape``. A new kind of layer is therefore one subclass.
+  inherits :meth:`Op.backward`, which takes the gradients from a ``tf.GradientTape`` recorded
+  around its forward (:meth:`Op.taped_forward`). A new kind of layer is therefore one subclass.
 * :meth:`Op.config`: what identifies the op, for the trainer's cache of compiled epochs.
+
+Training and inference, and state. As Keras passes ``training`` to a layer's ``call`` only when
+its signature names it, the program passes these keywords to a ``forward`` that names them:
+
+* ``training`` (bool): whether this is a training step (:class:`Dropout` drops only then,
+  :class:`BatchNormalization` normalizes by the batch's statistics only then);
+* ``rng`` (``tf.random.Generator``): the training's seeded generator, for random ops;
+* ``state`` (list of tensors): the current values of the op's non-trainable variables, those
+  :meth:`Op.state_variables` names among its Keras layer's. After each training step the trainer
+  stores :meth:`Op.new_state` (for batch normalization, the moving mean and variance), and at the
+  end writes them into the Keras layer, so the saved model carries them.
 
 Why plain ops at all: tracing Keras layer calls costs ~10x more Python time than tracing these
 few ops, and ``tf.GradientTape`` adds broadcasting bookkeeping (shape, reduce and reshape ops) to
@@ -19,8 +30,9 @@ every training step (``benchmarks/results/training_speed.md``).
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 from keras import layers
@@ -28,6 +40,18 @@ from keras import layers
 from . import activations
 from .layers import VARIANCE_FLOOR
 from .layers import GaussianHead as GaussianHeadLayer
+
+MODE_KEYWORDS = ("training", "rng", "state")  #: what a ``forward`` may name, besides weights and inputs
+
+
+class Taped(NamedTuple):
+    """What :meth:`Op.taped_forward` keeps for the default :meth:`Op.backward`."""
+
+    tape: Any
+    inputs: list
+    weights: list
+    output: Any
+    saved: Any  #: what the op's forward itself saved (e.g. for :meth:`Op.new_state`)
 
 
 class Op:
@@ -60,27 +84,56 @@ class Op:
 
     def forward(self, weights: list, inputs: list):
         """``(output, saved)``: the output from the layer's weights (in the order of its
-        ``trainable_variables``) and inputs, and what :meth:`backward` needs."""
+        ``trainable_variables``) and inputs, and what :meth:`backward` needs. A subclass may add
+        the keywords of :data:`MODE_KEYWORDS` (see the module's docstring)."""
         raise NotImplementedError
 
     def backward(self, weights: list, inputs: list, saved, d_output, need_inputs: list[bool]):
         """``(d_inputs, d_weights)``: gradients of a loss w.r.t. each input (``None`` where
         ``need_inputs`` is false, or any value) and each weight, from ``d_output``.
 
-        This default differentiates :meth:`forward` again under ``tf.GradientTape``; ops
-        override it with the gradient written out.
+        This default takes them from the tape :meth:`taped_forward` recorded (``saved`` is its
+        :class:`Taped`); ops override it with the gradient written out.
         """
-        with tf.GradientTape() as tape:
+        output = saved.output
+        many = isinstance(output, (tuple, list))
+        grads = saved.tape.gradient(list(output) if many else output, saved.inputs + saved.weights,
+                                    output_gradients=list(d_output) if many else d_output,
+                                    unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return grads[:len(saved.inputs)], grads[len(saved.inputs):]
+
+    @classmethod
+    def writes_backward(cls) -> bool:
+        """Whether the class writes its backward out (else :meth:`taped_forward` runs its forward)."""
+        return cls.backward is not Op.backward
+
+    @classmethod
+    def mode_keywords(cls) -> tuple[str, ...]:
+        """The keywords of :data:`MODE_KEYWORDS` that this class's ``forward`` takes."""
+        parameters = inspect.signature(cls.forward).parameters
+        return tuple(k for k in MODE_KEYWORDS if k in parameters)
+
+    def taped_forward(self, weights: list, inputs: list, **mode):
+        """:meth:`forward` under a ``tf.GradientTape``: ``(output, Taped)``. The forward runs
+        once, so a random op's gradient sees the mask its output used."""
+        tape = tf.GradientTape()
+        with tape:
+            weights = list(weights)
             tape.watch(weights)
             # one stand-in per position: an op may read the same value twice (an Add of x and x)
-            inputs = [tf.identity(x) for x in inputs]
-            tape.watch(inputs)
-            output, _ = self.forward(weights, inputs)
-        many = isinstance(output, (tuple, list))
-        grads = tape.gradient(list(output) if many else output, list(inputs) + list(weights),
-                              output_gradients=list(d_output) if many else d_output,
-                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return grads[:len(inputs)], grads[len(inputs):]
+            stand_ins = [tf.identity(x) for x in inputs]
+            tape.watch(stand_ins)
+            output, saved = self.forward(weights, stand_ins, **mode)
+        return output, Taped(tape, stand_ins, weights, output, saved)
+
+    def state_variables(self, layer: layers.Layer) -> list:
+        """The non-trainable variables of ``layer`` (from :meth:`layer`) that are this op's
+        state, in the order ``forward`` receives them as ``state``; none by default."""
+        return []
+
+    def new_state(self, state: list, saved) -> list:
+        """The state after a training step, from the state before and ``forward``'s ``saved``."""
+        return list(state)
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
@@ -175,3 +228,62 @@ class GaussianHead(Op):
     def backward(self, weights, inputs, saved, d_output, need_inputs):
         d_mean, d_var = d_output
         return [tf.concat([d_mean, d_var * tf.sigmoid(saved)], axis=1)], []  # softplus' = sigmoid
+
+
+class Dropout(Op):
+    """Keras' ``Dropout(rate)`` (Srivastava et al. 2014): in training, each entry is zeroed with
+    probability ``rate`` and the others are divided by ``1 - rate``; in inference, the identity."""
+
+    def __init__(self, name: str, input_name: str, rate: float):
+        super().__init__(name, [input_name])
+        self.rate = float(rate)
+        if not 0.0 <= self.rate < 1.0:
+            raise ValueError(f"a dropout rate is in [0, 1), got {rate}")
+
+    def config(self):
+        return {"rate": self.rate}
+
+    def layer(self):
+        return layers.Dropout(self.rate, name=self.name)
+
+    def forward(self, weights, inputs, training=False, rng=None):
+        x = inputs[0]
+        if not training or self.rate == 0.0:
+            return x, None
+        uniform = rng.uniform(tf.shape(x)) if rng is not None else tf.random.uniform(tf.shape(x))
+        scale = tf.where(uniform >= self.rate, 1.0 / (1.0 - self.rate), 0.0)
+        return x * scale, scale
+
+    def backward(self, weights, inputs, saved, d_output, need_inputs):
+        return [d_output if saved is None else d_output * saved], []
+
+
+class BatchNormalization(Op):
+    """Keras' ``BatchNormalization(momentum, epsilon)`` over the rows (Ioffe & Szegedy 2015):
+    ``gamma (x - m) / sqrt(v + epsilon) + beta``, with ``(m, v)`` the batch's mean and (biased)
+    variance in training and the moving ones in inference. Its state is the moving mean and
+    variance; each training step moves them towards the batch's: ``s <- momentum s + (1 - momentum) batch``.
+    Its backward is not written out: the tape gives it."""
+
+    def __init__(self, name: str, input_name: str, momentum: float = 0.99, epsilon: float = 1e-3):
+        super().__init__(name, [input_name])
+        self.momentum = float(momentum)
+        self.epsilon = float(epsilon)
+
+    def config(self):
+        return {"momentum": self.momentum, "epsilon": self.epsilon}
+
+    def layer(self):
+        return layers.BatchNormalization(momentum=self.momentum, epsilon=self.epsilon, name=self.name)
+
+    def state_variables(self, layer):
+        return [layer.moving_mean, layer.moving_variance]
+
+    def forward(self, weights, inputs, training=False, state=()):
+        gamma, beta = weights
+        x = inputs[0]
+        mean, var = tf.nn.moments(x, axes=[0]) if training else tuple(state)
+        return tf.nn.batch_normalization(x, mean, var, beta, gamma, self.epsilon), (mean, var)
+
+    def new_state(self, state, saved):
+        return [m * self.momentum + b * (1.0 - self.momentum) for m, b in zip(state, saved)]

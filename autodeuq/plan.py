@@ -3,7 +3,9 @@
 A :class:`NetworkPlan` is the one description of a network (Egele et al. 2022; Egele 2024,
 Figure 6.1): a chain of cells, each a dense decision (identity or ``Dense(units, activation)``)
 plus skip connections to the outputs of up to ``skip_window`` previous cells (cell 0 is the
-input), then a Gaussian head giving, per target, a mean and a positive variance. From it come
+input), then a Gaussian head giving, per target, a mean and a positive variance. A space may add
+to each cell batch normalization of its Dense output and dropout of its output (see
+``search_spaces/README.md``). From it come
 
 * the Keras model (:meth:`NetworkPlan.build_model`, used by :func:`autodeuq.model.build_network`);
 * the plain-ops program the compiled trainer runs (:class:`NetworkProgram`);
@@ -52,6 +54,16 @@ def merge_name(cell: int) -> str:
     return f"cell{cell}_merge"
 
 
+def batch_norm_name(cell: int) -> str:
+    """Name of the batch normalization of a cell's Dense output."""
+    return f"cell{cell}_batch_norm"
+
+
+def dropout_name(cell: int) -> str:
+    """Name of the dropout of a cell's output."""
+    return f"cell{cell}_dropout"
+
+
 @dataclass(frozen=True)
 class NetworkPlan:
     """The ops of one network, in the order they run (and their layers are created).
@@ -85,6 +97,9 @@ class NetworkPlan:
             if dense.units is not None:
                 plan.append(ops.Dense(dense_name(k), x, dense.units, dense.activation))
                 x, width = dense_name(k), dense.units
+                if dense.batch_norm:
+                    plan.append(ops.BatchNormalization(batch_norm_name(k), x))
+                    x = batch_norm_name(k)
             if skips:
                 terms = [x]
                 for a in skips:
@@ -96,6 +111,9 @@ class NetworkPlan:
                 plan.append(ops.Add(add_name(k), terms))
                 plan.append(ops.Activation(merge_name(k), add_name(k), space.merge_activation))
                 x = merge_name(k)
+            if dense.dropout > 0:
+                plan.append(ops.Dropout(dropout_name(k), x, dense.dropout))
+                x = dropout_name(k)
             outputs[k], widths[k] = x, width
         plan.append(ops.Dense(HEAD_RAW_NAME, outputs[len(outputs) - 1], 2 * int(n_targets), "linear"))
         plan.append(ops.GaussianHead(HEAD_NAME, HEAD_RAW_NAME, n_targets))
@@ -113,6 +131,11 @@ class NetworkPlan:
         return json.dumps([self.n_features, self.n_targets,
                            [[type(op).__name__, op.name, list(op.inputs), op.config()] for op in self.ops]])
 
+    def state_variables(self, model: keras.Model) -> list:
+        """The variables of ``model`` (built from this plan) that hold the ops' state
+        (:meth:`autodeuq.ops.Op.state_variables`), op by op: the order of a program's state."""
+        return [v for op in self.ops for v in op.state_variables(model.get_layer(op.name))]
+
     def build_model(self, name: str = "autodeuq_core") -> keras.Model:
         """The Keras model: input ``(n, n_features)`` -> output ``(n, 2T)`` (means, variances)."""
         values = {INPUT_NAME: keras.Input(shape=(self.n_features,), name=INPUT_NAME)}
@@ -124,11 +147,12 @@ class NetworkPlan:
 class NetworkProgram:
     """A plan's computation as plain ops on a list of weights, with its backward pass.
 
-    ``program(weights, x)`` gives the network's ``(n, 2T)`` output, where ``weights`` lists
-    tensors in the order of ``model.trainable_variables``; it applies the same ops in the same
-    order as the Keras layers, so it gives the same numbers. :meth:`forward` and
+    ``program(weights, x)`` gives the network's ``(n, 2T)`` output in inference, where ``weights``
+    lists tensors in the order of ``model.trainable_variables``; it applies the same ops in the
+    same order as the Keras layers, so it gives the same numbers. :meth:`forward` and
     :meth:`backward` are the training pair: each op's forward keeps what its backward needs
-    (:mod:`autodeuq.ops`). The tests check the outputs against the Keras model and the gradients
+    (:mod:`autodeuq.ops`), and an op without a written-out backward runs its forward under a
+    ``tf.GradientTape``. The tests check the outputs against the Keras model and the gradients
     against ``tf.GradientTape``.
 
     Parameters
@@ -136,29 +160,62 @@ class NetworkProgram:
     plan : NetworkPlan
     model : keras.Model
         Built by ``plan.build_model()``; tells where each op's weights sit in
-        ``model.trainable_variables``.
+        ``model.trainable_variables``, and its state in ``plan.state_variables(model)``.
     """
 
     def __init__(self, plan: NetworkPlan, model: keras.Model):
         index = {id(v): i for i, v in enumerate(model.trainable_variables)}
-        self.steps = [(op, [index[id(v)] for v in model.get_layer(op.name).trainable_variables])
+        state_variables = plan.state_variables(model)
+        state_index = {id(v): i for i, v in enumerate(state_variables)}
+        self.steps = [(op, [index[id(v)] for v in model.get_layer(op.name).trainable_variables],
+                       [state_index[id(v)] for v in op.state_variables(model.get_layer(op.name))],
+                       op.mode_keywords(), op.writes_backward())
                       for op in plan.ops]
         self.output = plan.ops[-1].name
         self.n_weights = len(model.trainable_variables)
+        self.state_shapes = [tuple(int(d) for d in v.shape) for v in state_variables]
 
-    def __call__(self, weights, x):
-        mean, var, _ = self.forward(weights, x)
+    def __call__(self, weights, x, state=()):
+        mean, var, _ = self.forward(weights, x, state)
         return tf.concat([mean, var], axis=1)
 
     @tf.autograph.experimental.do_not_convert  # static Python loops: nothing for AutoGraph to do
-    def forward(self, weights, x):
-        """``(mean, var, saved)``: the outputs, each ``(n, T)``, and what :meth:`backward` needs."""
+    def forward(self, weights, x, state=(), training=False, rng=None):
+        """``(mean, var, saved)``: the outputs, each ``(n, T)``, and what :meth:`backward` and
+        :meth:`new_state` need.
+
+        Parameters
+        ----------
+        weights : list of tensors
+            In ``model.trainable_variables`` order.
+        x : tensor (n, n_features)
+        state : list of tensors
+            The ops' state (shapes :attr:`state_shapes`); may be left out when it is empty.
+        training : bool
+            A training step (dropout drops, batch normalization uses the batch's statistics).
+        rng : tf.random.Generator, optional
+            The generator of random ops in training.
+        """
+        mode = {"training": training, "rng": rng}
         values, saved = {INPUT_NAME: x}, {}
-        for op, where in self.steps:
-            values[op.name], saved[op.name] = op.forward([weights[i] for i in where],
-                                                         [values[i] for i in op.inputs])
+        for op, where, state_where, keywords, written in self.steps:
+            kwargs = {k: ([state[i] for i in state_where] if k == "state" else mode[k]) for k in keywords}
+            run = op.forward if written else op.taped_forward
+            values[op.name], saved[op.name] = run([weights[i] for i in where], [values[i] for i in op.inputs],
+                                                  **kwargs)
         mean, var = values[self.output]
-        return mean, var, {"weights": weights, "values": values, "saved": saved}
+        return mean, var, {"weights": weights, "values": values, "saved": saved, "state": list(state)}
+
+    @tf.autograph.experimental.do_not_convert
+    def new_state(self, saved) -> list:
+        """The ops' state after the training step whose :meth:`forward` gave ``saved``."""
+        state = list(saved["state"])
+        for op, _, state_where, _, written in self.steps:
+            if state_where:
+                own = saved["saved"][op.name] if written else saved["saved"][op.name].saved
+                for i, value in zip(state_where, op.new_state([state[i] for i in state_where], own)):
+                    state[i] = value
+        return state
 
     @tf.autograph.experimental.do_not_convert
     def backward(self, saved, d_mean, d_var):
@@ -179,7 +236,7 @@ class NetworkProgram:
         weights, values = saved["weights"], saved["values"]
         grads = [None] * self.n_weights
         upstream = {self.output: [(d_mean, d_var)]}  # gradients reaching each value
-        for op, where in reversed(self.steps):
+        for op, where, _, _, _ in reversed(self.steps):
             pending = upstream.pop(op.name, [])
             if not pending:
                 continue

@@ -7,8 +7,10 @@ A configuration is a plain JSON-serializable dict::
 ``arch`` holds one integer per architecture decision, cell by cell: the cell's dense
 decision (0 = identity, else one (units, activation) pair) followed by one binary skip
 decision per anchor (the outputs of the up-to-``skip_window`` previous cells, nearest
-first; cell 0 is the input). ``hp`` holds the training hyperparameters, described by a
-ConfigSpace ``ConfigurationSpace`` (priors, sampling and the [0, 1] vector encoding).
+first; cell 0 is the input), then, in a space that asks for them, the cell's dropout rate
+(an index into ``architecture.dropout``) and its batch normalization (0/1). ``hp`` holds the
+training hyperparameters, described by a ConfigSpace ``ConfigurationSpace`` (priors, sampling and
+the [0, 1] vector encoding).
 
 Spaces are read from YAML or JSON files; ``search_spaces/`` ships ``toy`` and ``tabular`` (installed
 as the package data of ``autodeuq.search_spaces``).
@@ -48,10 +50,13 @@ class SpaceError(AutoDEUQError, ValueError):
 
 @dataclass(frozen=True)
 class CellChoice:
-    """The decoded dense decision of one cell: ``units is None`` means identity."""
+    """The decoded decisions of one cell but its skips: ``units is None`` means identity;
+    ``batch_norm`` normalizes the Dense output, ``dropout`` (a rate) drops from the cell's output."""
 
     units: int | None
     activation: str | None
+    dropout: float = 0.0
+    batch_norm: bool = False
 
 
 def encode_index(index, k) -> np.ndarray:
@@ -103,6 +108,11 @@ class SearchSpace:
         unknown = set(spec) - {"name", "description", "architecture", "training", "epochs", "max_steps_per_epoch"}
         if unknown:
             self._fail("top level", f"unknown key(s) {sorted(unknown)}")
+        if isinstance(spec.get("architecture"), dict):
+            unknown = set(spec["architecture"]) - {"num_cells", "skip_window", "units", "activations",
+                                                   "merge_activation", "dropout", "batch_norm"}
+            if unknown:
+                self._fail("architecture", f"unknown key(s) {sorted(unknown)}")
         self.name = str(spec.get("name", Path(self.source).stem))
         arch = spec.get("architecture")
         if not isinstance(arch, dict):
@@ -117,6 +127,10 @@ class SearchSpace:
         if bad:
             self._fail("architecture.activations", f"unknown activation(s) {bad}; known: {list(ACTIVATIONS)}")
         self.activations = list(acts)
+        self.dropout = self._dropout(arch.get("dropout", [0.0]))
+        self.batch_norm = arch.get("batch_norm", False)
+        if not isinstance(self.batch_norm, bool):
+            self._fail("architecture.batch_norm", f"expected true or false, got {self.batch_norm!r}")
         self.merge_activation = arch.get("merge_activation", "relu")
         if not isinstance(self.merge_activation, str) or self.merge_activation not in ACTIVATIONS:
             self._fail("architecture.merge_activation", f"unknown activation {self.merge_activation!r}")
@@ -151,6 +165,15 @@ class SearchSpace:
                            f"width {max(units)} is above the largest supported width {MAX_UNITS}")
             return list(units)
         self._fail("architecture.units", f"expected {{min, max, step}} or a list of positive integers, got {units!r}")
+
+    def _dropout(self, rates) -> list[float]:
+        if not isinstance(rates, list) or not rates or any(
+            isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r < 1 for r in rates
+        ):
+            self._fail("architecture.dropout", f"expected a non-empty list of rates in [0, 1), got {rates!r}")
+        if len(set(rates)) != len(rates):
+            self._fail("architecture.dropout", f"a rate is listed twice in {rates!r}")
+        return [float(r) for r in rates]
 
     def _training_space(self, training) -> CS.ConfigurationSpace:  # noqa: F821
         import ConfigSpace as CS  # here, not at the top: scipy.stats alone takes a second to import
@@ -221,6 +244,11 @@ class SearchSpace:
         """Cells (0 = input) whose outputs cell ``cell`` (1-based) may skip-connect to."""
         return list(range(cell - 1, max(-1, cell - 1 - self.skip_window), -1))
 
+    def _cell_extras(self) -> list[tuple[str, int]]:
+        # the per-cell decisions after the skips: (name suffix, number of values); a single
+        # dropout rate is not a decision (every cell has it)
+        return [("dropout", len(self.dropout))] * (len(self.dropout) > 1) + [("batch_norm", 2)] * self.batch_norm
+
     @property
     def arch_dims(self) -> list[int]:
         """Number of values of each architecture variable, in vector order."""
@@ -228,6 +256,7 @@ class SearchSpace:
         for cell in range(1, self.num_cells + 1):
             dims.append(self.dense_choices)
             dims.extend([2] * len(self.anchors(cell)))
+            dims.extend(k for _, k in self._cell_extras())
         return dims
 
     @property
@@ -236,6 +265,7 @@ class SearchSpace:
         for cell in range(1, self.num_cells + 1):
             names.append(f"cell{cell}_dense")
             names.extend(f"cell{cell}_skip_from{a}" for a in self.anchors(cell))
+            names.extend(f"cell{cell}_{extra}" for extra, _ in self._cell_extras())
         return names
 
     def decode_dense(self, value: int) -> CellChoice:
@@ -246,14 +276,23 @@ class SearchSpace:
         return CellChoice(self.units[units_idx], self.activations[act_idx])
 
     def cells(self, arch) -> list[tuple[CellChoice, list[int]]]:
-        """Per cell: its dense choice and the list of anchor cells with an active skip."""
+        """Per cell: its choices (dense, dropout, batch normalization) and the list of anchor
+        cells with an active skip."""
         out, pos = [], 0
         for cell in range(1, self.num_cells + 1):
             dense = self.decode_dense(int(arch[pos]))
             anchors = self.anchors(cell)
             flags = arch[pos + 1: pos + 1 + len(anchors)]
-            out.append((dense, [a for a, f in zip(anchors, flags) if int(f) == 1]))
             pos += 1 + len(anchors)
+            extras = {"dropout": self.dropout[0], "batch_norm": False}
+            for extra, _ in self._cell_extras():
+                value = int(arch[pos])
+                extras[extra] = self.dropout[value] if extra == "dropout" else bool(value)
+                pos += 1
+            if dense.units is None:
+                extras["batch_norm"] = False  # it normalizes a Dense output
+            out.append((CellChoice(dense.units, dense.activation, **extras),
+                        [a for a, f in zip(anchors, flags) if int(f) == 1]))
         return out
 
     def describe_arch(self, arch) -> str:
@@ -261,7 +300,8 @@ class SearchSpace:
 
         Each cell reads ``k: <units> <activation>`` (a Dense layer) or ``k: identity``, followed
         by ``+skip(...)`` naming the earlier cells (``input`` for cell 0) whose outputs are added
-        to it; such a sum goes through the space's merge activation.
+        to it; such a sum goes through the space's merge activation. ``bn`` follows a batch-normalized
+        Dense layer, ``dropout <rate>`` a cell whose output is dropped out.
 
         Examples
         --------
@@ -271,8 +311,12 @@ class SearchSpace:
         parts = []
         for k, (dense, skips) in enumerate(self.cells(arch), start=1):
             text = f"{k}: identity" if dense.units is None else f"{k}: {dense.units} {dense.activation}"
+            if dense.batch_norm:
+                text += " bn"
             if skips:
                 text += f" +skip({','.join('input' if a == 0 else str(a) for a in skips)})"
+            if dense.dropout > 0:
+                text += f" dropout {dense.dropout:g}"
             parts.append(text)
         return " | ".join(parts)
 

@@ -20,6 +20,10 @@ Choices that keep tracing cheap and rare:
   kept in a small LRU cache (:data:`TRAINER_CACHE_SIZE`). A later training with the same key
   (e.g. a search over training hyperparameters with a fixed architecture) reuses it after
   resetting the weights, the optimizer state and the shuffle generator: no retrace.
+* The epoch is an explicit ``tf.while_loop`` traced without AutoGraph, its biases are slices
+  of the vector used as they are (no reshape), and it is called as a concrete function that
+  returns both losses in one tensor: fewer ops to trace, instantiate and run at every step, and
+  one transfer to the host per epoch. None of this changes a number (the tests compare runs).
 
 Long-lived workers: each training resets Keras' session state; the objects alive after the first
 training's imports are moved out of the garbage collector's sight (``gc.freeze``), and full
@@ -227,10 +231,12 @@ class CompiledTrainer:
     """A traced whole-epoch training function for one network structure and optimizer.
 
     It owns the flat parameter vector, its best-epoch copy, the optimizer (a
-    :class:`~autodeuq.optimizers.FlatOptimizer`) and the shuffle generator; the network enters
-    only as a :class:`~autodeuq.plan.NetworkProgram` (plain ops, with its backward pass written
-    out), so no Keras model is kept. :meth:`reset` loads a new training's initial weights,
-    learning rate and seed, so one trace serves several trainings.
+    :class:`~autodeuq.optimizers.FlatOptimizer`), the shuffle generator (also that of random ops
+    such as dropout) and, when the network's ops have state (batch normalization's moving
+    statistics), a flat state vector and its best-epoch copy; the network enters only as a
+    :class:`~autodeuq.plan.NetworkProgram` (plain ops, with its backward pass written out), so no
+    Keras model is kept. :meth:`reset` loads a new training's initial weights, state, learning
+    rate and seed, so one trace serves several trainings.
 
     Parameters
     ----------
@@ -249,40 +255,77 @@ class CompiledTrainer:
         size = int(sum(self.sizes))
         self.params = tf.Variable(tf.zeros([size], tf.float32), trainable=False, name="params")
         self.best_params = tf.Variable(tf.zeros([size], tf.float32), trainable=False, name="best_params")
+        self.state_sizes = [int(np.prod(s)) for s in program.state_shapes]
+        self.state = self.best_state = None
+        if self.state_sizes:
+            state_size = int(sum(self.state_sizes))
+            self.state = tf.Variable(tf.zeros([state_size], tf.float32), trainable=False, name="state")
+            self.best_state = tf.Variable(tf.zeros([state_size], tf.float32), trainable=False, name="best_state")
         self.optimizer = FlatOptimizer(optimizer_name, size)
         self.generator = tf.random.Generator.from_seed(0)
         self.traces = 0  # Python-side count of traces of the epoch function
         spec = [tf.TensorSpec([None, None], tf.float32)] * 4 + [tf.TensorSpec([], tf.int32)]
-        self.run_epoch = tf.function(self._epoch, input_signature=spec)
+        self._epoch_function = tf.function(self._epoch, input_signature=spec, autograph=False)
+        self._concrete_epoch = None
+
+    def run_epoch(self, x, y, x_valid, y_valid, batch_size):
+        """One epoch (traced at the first call): ``(losses, valid_out)``, ``losses`` holding the
+        mean training loss and the validation loss, ``valid_out`` the validation outputs."""
+        if self._concrete_epoch is None:
+            # calling the traced graph directly skips tf.function's per-call argument matching
+            self._concrete_epoch = self._epoch_function.get_concrete_function()
+        return self._concrete_epoch(x, y, x_valid, y_valid, batch_size)
 
     @tf.autograph.experimental.do_not_convert
     def _weights(self):
+        # a 1-D piece (a bias) already has its shape: no Reshape op to trace and run every step
         pieces = tf.split(self.params.read_value(), self.sizes)
-        return [tf.reshape(p, s) for p, s in zip(pieces, self.shapes)]
+        return [p if len(s) == 1 else tf.reshape(p, s) for p, s in zip(pieces, self.shapes)]
+
+    @tf.autograph.experimental.do_not_convert
+    def _state(self):
+        if self.state is None:
+            return []
+        pieces = tf.split(self.state.read_value(), self.state_sizes)
+        return [p if len(s) == 1 else tf.reshape(p, s) for p, s in zip(pieces, self.program.state_shapes)]
 
     def _epoch(self, x, y, x_valid, y_valid, batch_size):
-        """One epoch: (mean training loss, validation loss, validation outputs)."""
+        # Written as an explicit tf.while_loop and traced without AutoGraph, which would only
+        # rewrite this one loop and costs tracing time at every new plan.
         self.traces += 1
         n = tf.shape(x)[0]
         order = tf.argsort(self.generator.uniform([n]))
         x, y = tf.gather(x, order), tf.gather(y, order)
-        total = tf.constant(0.0)
-        for i in tf.range((n + batch_size - 1) // batch_size):
+        flat = tf.constant([-1])
+
+        def step(i, total):
             start = i * batch_size
             stop = tf.minimum(start + batch_size, n)
-            mean, var, saved = self.program.forward(self._weights(), x[start:stop])
+            mean, var, saved = self.program.forward(self._weights(), x[start:stop], self._state(),
+                                                    training=True, rng=self.generator)
             loss, d_mean, d_var = gaussian_nll_and_gradients(y[start:stop], mean, var)
             grads = self.program.backward(saved, d_mean, d_var)
-            grad = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
+            grad = tf.concat([g if len(s) == 1 else tf.reshape(g, flat) for g, s in zip(grads, self.shapes)], axis=0)
             self.optimizer.apply(grad, self.params)
-            total += loss * tf.cast(stop - start, tf.float32)
-        mean, var, _ = self.program.forward(self._weights(), x_valid)
-        return total / tf.cast(n, tf.float32), gaussian_nll(y_valid, mean, var), tf.concat([mean, var], axis=1)
+            if self.state is not None:
+                self.state.assign(tf.concat([tf.reshape(v, flat) for v in self.program.new_state(saved)], axis=0))
+            return i + 1, total + loss * tf.cast(stop - start, tf.float32)
 
-    def reset(self, initial_weights, learning_rate: float, seed: int):
+        _, total = tf.while_loop(lambda i, _: i < (n + batch_size - 1) // batch_size, step,
+                                 (tf.constant(0), tf.constant(0.0)))
+        mean, var, _ = self.program.forward(self._weights(), x_valid, self._state())
+        # one tensor for both losses: one transfer to the host per epoch
+        losses = tf.stack([total / tf.cast(n, tf.float32), gaussian_nll(y_valid, mean, var)])
+        return losses, tf.concat([mean, var], axis=1)
+
+    def reset(self, initial_weights, learning_rate: float, seed: int, initial_state=()):
         flat = np.concatenate([np.asarray(w, np.float32).reshape(-1) for w in initial_weights])
         self.params.assign(flat)
         self.best_params.assign(flat)
+        if self.state is not None:
+            flat = np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in initial_state])
+            self.state.assign(flat)
+            self.best_state.assign(flat)
         self.optimizer.reset(learning_rate)
         self.generator.reset_from_seed(int(seed))
 
@@ -291,10 +334,20 @@ class CompiledTrainer:
 
     def snapshot(self):
         self.best_params.assign(self.params)
+        if self.state is not None:
+            self.best_state.assign(self.state)
 
     def best_weights(self) -> list[np.ndarray]:
         flat = self.best_params.numpy()
         return [p.reshape(s) for p, s in zip(np.split(flat, np.cumsum(self.sizes)[:-1]), self.shapes)]
+
+    def best_state_values(self) -> list[np.ndarray]:
+        """The ops' state at the best epoch, in the order of ``plan.state_variables``."""
+        if self.state is None:
+            return []
+        flat = self.best_state.numpy()
+        return [p.reshape(s) for p, s in zip(np.split(flat, np.cumsum(self.state_sizes)[:-1]),
+                                             self.program.state_shapes)]
 
 
 _CACHE: OrderedDict[str, CompiledTrainer] = OrderedDict()
@@ -459,7 +512,8 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         key, trainer, reused = _checkout_trainer(plan, core, hp["optimizer"])
         traces_before = trainer.traces
         trainer.reset([_to_numpy(v) for v in core.trainable_variables],
-                      hp["learning_rate"] if schedule is None else schedule[0], seed)
+                      hp["learning_rate"] if schedule is None else schedule[0], seed,
+                      [_to_numpy(v) for v in plan.state_variables(core)])
         tensors = tuple(tf.constant(np.asarray(a, dtype=np.float32)) for a in (
             scaler.transform_x(dataset.x_train), scaler.transform_y(dataset.y_train),
             scaler.transform_x(dataset.x_valid), scaler.transform_y(dataset.y_valid),
@@ -478,6 +532,8 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
                            n_params=n_params)
 
         for var, value in zip(core.trainable_variables, trainer.best_weights()):
+            var.assign(value)
+        for var, value in zip(plan.state_variables(core), trainer.best_state_values()):
             var.assign(value)
         # the best epoch's validation pass ran with exactly the weights kept
         valid_mean, valid_var = scaler.inverse_y(*split_output(best_out.astype(np.float64)))
@@ -535,8 +591,8 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
             book.lr = schedule[epoch]
             trainer.set_learning_rate(book.lr)
         lr_used = book.lr
-        loss, val_loss, valid_out = trainer.run_epoch(*tensors)
-        loss, val_loss = float(loss), float(val_loss)
+        losses, valid_out = trainer.run_epoch(*tensors)
+        loss, val_loss = (float(v) for v in losses.numpy())
         if epoch == 0:
             t_first = time.perf_counter()
         history["loss"].append(loss)

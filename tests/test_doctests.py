@@ -18,6 +18,7 @@ MODULES = (
     "autodeuq.search.agebo",
     "autodeuq.search.bo",
     "autodeuq.search.surrogate",
+    "autodeuq.registry",
 )
 
 

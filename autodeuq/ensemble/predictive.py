@@ -50,15 +50,12 @@ from autodeuq.catalog import (
 from autodeuq.data import FLOAT32_MAX, DataError, encode_table, feature_frame, feature_matrix
 from autodeuq.deprecation import renamed_keywords
 from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage
+from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
 from autodeuq.ensemble.selection import select, select_bagged
 from autodeuq.errors import AutoDEUQError, ParameterError
 from autodeuq.fileio import WriteError, atomic_write, os_reason
 from autodeuq.metrics import central_interval, mixture_moments
 
-#: How members may be kept apart (``diversity`` of :meth:`Ensemble.from_catalog`).
-DIVERSITY = ("none", "architecture", "activations")
-#: Post-hoc recalibration methods (``calibrate`` of :meth:`Ensemble.from_catalog`).
-CALIBRATIONS = ("none", "scale")
 COVERAGE_LEVELS = (0.5, 0.9, 0.95)
 
 MANIFEST_FORMAT = "autodeuq-ensemble/1"  #: a manifest naming its catalog (``run_dir``)

@@ -19,16 +19,13 @@ import operator
 import numpy as np
 
 from autodeuq.deprecation import renamed_keywords
+from autodeuq.ensemble.options import METHODS, SCORES, STOPS
 from autodeuq.errors import ParameterError
 from autodeuq.metrics import LOG_2PI, check_mixture
 
 __all__ = ["select", "select_bagged", "fit_weights", "Selection", "METHODS", "SCORES", "STOPS", "IMPROVEMENT_RTOL"]
 
-METHODS = ("greedy", "greedy-noreplace", "topk")
-#: Scores of an ensemble (``score``); "objective" is reserved for the search's (a model's validation NLL).
-SCORES = ("mixture", "gaussian")
 OBJECTIVES = SCORES  # its former name, kept for one release
-STOPS = ("size", "improvement")
 
 #: A greedy step is taken only if it lowers the score by more than this fraction of
 #: ``max(1, |score|)``. It keeps float round-off (e.g. re-adding the only member, which

@@ -3,18 +3,29 @@
 ``SerialEvaluator`` runs in-process, one at a time (debugging, tests); ``RayEvaluator`` runs on a
 local Ray instance or an existing cluster, one task per evaluation with its own CPUs/GPUs.
 """
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
 from autodeuq.errors import ParameterError
-from autodeuq.evaluator.base import Evaluator, TrainingObjective
-from autodeuq.evaluator.serial import SerialEvaluator
+
+if TYPE_CHECKING:
+    from autodeuq.evaluator.base import Evaluator
+
+# Each evaluator's module loads when it is asked for (Ray's alone takes seconds), so the names
+# (the command line's choices) cost nothing.
 
 
-def _ray(objective, **options) -> Evaluator:
-    from autodeuq.evaluator.ray import RayEvaluator  # Ray loads only when asked for
+def _ray(objective, **options):
+    from autodeuq.evaluator.ray import RayEvaluator
 
     return RayEvaluator(objective, **options)
 
 
-def _serial(objective, **options) -> Evaluator:
+def _serial(objective, **options):
+    from autodeuq.evaluator.serial import SerialEvaluator
+
     return SerialEvaluator(objective, eval_timeout=options.get("eval_timeout"))
 
 
@@ -29,6 +40,16 @@ def create(name: str, objective, **options) -> Evaluator:
     except KeyError:
         raise ParameterError("evaluator", "must be " + " or ".join(map(repr, EVALUATORS)), name) from None
     return factory(objective, **options)
+
+
+_CLASSES = {"Evaluator": "autodeuq.evaluator.base", "TrainingObjective": "autodeuq.evaluator.base",
+            "SerialEvaluator": "autodeuq.evaluator.serial"}
+
+
+def __getattr__(name):
+    if name in _CLASSES:
+        return getattr(import_module(_CLASSES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["EVALUATORS", "Evaluator", "SerialEvaluator", "TrainingObjective", "create"]

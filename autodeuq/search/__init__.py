@@ -14,24 +14,41 @@ space, fixed_hp={...})`` and ``create("bo", space, fixed_arch=[...])``, also nam
 """
 from __future__ import annotations
 
-import numpy as np
+from importlib import import_module
+from typing import TYPE_CHECKING
 
 from autodeuq.errors import ParameterError
-from autodeuq.search import ensemble_surrogates  # noqa: F401  (registers "deep-ensemble", "ranking-ensemble")
-from autodeuq.search.age import AgingEvolution
-from autodeuq.search.agebo import AgEBO
-from autodeuq.search.base import Searcher
-from autodeuq.search.bo import BayesianOptimization, VectorBO
-from autodeuq.search.random import RandomSearch
-from autodeuq.space import SpaceError, load_space
+from autodeuq.registry import Registry
 
-SEARCHERS: dict[str, type[Searcher]] = {
-    "random": RandomSearch,
-    "age": AgingEvolution,
-    "bo": BayesianOptimization,
-    "agebo": AgEBO,
-}
+if TYPE_CHECKING:
+    from autodeuq.search.base import Searcher
+
+# The tables name their entries as "module:attribute", imported on first use: reading the names
+# (the command line's choices) costs neither scikit-learn nor the search space.
+SEARCHERS = Registry({
+    "random": "autodeuq.search.random:RandomSearch",
+    "age": "autodeuq.search.age:AgingEvolution",
+    "bo": "autodeuq.search.bo:BayesianOptimization",
+    "agebo": "autodeuq.search.agebo:AgEBO",
+})
+"""The searchers by name: ``name -> Searcher subclass``."""
 DEFAULT_SEARCHER = "agebo"
+
+SURROGATES = Registry({
+    "et": "autodeuq.search.surrogate:extra_trees",
+    "rf": "autodeuq.search.surrogate:random_forest",
+    "gp": "autodeuq.search.surrogate:gaussian_process",
+    "deep-ensemble": "autodeuq.search.ensemble_surrogates:deep_ensemble",
+    "ranking-ensemble": "autodeuq.search.ensemble_surrogates:ranking_ensemble",
+})
+"""Surrogates of Bayesian optimization by name: ``name -> factory(seed)`` returning an unfitted surrogate."""
+
+ACQUISITIONS = Registry({
+    "lcb": "autodeuq.search.acquisition:lcb",
+    "ei": "autodeuq.search.acquisition:ei",
+    "pi": "autodeuq.search.acquisition:pi",
+})
+"""Acquisition functions of Bayesian optimization by name."""
 
 ABLATIONS: dict[str, tuple[str, str]] = {
     "age-fixed-hp": ("age", "fixed_hp"),
@@ -44,9 +61,18 @@ DEFAULT_FIXED_HP = {"learning_rate": 0.01, "batch_size": 16, "optimizer": "adam"
 """Hand-tuned training hyperparameters of ``age-fixed-hp`` (those of ``examples/toy_sine.py``)."""
 
 
+def surrogate_searchers() -> tuple[str, ...]:
+    """The names of :data:`SEARCHERS` and :data:`ABLATIONS` whose searcher takes a surrogate and
+    an acquisition function (its class's ``takes_surrogate``); this imports the searcher classes."""
+    bo = tuple(name for name in SEARCHERS if SEARCHERS[name].takes_surrogate)
+    return bo + tuple(name for name, (base, _) in ABLATIONS.items() if base in bo)
+
+
 def default_fixed_arch(space) -> list[int]:
     """Architecture of ``bo-fixed-arch`` by default: a plain MLP, every cell Dense with the units
     nearest 64 (the smaller on a tie) and tanh (else the space's first activation), no skip."""
+    from autodeuq.space import load_space
+
     space = load_space(space)
     units = min(range(len(space.units)), key=lambda i: (abs(space.units[i] - 64), space.units[i]))
     act = space.activations.index("tanh") if "tanh" in space.activations else 0
@@ -63,6 +89,10 @@ def ablation_fixed_hp(space, overrides=None) -> dict:
     SpaceError
         ``overrides`` is not a dict, names an unknown hyperparameter, or a value is outside the space.
     """
+    import numpy as np
+
+    from autodeuq.space import SpaceError, load_space
+
     space = load_space(space)
     if overrides is None:
         overrides = {}
@@ -89,6 +119,10 @@ def ablation_fixed_arch(space, arch=None) -> list[int]:
     SpaceError
         ``arch`` is not a list of integers of the space's length and ranges.
     """
+    import numpy as np
+
+    from autodeuq.space import SpaceError, load_space
+
     space = load_space(space)
     if arch is None:
         arch = default_fixed_arch(space)
@@ -115,20 +149,35 @@ def create(name: str, space, seed: int | None = None, **options) -> Searcher:
     **options
         Constructor options of the searcher class (see each class).
     """
+    from autodeuq.space import load_space
+
     key = str(name).lower()
     if key in ABLATIONS:
         key, option = ABLATIONS[key]
         space = load_space(space)
         resolve = ablation_fixed_hp if option == "fixed_hp" else ablation_fixed_arch
         options[option] = resolve(space, options.get(option))
-    cls = SEARCHERS.get(key)
-    if cls is None:
+    if key not in SEARCHERS:
         raise ParameterError("search", f"must be one of {sorted(SEARCHERS) + sorted(ABLATIONS)}", name)
-    return cls(space, seed=seed, **options)
+    return SEARCHERS[key](space, seed=seed, **options)
+
+
+# The classes load on first access (PEP 562), like the table's entries.
+_CLASSES = {
+    "Searcher": "autodeuq.search.base", "RandomSearch": "autodeuq.search.random",
+    "AgingEvolution": "autodeuq.search.age", "BayesianOptimization": "autodeuq.search.bo",
+    "VectorBO": "autodeuq.search.bo", "AgEBO": "autodeuq.search.agebo",
+}
+
+
+def __getattr__(name):
+    if name in _CLASSES:
+        return getattr(import_module(_CLASSES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
-    "SEARCHERS", "DEFAULT_SEARCHER", "ABLATIONS", "DEFAULT_FIXED_HP", "default_fixed_arch", "ablation_fixed_hp",
-    "ablation_fixed_arch", "create", "Searcher", "RandomSearch", "AgingEvolution",
-    "BayesianOptimization", "VectorBO", "AgEBO",
+    "SEARCHERS", "SURROGATES", "ACQUISITIONS", "DEFAULT_SEARCHER", "ABLATIONS", "surrogate_searchers",
+    "DEFAULT_FIXED_HP", "default_fixed_arch", "ablation_fixed_hp", "ablation_fixed_arch", "create", "Searcher",
+    "RandomSearch", "AgingEvolution", "BayesianOptimization", "VectorBO", "AgEBO",
 ]

@@ -44,6 +44,7 @@ class AgEBO(Searcher):
     """
 
     name = "agebo"
+    takes_surrogate = True
 
     def __init__(self, space, seed=None, population_size: int = 100, sample_size: int = 10, **options):
         super().__init__(space, seed)

@@ -69,6 +69,7 @@ class Searcher(ABC):
     """
 
     name = ""
+    takes_surrogate = False  #: whether it takes the ``surrogate`` and ``acq`` options of Bayesian optimization
 
     def __init__(self, space: SearchSpace | str, seed: int | None = None):
         self.space = load_space(space)

@@ -28,11 +28,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autodeuq.search import acquisition
+from autodeuq.search import ACQUISITIONS
 from autodeuq.search.base import Config, Searcher
-from autodeuq.search.surrogate import candidate_predictions, make_surrogate
 
-ACQUISITIONS = ("lcb", "ei", "pi")
 MULTI_POINT = ("cl", "qucb")
 LIARS = ("max", "min", "mean")
 COST_SCALINGS = ("minmax-log", "minmax", "none")
@@ -64,7 +62,7 @@ class VectorBO:
         configuration it decodes to (integer and categorical variables on their grid), as the
         observations are.
     surrogate : str or object
-        A name of :data:`~autodeuq.search.surrogate.SURROGATES` (``"et"``, ``"rf"``, ``"gp"``...) or
+        A name of :data:`~autodeuq.search.SURROGATES` (``"et"``, ``"rf"``, ``"gp"``...) or
         an object with ``fit`` and ``predict(X, return_std=True)``.
     acq : {"lcb", "ei", "pi"}
     kappa : float
@@ -118,6 +116,8 @@ class VectorBO:
             raise ValueError("multi_point='qucb' draws LCB weights: it needs acq='lcb'")
         if n_initial < 0 or n_candidates < 1 or kappa < 0 or kappa_period < 1:
             raise ValueError("need n_initial >= 0, n_candidates >= 1, kappa >= 0 and kappa_period >= 1")
+        from autodeuq.search.surrogate import make_surrogate  # scikit-learn: when a BO is built, not at import
+
         make_surrogate(surrogate)  # fail now, not at the first fit, on an unknown name
         self.sample_candidates = sample_candidates
         self.surrogate = surrogate
@@ -154,6 +154,8 @@ class VectorBO:
         self._y.extend(y.tolist())
 
     def kappa_at(self, t: int) -> float:
+        from autodeuq.search import acquisition
+
         return acquisition.kappa_schedule(
             self.kappa, t, self.n_initial, self.kappa_period, self.kappa_decay,
         )
@@ -195,6 +197,8 @@ class VectorBO:
     def _suggest_model(self, n, rng, busy, t_first, n_busy):
         X, y, lie = self.training_set(busy)
         tic = time.perf_counter()
+        from autodeuq.search.surrogate import candidate_predictions, make_surrogate
+
         model = make_surrogate(self.surrogate, seed=int(rng.integers(2**31 - 1)))
         model.fit(X, y)
         self.last_timing["fit"] = time.perf_counter() - tic
@@ -221,10 +225,8 @@ class VectorBO:
 
     def _score(self, mu, sigma, kappa, best):
         if self.acq == "lcb":
-            return acquisition.lcb(mu, sigma, kappa)
-        if self.acq == "ei":
-            return acquisition.ei(mu, sigma, best, self.xi)
-        return acquisition.pi(mu, sigma, best, self.xi)
+            return ACQUISITIONS["lcb"](mu, sigma, kappa)
+        return ACQUISITIONS[self.acq](mu, sigma, best, self.xi)
 
 
 class _Fixed:
@@ -256,6 +258,7 @@ class BayesianOptimization(Searcher):
     """
 
     name = "bo"
+    takes_surrogate = True
 
     def __init__(self, space, seed: int | None = None, fixed_arch=None, **options):
         super().__init__(space, seed)

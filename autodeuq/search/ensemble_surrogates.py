@@ -1,8 +1,7 @@
 """Ensembles of small networks as Bayesian-optimization surrogates (Lakshminarayanan et al. 2017; Khazi et al. 2023).
 
 Two surrogates with the scikit-learn regressor API (``fit(X, y)``, ``predict(X, return_std=True)``),
-registered as ``"deep-ensemble"`` and ``"ranking-ensemble"`` in
-:data:`~autodeuq.search.surrogate.SURROGATES` when this module is imported:
+named ``"deep-ensemble"`` and ``"ranking-ensemble"`` in :data:`~autodeuq.search.SURROGATES`:
 
 * :class:`DeepEnsembleSurrogate`: M MLPs ending in the project's
   :class:`~autodeuq.layers.GaussianHead`, trained on standardized costs with the beta-NLL of
@@ -26,8 +25,6 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-
-from autodeuq.search.surrogate import register_surrogate
 
 _ADAM_BETA1, _ADAM_BETA2, _ADAM_EPS = 0.9, 0.999, 1e-7  # Keras' Adam defaults
 _TRAINERS: dict = {}  # (loss kind, number of layers) -> compiled trainer
@@ -433,5 +430,11 @@ def _ranks_among(query_scores, set_scores) -> np.ndarray:
     return out / n
 
 
-register_surrogate("deep-ensemble", lambda seed: DeepEnsembleSurrogate(random_state=seed))
-register_surrogate("ranking-ensemble", lambda seed: RankingEnsembleSurrogate(random_state=seed))
+def deep_ensemble(seed: int | None = None) -> DeepEnsembleSurrogate:
+    """``"deep-ensemble"``: a :class:`DeepEnsembleSurrogate` with its defaults."""
+    return DeepEnsembleSurrogate(random_state=seed)
+
+
+def ranking_ensemble(seed: int | None = None) -> RankingEnsembleSurrogate:
+    """``"ranking-ensemble"``: a :class:`RankingEnsembleSurrogate` with its defaults."""
+    return RankingEnsembleSurrogate(random_state=seed)

@@ -1,11 +1,11 @@
 """Surrogate models of Bayesian optimization: regressors that also predict their uncertainty.
 
 A surrogate is any object with ``fit(X, y)`` and ``predict(X, return_std=True) -> (mu, sigma)``
-(the scikit-learn convention). Surrogates are created by name through :data:`SURROGATES`, a plain
-dict ``name -> factory(seed)``; adding one is one line anywhere::
+(the scikit-learn convention). Surrogates are created by name through
+:data:`~autodeuq.search.SURROGATES`, a table ``name -> factory(seed)``; adding one is one line anywhere::
 
-    from autodeuq.search.surrogate import SURROGATES
-    SURROGATES["deep-ensemble"] = lambda seed: DeepEnsembleSurrogate(random_state=seed)
+    from autodeuq.search import SURROGATES
+    SURROGATES["my-ensemble"] = lambda seed: MyEnsembleSurrogate(random_state=seed)
 
 Constant liar (several suggestions from one fit) needs predictions on a fixed candidate set that
 can absorb fantasy observations: :func:`candidate_predictions`. A surrogate may provide its own
@@ -21,6 +21,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.ensemble import ExtraTreesRegressor, RandomForestRegressor
 from sklearn.utils.validation import check_is_fitted, validate_data
+
+from autodeuq.search import SURROGATES
 
 
 class _TreeEnsembleSurrogate(RegressorMixin, BaseEstimator):
@@ -194,12 +196,21 @@ class GaussianProcessSurrogate(RegressorMixin, BaseEstimator):
 # reached the same median best cost. DeepHyper's current CBO also defaults to 10 trees.
 BO_N_ESTIMATORS = 10
 
-SURROGATES: dict[str, Callable[[int | None], Any]] = {
-    "et": lambda seed: ExtraTreesSurrogate(n_estimators=BO_N_ESTIMATORS, random_state=seed),
-    "rf": lambda seed: RandomForestSurrogate(n_estimators=BO_N_ESTIMATORS, random_state=seed),
-    "gp": lambda seed: GaussianProcessSurrogate(random_state=seed),
-}
-"""Surrogates by name: ``name -> factory(seed)`` returning an unfitted surrogate."""
+
+
+def extra_trees(seed: int | None = None) -> ExtraTreesSurrogate:
+    """``"et"``: extremely randomized trees with :data:`BO_N_ESTIMATORS` trees."""
+    return ExtraTreesSurrogate(n_estimators=BO_N_ESTIMATORS, random_state=seed)
+
+
+def random_forest(seed: int | None = None) -> RandomForestSurrogate:
+    """``"rf"``: a random forest with :data:`BO_N_ESTIMATORS` trees."""
+    return RandomForestSurrogate(n_estimators=BO_N_ESTIMATORS, random_state=seed)
+
+
+def gaussian_process(seed: int | None = None) -> GaussianProcessSurrogate:
+    """``"gp"``: a Gaussian process."""
+    return GaussianProcessSurrogate(random_state=seed)
 
 
 def register_surrogate(name: str, factory: Callable[[int | None], Any]) -> None:

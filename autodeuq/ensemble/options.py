@@ -1,0 +1,14 @@
+"""The values the ensemble step's options take, importable without numpy (the command line's
+choices come from here; :mod:`~autodeuq.ensemble.selection` and
+:mod:`~autodeuq.ensemble.predictive` check their parameters against them)."""
+
+#: Selection methods (``selector``).
+METHODS = ("greedy", "greedy-noreplace", "topk")
+#: Scores of an ensemble (``score``); "objective" is reserved for the search's (a model's validation NLL).
+SCORES = ("mixture", "gaussian")
+#: When greedy selection stops (``stop``).
+STOPS = ("size", "improvement")
+#: How members may be kept apart (``diversity`` of :meth:`~autodeuq.ensemble.Ensemble.from_catalog`).
+DIVERSITY = ("none", "architecture", "activations")
+#: Post-hoc recalibration methods (``calibrate`` of :meth:`~autodeuq.ensemble.Ensemble.from_catalog`).
+CALIBRATIONS = ("none", "scale")
