@@ -5,6 +5,10 @@ freed slot at once, and then records the finished one in the catalog. It is the 
 the catalog. Resuming a run directory rebuilds the searcher from the catalog's history and
 re-submits the evaluations that were running when the previous driver stopped.
 
+Under an early-discarding rule with a second phase (i-Epoch, :class:`autodeuq.discard.IEpoch`),
+the search is followed, in the same call, by the full trainings of the entries the rule promotes:
+entries of their own, each naming the one it trains again, run by the same loop.
+
 A search whose first evaluations all fail the same way stops there (:data:`EARLY_FAILURES`):
 the cause is then the setup, not the configurations, and the summary's ``error`` says it.
 SIGTERM stops a search like Ctrl-C (:class:`Terminated`).
@@ -255,6 +259,11 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
     -----
     Evaluations still running when the driver stops for any reason (an exception included) are
     cancelled; they stay in the catalog as running and are trained again on resume.
+
+    With i-Epoch, ``max_evals`` counts the search phase's evaluations; the full trainings of the
+    promoted ones follow (skipped after Ctrl-C, SIGTERM or early failures; resumed with the run),
+    and a ``timeout`` gives the search phase at most :attr:`~autodeuq.discard.IEpoch.search_share`
+    of it.
     """
     if timeout is not None and not timeout > 0:
         raise ParameterError("timeout", "must be > 0 seconds", timeout)
