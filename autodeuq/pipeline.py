@@ -14,12 +14,15 @@ import time
 
 from autodeuq.errors import ParameterError
 
-__all__ = ["check_ensemble_parameters", "check_search_parameters", "discarder", "fill_catalog", "search_timeout"]
+__all__ = ["check_ensemble_parameters", "check_search_parameters", "discarder", "ensemble_deadline", "fill_catalog",
+           "search_timeout"]
 
 #: Part of a whole-run time budget (search, then ensemble) kept for the ensemble step: this share
 #: of the budget, within these bounds in seconds, and never more than half of it. Selecting from a
 #: 100-model catalog, loading the members, scoring and plotting takes well under a minute.
 ENSEMBLE_SHARE, ENSEMBLE_MIN_S, ENSEMBLE_MAX_S = 0.1, 30.0, 300.0
+#: Seconds of that part kept, after a refit, for scoring the ensemble and writing its files.
+REPORT_RESERVE_S = 15.0
 
 
 def search_timeout(timeout: float | None) -> float | None:
@@ -31,6 +34,17 @@ def search_timeout(timeout: float | None) -> float | None:
     if timeout is None:
         return None
     return timeout - min(max(ENSEMBLE_MIN_S, ENSEMBLE_SHARE * timeout), ENSEMBLE_MAX_S, timeout / 2)
+
+
+def ensemble_deadline(started: float, timeout: float | None) -> float | None:
+    """The :func:`time.monotonic` time by which a run started at ``started`` with a whole-run budget
+    of ``timeout`` seconds must have built its ensemble, less a reserve for scoring, plotting and
+    writing it (:data:`REPORT_RESERVE_S`); None without a budget.
+
+    >>> ensemble_deadline(100.0, 600.0), ensemble_deadline(100.0, None)
+    (685.0, None)
+    """
+    return None if timeout is None else started + timeout - min(REPORT_RESERVE_S, timeout / 10)
 
 
 def _integer(name, value, minimum, *, optional=False):
@@ -105,7 +119,7 @@ def discarder(early_discarding="none", *, sha_min_epochs=1, sha_reduction=3, iep
 
 
 def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_score="mixture", selection_stop="size",
-                              diversity="none", selection_bags=10, calibrate="none") -> None:
+                              diversity="none", selection_bags=10, calibrate="none", refit="auto") -> None:
     """Refuse, before any work, a bad ensemble-selection parameter (see
     :meth:`autodeuq.ensemble.Ensemble.from_catalog`).
 
@@ -114,6 +128,7 @@ def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_s
     ParameterError
         Naming the first bad parameter, what it must be and the value given.
     """
+    from autodeuq.ensemble.refit import check_refit
     from autodeuq.ensemble.selection import METHODS, SCORES, STOPS
 
     _integer("ensemble_size", ensemble_size, 1)
@@ -123,6 +138,7 @@ def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_s
     _one_of("diversity", diversity, ("none", "architecture", "activations"))
     _integer("selection_bags", selection_bags, 0)
     _one_of("calibrate", calibrate, ("none", "scale"))
+    check_refit(refit)
 
 
 def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "agebo",

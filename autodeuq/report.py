@@ -12,7 +12,6 @@ from autodeuq import metrics, plots
 from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.data import BUILTIN_DATASETS, DataError, load_builtin, load_test_file
 from autodeuq.ensemble import Ensemble, UncertaintyPrediction
-from autodeuq.errors import ParameterError
 from autodeuq.fileio import atomic_write
 from autodeuq.result import Status
 
@@ -27,6 +26,7 @@ class Report:
     ensemble: Ensemble
     metrics: dict
     plots: list[Path] = field(default_factory=list)
+    refit: str = ""  #: what the refit step did, one line
 
     def table(self) -> str:
         splits = list(self.metrics)
@@ -51,7 +51,7 @@ def _builtin_dataset(catalog: Catalog):
 
 
 def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_file=None,
-                     manifest=None, refit=False, **selection) -> Report:
+                     manifest=None, refit="auto", deadline=None, **selection) -> Report:
     """Select an ensemble, score it on validation (cached) and test data, write metrics.json, the
     figures and the manifest.
 
@@ -67,18 +67,21 @@ def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_f
     of the ensemble's predictions, recalibrated when it is, and ``metrics.json``'s
     ``calibration`` block gives the coverage before and after.
 
-    With ``refit``, the selected members are retrained on the training and validation rows the
-    catalog stores (:mod:`autodeuq.ensemble.refit`); the ensemble is then written as a
-    self-contained folder (the manifest's folder: new, empty or an earlier export), its test
-    scores are the refitted members', and ``validation`` stays the score of the selection
-    before the refit (the refitted members have trained on those rows).
+    ``refit`` (True, False or "auto": :func:`autodeuq.ensemble.refit.should_refit`) retrains the
+    selected members on the training and validation rows the catalog stores
+    (:mod:`autodeuq.ensemble.refit`), each member while the estimated time of its retraining
+    fits before ``deadline`` (a :func:`time.monotonic` time; None: no limit). The refitted
+    networks are written beside the manifest (``<stem>_refit/<id>.keras``), the test scores and
+    figures are the refitted ensemble's, and ``validation`` stays the score of the selection
+    before the refit (the refitted members have trained on those rows). ``metrics.json`` says
+    whether the ensemble was refitted (``ensemble.refitted``) and how (``ensemble.selection.refit``).
     """
+    from autodeuq.ensemble.refit import check_refit
+
+    check_refit(refit)
     run_dir = Path(run_dir)
     manifest = Path(manifest) if manifest else run_dir / MANIFEST_NAME
     out_dir = manifest.parent
-    if refit and manifest.name != MANIFEST_NAME:
-        raise ParameterError("manifest", f"must be FOLDER/{MANIFEST_NAME}: a refitted ensemble is a self-contained "
-                             f"folder", str(manifest))
     ensemble = Ensemble.from_catalog(run_dir, size=size, selector=selector, score=score, **selection)
     catalog = ensemble.catalog
     ensemble._load()  # a member that cannot be loaded fails the report before anything is written
@@ -88,8 +91,7 @@ def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_f
     results = {"validation": metrics.evaluate(means, variances, ensemble.weights, valid_targets)}
     calibration = dict(ensemble.calibration) if ensemble.calibration else None
     test, train = _test_and_training_data(catalog, ensemble, test_file)
-    if refit:
-        ensemble = _refitted(ensemble, catalog, run_dir)
+    ensemble, refit_line = _refitted(ensemble, catalog, run_dir, refit, deadline)
 
     # The figures of the predictions show test data when there is some, else validation data.
     scored = ("validation", means, variances, valid_targets)
@@ -109,31 +111,35 @@ def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_f
         figures["uncertainty.png"] = _uncertainty_plot(ensemble, catalog, test, train, run_dir)
     document = {
         "ensemble": {"members": ensemble.member_ids, "weights": ensemble.weights.tolist(),
-                     "selection": ensemble.selection},
+                     "refitted": ensemble.refitted_ids, "selection": ensemble.selection},
         **({"calibration": calibration} if calibration else {}),
         **results,
     }
 
-    if refit:  # a self-contained folder must be new or an earlier export when its members are written
-        ensemble.save(out_dir, self_contained=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [atomic_write(out_dir / name, png) for name, png in figures.items()]
     atomic_write(out_dir / METRICS_NAME, json.dumps(document, indent=2).encode())
-    if not refit:
-        ensemble.save(manifest)
-    return Report(ensemble, results, written)
+    ensemble.save(manifest)
+    return Report(ensemble, results, written, refit_line)
 
 
-def _refitted(ensemble, catalog, run_dir):
-    from autodeuq.ensemble.refit import refit
+def _refitted(ensemble, catalog, run_dir, when, deadline):
+    """(the ensemble refitted when ``when`` says so, the line saying what was done)."""
+    from autodeuq.ensemble.refit import not_refitted, refit_selected, should_refit
 
+    if when is False:
+        why = should_refit(False, 0)[1]
+        return not_refitted(ensemble, why), why
     rows = catalog.fit_data()
     if rows is None:
+        if when == "auto":  # an older catalog: the ensemble as before
+            why = "not refitted: the catalog does not store the validation rows (made by an older autodeuq)"
+            return not_refitted(ensemble, why), why
         raise CatalogError(f"{run_dir}: its catalog does not store the training and validation rows (it was created "
                            f"by an older autodeuq), so its members cannot be refitted here; search again in a new "
                            f"run directory, or refit in Python with autodeuq.ensemble.refit.refit(ensemble, x, y)",
                            parameters=("refit", "run_dir"))
-    return refit(ensemble, *rows)
+    return refit_selected(ensemble, *rows, when, deadline=deadline)
 
 
 def _prediction_plots(ensemble, data, means, variances, y) -> dict[str, bytes]:

@@ -40,7 +40,7 @@ def copy_catalog(source: Path, into: Path) -> Path:
     """A private copy of a run directory (without its lock file), so the original is never written."""
     target = into / source.name
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("catalog.lock", "ensemble.json", "*.png",
-                                                                  "metrics.json"))
+                                                                  "metrics.json", "ensemble_refit"))
     return target
 
 

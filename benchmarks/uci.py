@@ -15,7 +15,9 @@ Methods (``--methods``):
 
 * ``autodeuq``: AgEBO on the tabular space, ``--max-evals`` evaluations (100), greedy ensemble of
   ``--ensemble-size`` (5), through :class:`autodeuq.AutoDEUQRegressor`, one catalog per
-  dataset/split under ``--runs-dir``; a stopped run resumes its catalogs.
+  dataset/split under ``--runs-dir``; a stopped run resumes its catalogs. Without the refit on
+  training + validation rows (``refit=False``), as every split recorded so far was run; the
+  refit's effect on the same catalogs is measured by ``benchmarks/refit.py``.
 * ``autodeuq-sha``: the same with early discarding by asynchronous successive halving (rungs at
   epochs 1, 3, 9, 27, 81; the best third continue), catalogs ``<dataset>-split<i>-sha``.
 * ``autodeuq-iepoch``: the same with i-Epoch (Egele 2024): every search evaluation trains 1
@@ -255,7 +257,7 @@ def run_autodeuq(data, args, early_discarding="none"):
     model = AutoDEUQRegressor(space="tabular", search="agebo", max_evals=args.max_evals,
                               ensemble_size=args.ensemble_size, workers=args.workers, run_dir=run_dir,
                               seed=data.split, epochs=args.epochs, evaluator=args.evaluator,
-                              early_discarding=early_discarding)
+                              early_discarding=early_discarding, refit=False)
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
     means, variances = model.ensemble_.components(data.x_test)
     frame = Catalog(run_dir).to_dataframe()

@@ -308,6 +308,45 @@ def _wait_for_running_entry(run, proc, limit=120):
     raise AssertionError("the search never started an evaluation")
 
 
+SIGTERM_DURING_RAY_INIT = """
+import os, signal, sys
+from autodeuq.evaluator.ray import _import_ray, init_ray
+from autodeuq.runner import Terminated, sigterm_interrupts
+
+ray = _import_ray()
+import ray._private.worker as worker
+
+connect = worker.connect
+
+def connect_then_sigterm(*args, **kwargs):
+    out = connect(*args, **kwargs)  # the driver's native core worker now exists
+    os.kill(os.getpid(), signal.SIGTERM)
+    return out
+
+worker.connect = connect_then_sigterm
+with sigterm_interrupts() as watch:
+    try:
+        init_ray(num_cpus=1)
+    except Terminated:
+        print("terminated", ray.is_initialized(), watch.received, os.environ.get("RAY_DISABLE_FAILURE_SIGNAL_HANDLER"))
+        sys.exit(0)
+print("not terminated")
+"""
+
+
+def test_a_sigterm_while_ray_starts_reaches_the_callers_handler_without_a_native_dump(tmp_path):
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths must stay short
+    try:
+        proc = subprocess.run([sys.executable, "-c", SIGTERM_DURING_RAY_INIT], env=_env(ray_tmp), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=240)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    # Before: Ray's handlers exited with status 15 mid-start, or dumped a native stack and aborted.
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["terminated", "True", "True", "None"]
+    assert "SIGTERM received" not in proc.stderr and "PC: @" not in proc.stderr
+
+
 @pytest.mark.parametrize("evaluator", ["ray", "serial"])
 def test_sigterm_stops_the_search_like_ctrl_c(tmp_path, evaluator):
     run = tmp_path / "run"

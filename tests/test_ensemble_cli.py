@@ -358,7 +358,7 @@ def test_cli_selection_score_and_its_former_name(run_dir, tmp_path, capsys):
            "--selection-score" in err
     chosen, again = (json.loads(path.read_text()) for path in (out, former))
     assert chosen["selection"]["score"] == again["selection"]["score"] == "gaussian"
-    assert chosen["members"] == again["members"]
+    assert [(m["id"], m["weight"]) for m in chosen["members"]] == [(m["id"], m["weight"]) for m in again["members"]]
     err = one_line_error(capsys, ["ensemble", "--run-dir", str(run_dir), "--selection-bags", "-1"])
     assert "--selection-bags must be an integer >= 0, got -1" in err
 

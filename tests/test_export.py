@@ -14,6 +14,7 @@ import pytest
 from autodeuq import AutoDEUQRegressor
 from autodeuq.cli import main
 from autodeuq.ensemble import Ensemble, ManifestError, load_ensemble
+from autodeuq.ensemble.predictive import CatalogMembers
 
 TINY = dict(space="toy", search="random", max_evals=3, ensemble_size=2, epochs=3, evaluator="serial", seed=0)
 FIELDS = ("mean", "aleatoric", "epistemic", "total", "std")
@@ -93,11 +94,13 @@ def test_save_creates_missing_parent_folders(fitted, tmp_path):
 
 
 def copied_ensemble(model, where):
-    """The fitted ensemble rebuilt on a copy of its catalog, which the test may delete."""
+    """The fitted (and refitted) ensemble rebuilt on a copy of its catalog, which the test may delete."""
     run = where / "run-copy"
     shutil.copytree(model.run_dir_, run)
     ens = model.ensemble_
-    return Ensemble(run, ens.member_ids, ens.weights, selection=ens.selection, calibration=ens.calibration), run
+    assert ens.refitted_ids  # the default refit replaced some members' networks
+    return Ensemble(CatalogMembers(run, ens.source.refitted), ens.member_ids, ens.weights, selection=ens.selection,
+                    calibration=ens.calibration), run
 
 
 def test_self_contained_export_travels_and_predicts_bit_identically(fitted, tmp_path):
@@ -145,8 +148,10 @@ def test_export_folder_holds_members_checksums_and_no_pickle(fitted, tmp_path):
         data = (tmp_path / "out" / member["model"]).read_bytes()
         assert member["model"] == f"members/{member['id']}.keras"
         assert member["sha256"] == hashlib.sha256(data).hexdigest() and member["bytes"] == len(data)
-        # the very bytes of the catalog's model file
-        assert data == (model.run_dir_ / "models" / f"{member['id']}.keras").read_bytes()
+        # the very bytes of the refitted network, else of the catalog's model file
+        refitted = ens.source.refitted.get(member["id"])
+        assert data == refitted or data == (model.run_dir_ / "models" / f"{member['id']}.keras").read_bytes()
+    assert any(ens.source.refitted.get(m["id"]) for m in members)
 
 
 def exported(model, tmp_path, name="out"):
@@ -280,4 +285,4 @@ def test_an_ensemble_pickled_before_member_sources_still_loads(fitted):
     again.__setstate__(pickle.loads(pickle.dumps(old_state)))
     assert again.run_dir == ens.run_dir and again.catalog.run_dir == ens.run_dir
     X = frame(5, 7)
-    assert_identical(again.predict(X), ens.predict(X))
+    assert_identical(again.predict(X), ens.without_refit().predict(X))  # no refit existed then

@@ -1,5 +1,6 @@
-"""Where `ensemble` writes (beside --out), what it plots for several features, and --refit."""
+"""Where `ensemble` writes (beside --out), what it plots for several features, and the refit (the default)."""
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -31,11 +32,14 @@ def tables(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def searched(tables):
-    """A three-feature catalog searched with --test (serial, tiny budget); no ensemble yet."""
+    """A three-feature catalog searched with --test (serial, tiny budget); no ensemble yet.
+
+    Fixed training hyperparameters that learn in a few epochs (Adam, learning rate 0.01): a
+    refit's extra rows then fit better, so the refit keeps the refitted networks."""
     run = tables / "run"
     code = main(["search", "--data", str(tables / "train.csv"), "--test", str(tables / "test.csv"),
-                 "--evaluator", "serial", "--max-evals", "4", "--epochs", "6", "--search", "random",
-                 "--run-dir", str(run), "--no-progress"])
+                 "--evaluator", "serial", "--max-evals", "4", "--epochs", "6", "--search", "age-fixed-hp",
+                 "--fixed-hp", '{"learning_rate": 0.01}', "--run-dir", str(run), "--no-progress"])
     assert code == 0
     return run
 
@@ -72,34 +76,84 @@ def test_out_elsewhere_leaves_the_run_folder_untouched(reported, tmp_path):
         assert (other.parent / name).stat().st_size > 0
 
 
-def test_refit_on_the_command_line(reported, tables):
-    original = json.loads((reported / "metrics.json").read_text())
-    assert main(["ensemble", "--run-dir", str(reported), "--size", "2", "--refit"]) == 0
-    folder = reported / "refit"
-    document = json.loads((folder / "metrics.json").read_text())
+def test_refit_is_the_default_and_lives_in_the_files_users_know(reported, tables, tmp_path, capsys):
+    document = json.loads((reported / "metrics.json").read_text())
     catalog = Catalog(reported)
     members = document["ensemble"]["members"]
-    assert members == original["ensemble"]["members"]
     refit_info = document["ensemble"]["selection"]["refit"]
-    assert refit_info["rows"] == 120  # training and validation rows together
-    refitted_ids = set(refit_info["epochs"])
-    assert refitted_ids | {str(i) for i in refit_info["kept_original"]} == {str(i) for i in members}
-    assert all(refit_info["epochs"][k] == catalog.entry(int(k))["best_epoch"] for k in refitted_ids)
-    # validation is the selection's score before the refit; test is the refitted members'
-    assert document["validation"] == original["validation"]
-    refitted, selected = load_ensemble(folder), load_ensemble(reported / "ensemble.json")
-    test = pd.read_csv(tables / "test.csv")[["a", "b", "c"]]
-    means, variances = refitted.components(test)
-    expected = metrics.evaluate(means, variances, refitted.weights, pd.read_csv(tables / "test.csv")[["y"]].to_numpy())
+    assert refit_info["refitted"] and refit_info["rows"] == 120  # training and validation rows together
+    refitted_ids = [int(k) for k in refit_info["epochs"]]
+    assert document["ensemble"]["refitted"] == [i for i in members if i in refitted_ids] != []
+    assert set(refitted_ids) | set(refit_info["kept_original"]) == set(members) and refit_info["out_of_time"] == []
+    assert all(refit_info["epochs"][str(k)] == catalog.entry(k)["best_epoch"] for k in refitted_ids)
+    # the manifest names the catalog and lists each refitted network beside it, with its checksum
+    manifest = json.loads((reported / "ensemble.json").read_text())
+    assert manifest["format"] == "autodeuq-ensemble/3" and manifest["run_dir"] == "."
+    for member in manifest["members"]:
+        assert member["model"] == f"models/{member['id']}.keras"  # the catalog's network, before the refit
+        if member["id"] in refitted_ids:
+            assert member["refit_model"] == f"ensemble_refit/{member['id']}.keras"
+            assert (reported / member["refit_model"]).stat().st_size == member["bytes"]
+        else:
+            assert "refit_model" not in member
+    refitted = load_ensemble(reported / "ensemble.json")
+    assert refitted.refitted_ids == document["ensemble"]["refitted"] and refitted.run_dir == reported.resolve()
+    test = pd.read_csv(tables / "test.csv")
+    means, variances = refitted.components(test[["a", "b", "c"]])
+    expected = metrics.evaluate(means, variances, refitted.weights, test[["y"]].to_numpy())
     assert document["test"]["nll"]["mean"] == pytest.approx(expected["nll"]["mean"], rel=1e-9)
-    if refitted_ids:
-        assert not np.allclose(means, selected.components(test)[0])
+
+    # --no-refit: the same selection with the search's networks, recoverable from the manifest too
+    other = tmp_path / "selected" / "ensemble.json"
+    assert main(["ensemble", "--run-dir", str(reported), "--size", "2", "--no-refit", "--out", str(other)]) == 0
+    assert "not refitted: turned off" in capsys.readouterr().out
+    plain = json.loads(other.read_text())
+    assert plain["format"] == "autodeuq-ensemble/1" and not (other.parent / "ensemble_refit").exists()
+    selected_document = json.loads((other.parent / "metrics.json").read_text())
+    assert selected_document["ensemble"]["members"] == members and selected_document["ensemble"]["refitted"] == []
+    assert selected_document["ensemble"]["selection"]["refit"] == {"refitted": False,
+                                                                   "reason": "not refitted: turned off"}
+    # validation is the selection's score before the refit, in both; the test scores differ
+    assert selected_document["validation"] == document["validation"]
+    assert selected_document["test"]["nll"]["mean"] != document["test"]["nll"]["mean"]
+    selected = load_ensemble(other)
+    np.testing.assert_array_equal(refitted.without_refit().components(test)[0], selected.components(test)[0])
+    assert not np.allclose(means, selected.components(test)[0])
 
 
-def test_refit_out_must_name_a_folder_manifest(reported, tmp_path, capsys):
-    assert main(["ensemble", "--run-dir", str(reported), "--refit", "--out", str(tmp_path / "x.json")]) == 2
-    assert "FOLDER/ensemble.json" in capsys.readouterr().err
-    assert not (tmp_path / "x.json").exists()
+def test_a_refitted_run_directory_moves_exports_and_predicts(reported, tables, tmp_path):
+    test = pd.read_csv(tables / "test.csv")
+    expected = load_ensemble(reported / "ensemble.json").predict(test)
+    moved = tmp_path / "moved"
+    shutil.copytree(reported, moved, ignore=shutil.ignore_patterns("catalog.lock"))
+    again = load_ensemble(moved / "ensemble.json")
+    assert again.run_dir == moved.resolve() and again.refitted_ids
+    np.testing.assert_array_equal(again.predict(test).mean, expected.mean)
+    assert main(["export", "--ensemble", str(moved / "ensemble.json"), "--out", str(tmp_path / "shipped")]) == 0
+    shipped = load_ensemble(tmp_path / "shipped")
+    assert shipped.run_dir is None and shipped.refitted_ids == again.refitted_ids
+    np.testing.assert_array_equal(shipped.predict(test).std, expected.std)
+    assert main(["predict", "--ensemble", str(moved), "--data", str(tables / "test.csv"),
+                 "--out", str(tmp_path / "p.csv")]) == 0
+    np.testing.assert_allclose(pd.read_csv(tmp_path / "p.csv")["y_mean"], expected.mean[:, 0], rtol=1e-12)
+
+
+def test_a_tampered_refitted_network_is_refused(reported, tmp_path, capsys):
+    copy = tmp_path / "run"
+    shutil.copytree(reported, copy, ignore=shutil.ignore_patterns("catalog.lock"))
+    member = next((copy / "ensemble_refit").iterdir())
+    member.write_bytes(member.read_bytes()[:-1] + b"x")
+    assert main(["export", "--ensemble", str(copy / "ensemble.json"), "--out", str(tmp_path / "out")]) == 2
+    assert "checksum mismatch" in capsys.readouterr().err
+
+
+def test_saving_without_refit_removes_the_refitted_networks_saved_there_before(reported, tmp_path):
+    ens = load_ensemble(reported / "ensemble.json")
+    path = ens.save(tmp_path / "e.json")
+    assert sorted(p.name for p in (tmp_path / "e_refit").iterdir()) == sorted(f"{i}.keras" for i in ens.refitted_ids)
+    ens.without_refit().save(path)
+    assert list((tmp_path / "e_refit").iterdir()) == []
+    assert load_ensemble(path).refitted_ids == []
 
 
 def test_refit_replays_the_schedule_to_the_best_epoch_and_is_reproducible(reported):
@@ -153,16 +207,86 @@ def test_train_with_a_schedule_runs_those_epochs_and_keeps_the_last(reported):
     assert nll == pytest.approx(result.history["val_loss"][-1], rel=1e-4)
 
 
-def test_estimator_refit_trains_the_members_on_every_row(tmp_path):
+def test_estimator_refits_by_default_keeps_its_catalog_and_pickles(tmp_path):
+    import joblib
+
     from autodeuq import AutoDEUQRegressor
 
     rng = np.random.default_rng(1)
     x = rng.uniform(-3, 3, (45, 1))
     y = np.sin(x[:, 0]) + rng.normal(0, 0.1, 45)
-    model = AutoDEUQRegressor(space="toy", search="random", max_evals=2, epochs=3, evaluator="serial",
-                              ensemble_size=1, run_dir=tmp_path / "run", refit=True).fit(x, y)
+    options = dict(space="toy", search="random", max_evals=2, epochs=3, evaluator="serial", ensemble_size=2)
+    model = AutoDEUQRegressor(**options, run_dir=tmp_path / "run").fit(x, y)
     info = model.ensemble_.selection["refit"]
-    assert info["rows"] == 45 and len(info["epochs"]) + len(info["kept_original"]) == 1
-    assert model.ensemble_.run_dir is None  # the refitted networks are held in memory
+    assert info["refitted"] and info["rows"] == 45
+    assert len(info["epochs"]) + len(info["kept_original"]) == len(model.ensemble_.member_ids)
+    assert model.ensemble_.run_dir == model.run_dir_  # the catalog stays the ensemble's
     mean, std = model.predict(x[:5], return_std=True)
     assert mean.shape == std.shape == (5,) and np.all(std > 0)
+    joblib.dump(model, tmp_path / "model.joblib")
+    again = joblib.load(tmp_path / "model.joblib")
+    np.testing.assert_array_equal(again.predict(x[:5]), mean)
+    assert again.ensemble_.refitted_ids == model.ensemble_.refitted_ids
+    before = model.ensemble_.without_refit().predict(x[:5]).mean[:, 0]
+    assert not np.allclose(before, mean)
+
+    off = AutoDEUQRegressor(**options, run_dir=tmp_path / "run", refit=False).fit(x, y)
+    assert off.ensemble_.selection["refit"] == {"refitted": False, "reason": "not refitted: turned off"}
+    np.testing.assert_array_equal(off.predict(x[:5]), before)
+
+
+def test_auto_refits_small_data_only(reported, monkeypatch):
+    import autodeuq.ensemble.refit as refit_module
+    from autodeuq.ensemble import Ensemble
+
+    ens = Ensemble.from_catalog(reported, size=1)
+    x, y = Catalog(reported).fit_data()
+    monkeypatch.setattr(refit_module, "AUTO_MAX_ROWS", 100)
+    same, line = refit_module.refit_selected(ens, x, y, "auto")
+    assert line.startswith("not refitted: 120 training and validation rows, more than the 100")
+    assert same.refitted_ids == [] and same.selection["refit"]["refitted"] is False
+    refitted, line = refit_module.refit_selected(ens, x, y, True)
+    assert line.startswith("refit: asked for; 1 of 1 member(s) retrained on 120 rows")
+
+
+def test_a_refit_that_would_overrun_the_time_limit_keeps_the_original_networks(reported, monkeypatch):
+    import time
+
+    import autodeuq.ensemble.refit as refit_module
+    from autodeuq.ensemble import Ensemble
+
+    ens = Ensemble.from_catalog(reported, size=2)
+    x, y = Catalog(reported).fit_data()
+    with pytest.warns(refit_module.RefitTimeWarning, match="no time left"):
+        late, line = refit_module.refit_selected(ens, x, y, True, deadline=time.monotonic() - 1)
+    assert line == "not refitted: no time left under the time limit" and late.refitted_ids == []
+    # one member's retraining is estimated to outlast the deadline: it alone keeps its network
+    slow = ens.member_ids[0]
+    monkeypatch.setattr(refit_module, "estimated_seconds",
+                        lambda entry, n, n_train: 1e9 if entry["id"] == slow else 0.0)
+    with pytest.warns(refit_module.RefitTimeWarning, match=f"no time left under the time limit \\({slow}\\)"):
+        partly, line = refit_module.refit_selected(ens, x, y, True, deadline=time.monotonic() + 3600)
+    assert partly.selection["refit"]["out_of_time"] == [slow] and slow not in partly.refitted_ids
+    assert f"{slow} (no time left under the time limit)" in line
+
+
+def test_predictions_trace_once_per_ensemble_without_retracing_warnings(reported):
+    import logging
+
+    from autodeuq.ensemble import Ensemble
+
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(handler)
+    x, _ = Catalog(reported).fit_data()
+    try:
+        for _ in range(6):  # a benchmark builds ensembles in a loop
+            ens = Ensemble.from_catalog(reported, size=2)
+            for rows in (7, 31, 120):
+                ens.member_predictions(x[:rows], encoded=True)
+            assert ens._predict_fn.experimental_get_tracing_count() == 1
+    finally:
+        logger.removeHandler(handler)
+    assert not [m for m in messages if "retracing" in m]

@@ -1,8 +1,14 @@
 """The predictive ensemble: catalog members with weights, predicting a Gaussian mixture.
 
 An ensemble reads its members from a *member source*: a catalog (:class:`CatalogMembers`, the
-run directory a search filled) or a self-contained folder written by
-``Ensemble.save(folder, self_contained=True)`` (:class:`ExportedMembers`)::
+run directory a search filled, possibly with some members replaced by their refits, see
+:mod:`autodeuq.ensemble.refit`) or a self-contained folder written by
+``Ensemble.save(folder, self_contained=True)`` (:class:`ExportedMembers`).
+
+A manifest that names its catalog is format "autodeuq-ensemble/1", or "autodeuq-ensemble/3" when
+members were refitted: the refitted networks are not in the catalog, so they are written beside
+the manifest, ``<stem>_refit/<id>.keras`` (``ensemble_refit/`` for ``ensemble.json``), each with
+its SHA-256 in the manifest; the other members are read from the catalog. A self-contained folder::
 
     model_dir/
         ensemble.json          format "autodeuq-ensemble/2": members (id, weight, file, SHA-256,
@@ -27,6 +33,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 
@@ -56,6 +63,7 @@ COVERAGE_LEVELS = (0.5, 0.9, 0.95)
 
 MANIFEST_FORMAT = "autodeuq-ensemble/1"  #: a manifest naming its catalog (``run_dir``)
 SELF_CONTAINED_FORMAT = "autodeuq-ensemble/2"  #: a manifest next to its members' model files
+REFIT_FORMAT = "autodeuq-ensemble/3"  #: a manifest naming its catalog, with refitted members' files beside it
 MANIFEST_NAME = "ensemble.json"
 MEMBERS_DIR = "members"
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists member ids and weights: kilobytes
@@ -146,11 +154,15 @@ class CatalogMembers:
     run_dir : path
         The run directory; kept as an absolute path, so a pickled ensemble (or estimator)
         reopens it from any working directory.
+    refitted : dict of int to bytes, optional
+        Members whose network is a refit (:mod:`autodeuq.ensemble.refit`): the ``.keras``
+        archive used instead of the catalog's model of that entry.
 
     Attributes
     ----------
     run_dir : Path
     catalog : Catalog
+    refitted : dict of int to bytes
     feature_names, target_names : list of str
     standardization : dict or None
         The training split's ``x_mean``, ``x_std`` (and ``y_mean``, ``y_std``).
@@ -158,9 +170,13 @@ class CatalogMembers:
         How a table's columns become ``feature_names`` (None: the features are the columns).
     """
 
-    def __init__(self, run_dir):
+    refitted: Mapping[int, bytes] = MappingProxyType({})  # also the value of sources pickled before refits
+
+    def __init__(self, run_dir, refitted: Mapping[int, bytes] | None = None):
         self.run_dir = Path(os.path.abspath(run_dir))
         self.catalog = Catalog(self.run_dir)
+        if refitted:
+            self.refitted = {int(i): bytes(b) for i, b in refitted.items()}
         data = self.catalog.meta.get("data", {})
         self.feature_names = list(data.get("features", []))
         self.target_names = list(data.get("targets", []))
@@ -175,11 +191,15 @@ class CatalogMembers:
         return self.run_dir
 
     def model_bytes(self, entry_id: int) -> bytes:
-        """The checked bytes of a member's ``.keras`` file (:meth:`Catalog.model_bytes`)."""
+        """The bytes of a member's ``.keras`` archive: its refit's, else the catalog's checked file."""
+        if entry_id in self.refitted:
+            return self.refitted[entry_id]
         return self.catalog.model_bytes(entry_id)
 
     def load_model(self, entry_id: int):
-        """The member's Keras model (:meth:`Catalog.load_model`)."""
+        """The member's Keras model: its refit, else the catalog's (:meth:`Catalog.load_model`)."""
+        if entry_id in self.refitted:
+            return load_keras_model(self.refitted[entry_id], f"{self.run_dir}: refitted member {entry_id}")
         return self.catalog.load_model(entry_id)
 
 
@@ -311,6 +331,33 @@ class Ensemble:
     def catalog(self) -> Catalog | None:
         return self.source.catalog
 
+    @property
+    def refitted_ids(self) -> list[int]:
+        """The members whose network is a refit on the training and validation rows, in member order
+        (:mod:`autodeuq.ensemble.refit`); the others are the networks the search trained."""
+        held = getattr(self.source, "refitted", None)
+        if held:
+            return [i for i in self.member_ids if i in held]
+        epochs = (self.selection.get("refit") or {}).get("epochs") or {}  # an export: as its record says
+        return [i for i in self.member_ids if str(i) in epochs]
+
+    def without_refit(self) -> "Ensemble":
+        """The ensemble as selected, before its refit: the same members, weights and calibration,
+        each member the network the search trained (read from the catalog).
+
+        Raises
+        ------
+        EnsembleError
+            The ensemble was read from a self-contained folder, which holds only the networks it
+            predicts with.
+        """
+        if self.run_dir is None:
+            raise EnsembleError(f"{self.source.location}: a self-contained ensemble holds only the networks it "
+                                f"predicts with; the networks before the refit are in the run directory's catalog")
+        selection = {k: v for k, v in self.selection.items() if k != "refit"}
+        return Ensemble(self.run_dir, self.member_ids, self.weights, selection=selection,
+                        calibration=self.calibration)
+
     def __getstate__(self):
         # Loaded Keras models and the compiled prediction graph are rebuilt on first use after
         # unpickling; a catalog pickles as its (absolute) run directory, an exported ensemble's
@@ -430,7 +477,9 @@ class Ensemble:
         ----------
         path : path
             ``self_contained=False``: the manifest file, which names the catalog by its path
-            relative to the file's folder (moving either breaks it). ``self_contained=True``: a
+            relative to the file's folder (moving either breaks it); refitted members' networks
+            are written beside it, ``<stem>_refit/<id>.keras`` (format "autodeuq-ensemble/3"),
+            and earlier ones there that are no longer members removed. ``self_contained=True``: a
             folder that receives ``ensemble.json`` and ``members/<id>.keras`` (see the module
             documentation); :func:`load_ensemble` opens it anywhere, without the catalog. The
             folder must be new, empty or an earlier export (whose old member files are removed).
@@ -463,19 +512,36 @@ class Ensemble:
         if self.run_dir is None:
             raise EnsembleError(f"{path}: this ensemble was read from a self-contained folder and has no catalog to "
                              f"name: save it with self_contained=True")
+        refitted = {i: self.source.refitted[i] for i in self.member_ids if i in self.source.refitted}
+        refit_dir = path.parent / refit_folder_name(path)
+        members = []
+        for i, w in zip(self.member_ids, self.weights):
+            member = {"id": i, "weight": float(w), "model": f"models/{i}.keras"}  # the catalog's, before any refit
+            if i in refitted:
+                member.update({"refit_model": f"{refit_dir.name}/{i}.keras", "sha256": _sha256(refitted[i]),
+                               "bytes": len(refitted[i])})
+            members.append(member)
         manifest = {
-            "format": MANIFEST_FORMAT,
+            "format": REFIT_FORMAT if refitted else MANIFEST_FORMAT,
             # relative to the folder, not to a link's target: a link at ``path`` is replaced
             "run_dir": os.path.relpath(self.run_dir.resolve(), path.parent.resolve()),
-            "members": [{"id": i, "weight": float(w), "model": f"models/{i}.keras"}
-                        for i, w in zip(self.member_ids, self.weights)],
+            "members": members,
             "selection": self.selection,
             "calibration": self.calibration,
             "features": self.feature_names,
             "targets": self.target_names,
         }
         _make_folder(path.parent)
-        return atomic_write(path, json.dumps(manifest, indent=2).encode())
+        if refitted:
+            if refit_dir.is_symlink():
+                raise CatalogError(f"{refit_dir}: is a symbolic link; refusing to write through it (remove it)")
+            _make_folder(refit_dir)
+            for entry_id, data in refitted.items():
+                atomic_write(refit_dir / f"{entry_id}.keras", data)
+        written = atomic_write(path, json.dumps(manifest, indent=2).encode())
+        if refit_dir.is_dir() and not refit_dir.is_symlink():
+            _remove_stale_members(refit_dir, refitted, "refitted member of the ensemble saved there before")
+        return written
 
     # ------------------------------------------------------------------ predicting
     def _load(self):
@@ -546,11 +612,11 @@ class Ensemble:
         import tensorflow as tf
 
         x = self._check_x(x, source, encoded)
-        models = self._load()
         if self._predict_fn is None:
             # One graph runs all members on the same batch, so TensorFlow executes them together.
-            self._predict_fn = tf.function(lambda batch: tf.stack([m(batch, training=False) for m in models]),
-                                           reduce_retracing=True)
+            # Traced once per ensemble, for any number of rows (the signature's batch size is None).
+            signature = [tf.TensorSpec([None, len(self.feature_names)], tf.float64)]
+            self._predict_fn = tf.function(_StackedMembers(self._load()), input_signature=signature)
         # float64 arithmetic: with float32, a row's prediction changed in its last digits with
         # its position in the batch (vectorized kernels round tail rows differently).
         outputs = [self._predict_fn(tf.constant(x[i:i + 8192], dtype=tf.float64)).numpy()
@@ -627,7 +693,26 @@ class Ensemble:
 
     def __repr__(self):
         members = ", ".join(f"{i}:{w:.2f}" for i, w in zip(self.member_ids, self.weights))
-        return f"Ensemble({str(self.source.location)!r}, members=[{members}])"
+        refitted = f", refitted={self.refitted_ids}" if self.refitted_ids else ""
+        return f"Ensemble({str(self.source.location)!r}, members=[{members}]{refitted})"
+
+
+class _StackedMembers:
+    """Every member's output on one batch, stacked: the function an ensemble's ``tf.function`` traces.
+
+    A callable object rather than a lambda: TensorFlow tells traces of one Python function apart
+    from retraces by the function's code object, which every lambda made by this module shares,
+    so many ensembles (each traced once) read as one function retraced again and again and
+    trigger its frequent-retracing warning. An object is a function of its own.
+    """
+
+    def __init__(self, models):
+        self.models = models
+
+    def __call__(self, batch):
+        import tensorflow as tf
+
+        return tf.stack([m(batch, training=False) for m in self.models])
 
 
 def _float64_copy(model):
@@ -669,17 +754,18 @@ def load_ensemble(path) -> Ensemble:
     manifest = _read_manifest(path)
     if isinstance(manifest, dict) and manifest.get("format") == SELF_CONTAINED_FORMAT:
         return _load_self_contained(path, manifest)
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise ManifestError(f"{path}: not an autodeuq ensemble manifest (format {MANIFEST_FORMAT!r} or "
-                            f"{SELF_CONTAINED_FORMAT!r} expected)")
+    if not isinstance(manifest, dict) or manifest.get("format") not in (MANIFEST_FORMAT, REFIT_FORMAT):
+        raise ManifestError(f"{path}: not an autodeuq ensemble manifest (format {MANIFEST_FORMAT!r}, "
+                            f"{SELF_CONTAINED_FORMAT!r} or {REFIT_FORMAT!r} expected)")
     run_dir = manifest.get("run_dir")
     if not isinstance(run_dir, str) or not run_dir or "\0" in run_dir:
         raise ManifestError(f"{path}: 'run_dir' must name the catalog directory, got {run_dir!r}")
     ids, weights = _manifest_members(path, manifest.get("members"))
+    refitted = _refitted_members(path, manifest) if manifest["format"] == REFIT_FORMAT else {}
     selection, calibration = _selection_and_calibration(path, manifest)
     try:
-        return Ensemble((path.parent.resolve() / run_dir).resolve(), ids, weights,
-                        selection=selection, calibration=calibration)
+        source = CatalogMembers((path.parent.resolve() / run_dir).resolve(), refitted)
+        return Ensemble(source, ids, weights, selection=selection, calibration=calibration)
     except CatalogError:
         raise
     except ValueError as exc:
@@ -752,6 +838,37 @@ def _load_self_contained(path: Path, manifest: dict) -> Ensemble:
         return Ensemble(source, ids, weights, selection=selection, calibration=calibration)
     except ValueError as exc:
         raise ManifestError(f"{path}: {exc}") from None
+
+
+def _refitted_members(path: Path, manifest: dict) -> dict[int, bytes]:
+    """The checked ``.keras`` bytes of the refitted members a catalog-naming manifest lists beside it."""
+    folder = path.parent.resolve()
+    refitted = {}
+    for k, member in enumerate(manifest["members"]):
+        name = member.get("refit_model")
+        if name is None:
+            continue
+        entry_id = member["id"]
+        if not (isinstance(name, str) and re.fullmatch(rf"[^/\\]+/{entry_id}\.keras", name)):
+            raise ManifestError(f"{path}: members[{k}]: 'refit_model' must be 'FOLDER/{entry_id}.keras' beside the "
+                                f"manifest, got {_short(name)}")
+        sha, size = member.get("sha256"), member.get("bytes")
+        if not (isinstance(sha, str) and _SHA256_HEX.fullmatch(sha)):
+            raise ManifestError(f"{path}: members[{k}]: 'sha256' must be the 64 hexadecimal digits of the refitted "
+                                f"model's SHA-256, got {_short(sha)}")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_MODEL_BYTES:
+            raise ManifestError(f"{path}: members[{k}]: 'bytes' must be the refitted model file's size (1 to "
+                                f"{MAX_MODEL_BYTES}), got {_short(size)}")
+        where = f"{path}: members[{k}]: refitted model file {folder / name}"
+        try:
+            data = read_verified(folder / name, folder, sha, size, where, "the manifest's folder")
+            checked_keras_config(data, where)
+        except CatalogError as exc:
+            raise ManifestError(str(exc)) from None
+        refitted[entry_id] = data
+    if not refitted:
+        raise ManifestError(f"{path}: a {REFIT_FORMAT!r} manifest must list at least one member's 'refit_model'")
+    return refitted
 
 
 def _manifest_names(path: Path, manifest: dict, key: str) -> list[str]:
@@ -866,16 +983,25 @@ def _export(ens: Ensemble, folder: Path) -> Path:
     for entry_id, data in models.items():
         atomic_write(members_dir / f"{entry_id}.keras", data)
     path = atomic_write(folder / MANIFEST_NAME, json.dumps(manifest, indent=2).encode())
-    # Members of an ensemble exported here before; only names this function writes are removed.
-    keep = {f"{i}.keras" for i in ens.member_ids}
-    for old in members_dir.iterdir():
+    _remove_stale_members(members_dir, ens.member_ids, "member of the ensemble exported there before")
+    return path
+
+
+def refit_folder_name(manifest: Path) -> str:
+    """The folder, beside a catalog-naming manifest, that holds its refitted members' ``<id>.keras``."""
+    return f"{Path(manifest).stem}_refit"
+
+
+def _remove_stale_members(folder: Path, keep_ids, what: str) -> None:
+    """Remove the ``<id>.keras`` files of ``folder`` whose id is not in ``keep_ids`` (only names
+    autodeuq writes there; a member written before, say)."""
+    keep = {f"{i}.keras" for i in keep_ids}
+    for old in folder.iterdir():
         if old.name not in keep and _MEMBER_FILE.fullmatch(old.name) and not old.is_dir():
             try:
                 old.unlink()
             except OSError as exc:
-                raise WriteError(f"cannot remove {old} (a member of the ensemble exported there before): "
-                                 f"{os_reason(exc)}") from None
-    return path
+                raise WriteError(f"cannot remove {old} (a {what}): {os_reason(exc)}") from None
 
 
 def _manifest_members(path: Path, members) -> tuple[list[int], list[float]]:

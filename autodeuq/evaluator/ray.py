@@ -5,6 +5,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -67,20 +68,21 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
 
     Notes
     -----
-    ``ray.init`` installs its own SIGTERM handlers (one exits the interpreter, one dumps a native
-    stack and aborts); the handler the caller had is put back, so that SIGTERM stays the
-    caller's to handle (the search driver treats it like Ctrl-C).
+    ``ray.init`` installs its own SIGTERM handlers: a Python one that exits the interpreter, and
+    in its native core worker abseil's failure handler, which dumps a native stack and aborts
+    (exit status 134). A SIGTERM during the seconds ``ray.init`` takes then ended the command
+    with that dump, or an exit status 15 without a word. So while Ray starts, SIGTERM is only
+    recorded (:func:`_sigterm_deferred`); afterwards the caller's handler is back and receives it
+    (the search driver treats it like Ctrl-C: exit status 143, the run resumable).
     """
-    import ray
-
+    ray = _import_ray()
     if ray.is_initialized():
         return
     source = "address"
     if address is None and os.environ.get("RAY_ADDRESS"):
         address, source = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
-    previous = _sigterm_handler()
-    try:
+    with _sigterm_deferred():
         if address in (None, "local"):
             if num_cpus is not None:
                 kwargs["num_cpus"] = num_cpus
@@ -93,8 +95,6 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
                 _probe(*host_port, connect_timeout, where)
             with _single_gcs_attempt(), _quiet_stderr():
                 _init(ray, address, kwargs, where)
-    finally:
-        _restore_sigterm_handler(previous)
 
 
 def _init(ray, address, kwargs, where):
@@ -220,15 +220,60 @@ def _quiet_stderr():
                     os.write(2, held.read())
 
 
-def _sigterm_handler():
+FAILURE_HANDLER_VARIABLE = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
+
+
+def _import_ray():
+    """``import ray``, the first time with abseil's native failure-signal handler off in this process.
+
+    Ray reads ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER`` when it is imported; set, the driver's core
+    worker does not install the handler that turns a SIGTERM into a native stack dump and an
+    abort. The variable is set only for the import (unless the environment sets it), so the
+    processes of a local instance, started later, keep their handler for real crashes. When
+    something imported Ray before, it is left as it is.
+    """
+    if "ray" in sys.modules:
+        import ray
+
+        return ray
+    given = os.environ.get(FAILURE_HANDLER_VARIABLE)
+    os.environ.setdefault(FAILURE_HANDLER_VARIABLE, "1")
+    try:
+        import ray
+    finally:
+        if given is None:
+            os.environ.pop(FAILURE_HANDLER_VARIABLE, None)
+    return ray
+
+
+@contextlib.contextmanager
+def _sigterm_deferred():
+    """Within this block (Ray starting), a SIGTERM is recorded, then delivered to the caller's handler.
+
+    Ray's Python handler (``sys.exit`` in the middle of ``ray.init``, which can also crash the
+    half-started native core worker: exit status 139) is kept out by skipping Ray's
+    ``set_sigterm_handler``; abseil's native one by :func:`_import_ray`. Outside the main
+    thread, where Python delivers no signal, this does nothing.
+    """
     if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.getsignal(signal.SIGTERM)
+        yield
+        return
+    import ray._private.utils as ray_utils
 
-
-def _restore_sigterm_handler(previous) -> None:
-    if threading.current_thread() is threading.main_thread():
+    received = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    set_handler = ray_utils.set_sigterm_handler
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = set_handler
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        if received and previous is not signal.SIG_IGN:
+            if callable(previous):
+                previous(signal.SIGTERM, None)  # the search driver's raises: it stops like Ctrl-C
+            else:
+                os.kill(os.getpid(), signal.SIGTERM)  # the default action: terminated, status 143
 
 
 @dataclass
@@ -280,9 +325,9 @@ class RayEvaluator(Evaluator):
         if workers is not None and int(workers) < 1:
             raise ParameterError("workers", "must be >= 1", workers)
         eval_timeout = check_eval_timeout(eval_timeout)
+        init_ray(address, num_cpus, connect_timeout=connect_timeout)
         import ray
 
-        init_ray(address, num_cpus, connect_timeout=connect_timeout)
         resources = ray.cluster_resources()
         total_cpus, total_gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
         if gpus_per_eval is None:
