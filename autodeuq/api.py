@@ -79,10 +79,12 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         ``ensemble_.selection["refit"]`` says what was done. Under ``timeout``, a member is
         refitted only when its retraining fits in the time left (else a
         :class:`~autodeuq.ensemble.refit.RefitTimeWarning`).
-    early_discarding : {"none", "sha"}, default="none"
+    early_discarding : {"none", "sha", "iepoch"}, default="none"
         ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at epochs 1, 3, 9,
         27, 81: a training continues past a rung only if its validation loss is among the best
-        third recorded there (see :mod:`autodeuq.discard`).
+        third recorded there. ``"iepoch"``: i-Epoch (Egele 2024): every evaluation of the search
+        trains 1 epoch, then the 10 configurations of lowest validation loss are trained to the
+        full budget as catalog entries of their own (see :mod:`autodeuq.discard`).
     timeout : float, optional
         Wall-clock limit of ``fit`` in seconds: the search stops early enough to leave the
         ensemble step a tenth of it (30 s to 5 min; :func:`autodeuq.pipeline.search_timeout`).

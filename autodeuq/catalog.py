@@ -100,6 +100,8 @@ MAX_MODEL_JSON_BYTES = 16 << 20  #: one JSON member of a model archive, decompre
 MAX_ARRAY_BYTES = 1 << 30  #: arrays stored in the index (validation targets, test set, training points)
 QUERY_TIME_LIMIT = 60.0  #: seconds after which a query on the index is aborted
 _PROGRESS_STEPS = 10_000  # SQLite virtual-machine steps between two checks of the time limit
+#: Key of an entry's ``extra`` naming the search-phase entry whose configuration it trains to the full budget.
+PROMOTED_FROM = "promoted_from"
 _KERAS_MEMBERS = ("metadata.json", "config.json", "model.weights.h5")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MAX_ID = 2**63 - 1  # SQLite's largest integer
@@ -893,6 +895,18 @@ class Catalog:
             out.append([float(v) if isinstance(v, (int, float)) else math.nan for v in losses])
         return out
 
+    def full_trainings(self) -> dict[int, int]:
+        """``{id: id of the entry it trains again}`` for the entries submitted as full trainings of a
+        search-phase entry (i-Epoch, :class:`autodeuq.discard.IEpoch`), whatever their status."""
+        out = {}
+        for r in self._query("SELECT id, extra_json FROM evaluations WHERE extra_json LIKE ? ORDER BY id",
+                             (f'%"{PROMOTED_FROM}"%',)):
+            extra = _decode_json(r["extra_json"], self._where(r), "extra_json")
+            source = extra.get(PROMOTED_FROM) if isinstance(extra, dict) else None
+            if isinstance(source, int) and not isinstance(source, bool):
+                out[int(r["id"])] = source
+        return out
+
     # ----------------------------------------------------------------- tables
     @property
     def nll_offset(self) -> float:
@@ -1380,8 +1394,12 @@ class CatalogWriter(Catalog):
             warnings.warn(f"could not rewrite {CSV_NAME}: {exc}", RuntimeWarning, stacklevel=3)
 
     # ----------------------------------------------------------------- driver API
-    def submit(self, config: dict[str, Any]) -> int:
-        """Register a configuration about to be trained; returns its id (committed, never reused)."""
+    def submit(self, config: dict[str, Any], extra: dict[str, Any] | None = None) -> int:
+        """Register a configuration about to be trained; returns its id (committed, never reused).
+
+        ``extra`` is stored with the entry at once (a resumed driver reads it back, see
+        :meth:`Catalog.full_trainings`); the result's own ``extra`` is added to it when recorded.
+        """
         try:
             plain = json.loads(_dumps(config))
             self.space.validate(plain)
@@ -1392,10 +1410,10 @@ class CatalogWriter(Catalog):
             if self._conn is None:
                 raise CatalogError(f"{self.run_dir}: catalog is closed")
             cursor = self._conn.execute(
-                "INSERT INTO evaluations (status, config_json, arch_json, hp_json, submit_time, data_fingerprint) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO evaluations (status, config_json, arch_json, hp_json, submit_time, data_fingerprint, "
+                "extra_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (Status.RUNNING, _dumps(plain), json.dumps(arch, separators=(",", ":")), _dumps(hp), time.time(),
-                 self.fingerprint),
+                 self.fingerprint, _dumps(extra) if extra else None),
             )
             return int(cursor.lastrowid)
 
@@ -1434,7 +1452,9 @@ class CatalogWriter(Catalog):
                 model_sha, predictions_sha = _sha256(result.model_bytes), _sha256(npz)
                 replace_file(self.model_path(entry_id), bytes(result.model_bytes))
                 replace_file(self.predictions_path(entry_id), npz)
-            self._commit_record(entry_id, result, status, reason, model_sha, predictions_sha)
+            submitted = _decode_json(row["extra_json"] or "{}", self._where(row), "extra_json")
+            self._commit_record(entry_id, result, status, reason, model_sha, predictions_sha,
+                                {**(submitted if isinstance(submitted, dict) else {}), **(result.extra or {})})
             self._refresh_results_csv()
 
     def _result_problem(self, result: TrainResult) -> str | None:
@@ -1450,7 +1470,7 @@ class CatalogWriter(Catalog):
                 return f"{name} has shape {shape}, expected {expected}"
         return None
 
-    def _commit_record(self, entry_id, result, status, reason, model_sha, predictions_sha) -> None:
+    def _commit_record(self, entry_id, result, status, reason, model_sha, predictions_sha, extra) -> None:
         objective = float(result.objective) if status in MODEL_STATUSES else None
         cursor = self._conn.execute(
             "UPDATE evaluations SET status = ?, objective = ?, reason = ?, epochs = ?, best_epoch = ?, "
@@ -1461,7 +1481,7 @@ class CatalogWriter(Catalog):
             (status, objective, reason, _number(result.epochs, int), _number(result.best_epoch, int),
              _number(result.wall_time, float), _number(result.n_params, int), str(result.worker or ""),
              _number(result.start_time, float), _number(result.end_time, float), time.time(),
-             model_sha, predictions_sha, _dumps(result.history or {}), _dumps(result.extra or {}),
+             model_sha, predictions_sha, _dumps(result.history or {}), _dumps(extra),
              entry_id, Status.RUNNING),
         )
         if cursor.rowcount != 1:

@@ -129,11 +129,18 @@ def _add_search_args(p):
     g.add_argument("--early-discarding", choices=discard.POLICIES, default="none",
                    help="sha: asynchronous successive halving; a training continues past each rung epoch "
                         "(min x reduction^k) only if its validation loss is among the best 1/reduction recorded "
-                        "there (default: none)")
+                        "there. iepoch: every evaluation of the search trains --iepoch-epochs epochs, then the "
+                        "--iepoch-top-k best configurations are trained to the full budget (default: none)")
     g.add_argument("--sha-min-epochs", type=int, default=1, metavar="E", help="first rung of --early-discarding sha "
                    "(default: 1)")
     g.add_argument("--sha-reduction", type=int, default=3, metavar="R",
                    help="reduction factor of --early-discarding sha, >= 2 (default: 3)")
+    g.add_argument("--iepoch-epochs", type=int, default=1, metavar="I",
+                   help="epochs of each search evaluation under --early-discarding iepoch, >= 1 and below the "
+                        "epoch budget (default: 1)")
+    g.add_argument("--iepoch-top-k", type=int, default=10, metavar="K",
+                   help="configurations trained to the full budget after the search under --early-discarding "
+                        "iepoch, >= 1 (default: 10)")
     g.add_argument("--seed", type=int, default=0,
                    help="seed (any integer >= 0) of the split, the searcher and the trainings (default: 0)")
     g.add_argument("--run-dir", default=None, metavar="DIR",
@@ -315,7 +322,8 @@ def _check_search_args(args):
                             timeout=args.timeout, eval_timeout=args.eval_timeout, evaluator=args.evaluator,
                             workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
                             valid_fraction=args.valid_fraction, early_discarding=args.early_discarding,
-                            sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction)
+                            sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction,
+                            iepoch_epochs=args.iepoch_epochs, iepoch_top_k=args.iepoch_top_k)
     repeated = sorted({t for t in args.target or [] if args.target.count(t) > 1})
     if repeated:
         raise CLIError(f"--target {repeated[0]} is given more than once; name each target column once")
@@ -342,7 +350,8 @@ def cmd_search(args, *, timeout=None):
         summary = fill_catalog(
             space, dataset, run_dir, search=args.search, search_options=search_options, max_evals=args.max_evals,
             timeout=timeout or args.timeout, seed=args.seed, epochs=args.epochs, early_discarding=args.early_discarding,
-            sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction, evaluator=args.evaluator,
+            sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction, iepoch_epochs=args.iepoch_epochs,
+            iepoch_top_k=args.iepoch_top_k, evaluator=args.evaluator,
             workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
             ray_address=args.ray_address, eval_timeout=args.eval_timeout, new_run=args.new_run,
             progress=not args.no_progress, on_start=announce, log=lambda line: print(line, flush=True))

@@ -1,4 +1,4 @@
-"""Early discarding of hopeless trainings: asynchronous successive halving, one training at a time.
+"""Early discarding of hopeless trainings: asynchronous successive halving, and i-Epoch.
 
 Successive halving (Jamieson & Talwalkar 2016) in its asynchronous form (Li et al. 2020, ASHA)
 needs no portfolio of configurations known in advance: each training, as it runs, reports its
@@ -17,9 +17,19 @@ holds them in-process (serial evaluation, tests); :meth:`SuccessiveHalving.share
 them into a Ray actor that every worker consults at its rungs (a few calls per training). A
 resumed search replays the recorded validation-loss histories of its catalog
 (:meth:`SuccessiveHalving.replay`), so its decisions continue from the same records.
+
+:class:`IEpoch` is the "horizontal" alternative (Egele 2024, ch. 3.3.4 and 5, "i-Epoch"): the
+search trains every configuration for ``i`` epochs only, then the ``k`` configurations of lowest
+validation loss are trained again, from scratch, to the full epoch budget. The search driver runs
+that second phase (:func:`autodeuq.runner.run_search`); the policy says which entries it trains.
+
+Both policies answer the trainings the same way: :meth:`rungs` gives the epochs at which a
+training asks, :meth:`should_continue` the answer. :meth:`promotions` names what the driver trains
+to the full budget after the search (nothing for successive halving).
 """
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections import defaultdict
@@ -27,10 +37,10 @@ from typing import Iterable, Sequence
 
 from autodeuq.errors import ParameterError
 
-__all__ = ["SuccessiveHalving", "rung_epochs", "POLICIES"]
+__all__ = ["SuccessiveHalving", "IEpoch", "rung_epochs", "POLICIES"]
 
 #: Early-discarding policies by name (``none`` trains every configuration to its own early stop).
-POLICIES = ("none", "sha")
+POLICIES = ("none", "sha", "iepoch")
 
 
 def rung_epochs(max_epochs: int, min_epochs: int = 1, reduction: int = 3) -> list[int]:
@@ -128,6 +138,10 @@ class SuccessiveHalving:
         with self._lock:
             return {epoch: list(losses) for epoch, losses in sorted(self._records.items())}
 
+    def promotions(self, candidates) -> list[int]:
+        """Nothing: a training that passes every rung already runs to its own end."""
+        return []
+
     def shared_on_ray(self) -> "RaySuccessiveHalving":
         """The same rule with its records in a Ray actor, for trainings running in several processes."""
         return RaySuccessiveHalving(self)
@@ -164,3 +178,84 @@ class RaySuccessiveHalving:
         import ray
 
         return ray.get(self._actor.records.remote())
+
+    def promotions(self, candidates) -> list[int]:
+        return []
+
+
+class IEpoch:
+    """i-Epoch: every configuration of the search trained ``epochs`` epochs, the best ``top_k`` then
+    trained to the full budget (Egele 2024, ch. 3.3.4 and 5).
+
+    During the search a training stops after ``epochs`` epochs (status ``discarded``, the model of
+    its best epoch so far, its validation loss told to the searcher). The search driver then trains
+    the ``top_k`` distinct configurations of lowest validation loss once more, from scratch and
+    without this cap, as entries of their own (:meth:`promotions`). The rule holds no state shared
+    between trainings, so it needs no Ray actor, and a resumed search recomputes the same choice
+    from its catalog.
+
+    Parameters
+    ----------
+    epochs : int, default=1
+        Epochs of each search-phase training (``i``).
+    top_k : int, default=10
+        Configurations trained to the full budget after the search (twice the default ensemble
+        size: with one epoch, the rank of a configuration is a noisy guess of its final rank).
+
+    Examples
+    --------
+    >>> rule = IEpoch(epochs=2, top_k=2)
+    >>> rule.rungs(100), rule.should_continue(2, 0.5), rule.rungs(2)
+    ([2], False, [])
+    >>> rule.promotions([(1, {"a": 1}, 0.7), (2, {"a": 2}, 0.3), (3, {"a": 2}, 0.2), (4, {"a": 3}, 0.5)])
+    [3, 4]
+    """
+
+    #: Share of a search's time limit that the search phase may use; the full trainings get the rest.
+    search_share = 0.5
+
+    def __init__(self, epochs: int = 1, top_k: int = 10):
+        if isinstance(epochs, bool) or int(epochs) != epochs or epochs < 1:
+            raise ParameterError("iepoch_epochs", "must be an integer >= 1", epochs)
+        if isinstance(top_k, bool) or int(top_k) != top_k or top_k < 1:
+            raise ParameterError("iepoch_top_k", "must be an integer >= 1", top_k)
+        self.epochs, self.top_k = int(epochs), int(top_k)
+
+    def describe(self) -> dict:
+        return {"policy": "iepoch", "epochs": self.epochs, "top_k": self.top_k}
+
+    def rungs(self, max_epochs: int) -> list[int]:
+        """The one epoch at which a search-phase training stops (none when it is the whole budget)."""
+        return [self.epochs] if self.epochs < max_epochs else []
+
+    def should_continue(self, epoch: int, loss: float) -> bool:
+        """Never: a search-phase training ends at its epoch cap."""
+        return False
+
+    def replay(self, histories) -> None:
+        """Nothing to rebuild: the decisions depend on no earlier training."""
+
+    def promotions(self, candidates) -> list[int]:
+        """Ids of the ``top_k`` distinct configurations of lowest loss, best first.
+
+        Parameters
+        ----------
+        candidates : iterable of (id, config, loss)
+            The search-phase entries holding a model. Of two entries with the same configuration,
+            the lower loss (then the lower id) stands for it; equal losses are ordered by id.
+        """
+        chosen, seen = [], set()
+        for entry_id, config, loss in sorted(candidates, key=lambda c: (_finite_or_inf(c[2]), c[0])):
+            key = json.dumps(config, sort_keys=True, default=str)
+            if key in seen:
+                continue
+            seen.add(key)
+            chosen.append(int(entry_id))
+            if len(chosen) == self.top_k:
+                break
+        return chosen
+
+
+def _finite_or_inf(loss) -> float:
+    loss = float(loss)
+    return loss if math.isfinite(loss) else math.inf

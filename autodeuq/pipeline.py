@@ -14,7 +14,7 @@ import time
 
 from autodeuq.errors import ParameterError
 
-__all__ = ["check_ensemble_parameters", "check_search_parameters", "ensemble_deadline", "fill_catalog",
+__all__ = ["check_ensemble_parameters", "check_search_parameters", "discarder", "ensemble_deadline", "fill_catalog",
            "search_timeout"]
 
 #: Part of a whole-run time budget (search, then ensemble) kept for the ensemble step: this share
@@ -69,7 +69,8 @@ def _one_of(name, value, allowed):
 
 def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=0, timeout=None, eval_timeout=None,
                             evaluator="ray", workers=None, cpus_per_eval=None, gpus_per_eval=None,
-                            valid_fraction=1 / 3, early_discarding="none", sha_min_epochs=1, sha_reduction=3) -> None:
+                            valid_fraction=1 / 3, early_discarding="none", sha_min_epochs=1, sha_reduction=3,
+                            iepoch_epochs=1, iepoch_top_k=10) -> None:
     """Refuse, before any work, a search parameter that would fail later or make every evaluation fail.
 
     ``None`` means "not given" wherever it is allowed (``seed`` None is 0).
@@ -79,7 +80,7 @@ def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=
     ParameterError
         Naming the first bad parameter, what it must be and the value given.
     """
-    from autodeuq.discard import POLICIES, SuccessiveHalving
+    from autodeuq.discard import POLICIES
     from autodeuq.evaluator import EVALUATORS
     from autodeuq.search import ABLATIONS, SEARCHERS
 
@@ -96,8 +97,25 @@ def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=
     if isinstance(valid_fraction, bool) or not isinstance(valid_fraction, numbers.Real) or not 0 < valid_fraction < 1:
         raise ParameterError("valid_fraction", "must be a number strictly between 0 and 1", valid_fraction)
     _one_of("early_discarding", early_discarding, POLICIES)
+    discarder(early_discarding, sha_min_epochs=sha_min_epochs, sha_reduction=sha_reduction,
+              iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
+    if early_discarding == "iepoch" and epochs is not None and iepoch_epochs >= epochs:
+        raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({epochs})", iepoch_epochs)
+
+
+def discarder(early_discarding="none", *, sha_min_epochs=1, sha_reduction=3, iepoch_epochs=1, iepoch_top_k=10):
+    """The early-discarding rule named ``early_discarding`` with its settings (None for ``"none"``).
+
+    >>> discarder("iepoch", iepoch_top_k=20).describe()
+    {'policy': 'iepoch', 'epochs': 1, 'top_k': 20}
+    """
+    from autodeuq.discard import IEpoch, SuccessiveHalving
+
     if early_discarding == "sha":
-        SuccessiveHalving(min_epochs=sha_min_epochs, reduction=sha_reduction)
+        return SuccessiveHalving(min_epochs=sha_min_epochs, reduction=sha_reduction)
+    if early_discarding == "iepoch":
+        return IEpoch(epochs=iepoch_epochs, top_k=iepoch_top_k)
+    return None
 
 
 def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_score="mixture", selection_stop="size",
@@ -126,8 +144,8 @@ def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_s
 def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "agebo",
                  search_options: dict | None = None, max_evals: int = 100, timeout: float | None = None,
                  seed: int = 0, epochs: int | None = None, early_discarding: str = "none", sha_min_epochs: int = 1,
-                 sha_reduction: int = 3, evaluator: str = "ray", workers: int | None = None,
-                 cpus_per_eval: float | None = None, gpus_per_eval: float | None = None,
+                 sha_reduction: int = 3, iepoch_epochs: int = 1, iepoch_top_k: int = 10, evaluator: str = "ray",
+                 workers: int | None = None, cpus_per_eval: float | None = None, gpus_per_eval: float | None = None,
                  ray_address: str | None = None, eval_timeout: float | None = None, new_run: bool = False,
                  progress: bool = True, on_start=None, log=None):
     """Search ``space`` on ``dataset``, filling (or resuming) the catalog in ``run_dir``.
@@ -146,9 +164,13 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         budget for a whole run.
     epochs : int, optional
         Override of the space's epoch budget.
-    early_discarding : {"none", "sha"}
+    early_discarding : {"none", "sha", "iepoch"}
         ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at
         ``sha_min_epochs * sha_reduction**k`` epochs (:class:`autodeuq.discard.SuccessiveHalving`).
+        ``"iepoch"``: every search evaluation trains ``iepoch_epochs`` epochs, then the
+        ``iepoch_top_k`` best configurations are trained to the full budget, in this call
+        (Egele 2024; :class:`autodeuq.discard.IEpoch`); with a ``timeout`` the search phase
+        uses at most half of it.
     evaluator : {"ray", "serial"}
         ``"serial"`` runs one evaluation at a time in this process and ignores the Ray options
         (``workers``, ``cpus_per_eval``, ``gpus_per_eval``, ``ray_address``).
@@ -172,7 +194,6 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         A bad parameter, before anything starts.
     """
     from autodeuq import evaluator as evaluators
-    from autodeuq.discard import SuccessiveHalving
     from autodeuq.runner import run_search
 
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -180,12 +201,15 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
                             eval_timeout=eval_timeout, evaluator=evaluator, workers=workers,
                             cpus_per_eval=cpus_per_eval, gpus_per_eval=gpus_per_eval,
                             early_discarding=early_discarding, sha_min_epochs=sha_min_epochs,
-                            sha_reduction=sha_reduction)
+                            sha_reduction=sha_reduction, iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
+    if early_discarding == "iepoch" and iepoch_epochs >= (epochs or space.epochs):
+        raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({epochs or space.epochs})",
+                             iepoch_epochs)
     seed = 0 if seed is None else int(seed)
-    discarder = (SuccessiveHalving(min_epochs=sha_min_epochs, reduction=sha_reduction)
-                 if early_discarding == "sha" else None)
+    rule = discarder(early_discarding, sha_min_epochs=sha_min_epochs, sha_reduction=sha_reduction,
+                     iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
     objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=epochs,
-                                             threads=max(1, int(cpus_per_eval or 1)), discarder=discarder)
+                                             threads=max(1, int(cpus_per_eval or 1)), discarder=rule)
     if evaluator == "serial":
         runner = evaluators.create("serial", objective, eval_timeout=eval_timeout)
     else:

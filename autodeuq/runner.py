@@ -5,6 +5,10 @@ freed slot at once, and then records the finished one in the catalog. It is the 
 the catalog. Resuming a run directory rebuilds the searcher from the catalog's history and
 re-submits the evaluations that were running when the previous driver stopped.
 
+Under an early-discarding rule with a second phase (i-Epoch, :class:`autodeuq.discard.IEpoch`),
+the search is followed, in the same call, by the full trainings of the entries the rule promotes:
+entries of their own, each naming the one it trains again, run by the same loop.
+
 A search whose first evaluations all fail the same way stops there (:data:`EARLY_FAILURES`):
 the cause is then the setup, not the configurations, and the summary's ``error`` says it.
 SIGTERM stops a search like Ctrl-C (:class:`Terminated`).
@@ -23,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autodeuq import search as searchers
-from autodeuq.catalog import Catalog, CatalogError
+from autodeuq.catalog import PROMOTED_FROM, Catalog, CatalogError
 from autodeuq.errors import AutoDEUQError, ParameterError
 from autodeuq.result import Status, TrainResult
 
@@ -255,6 +259,11 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
     -----
     Evaluations still running when the driver stops for any reason (an exception included) are
     cancelled; they stay in the catalog as running and are trained again on resume.
+
+    With i-Epoch, ``max_evals`` counts the search phase's evaluations; the full trainings of the
+    promoted ones follow (skipped after Ctrl-C, SIGTERM or early failures; resumed with the run),
+    and a ``timeout`` gives the search phase at most :attr:`~autodeuq.discard.IEpoch.search_share`
+    of it.
     """
     if timeout is not None and not timeout > 0:
         raise ParameterError("timeout", "must be > 0 seconds", timeout)
@@ -294,12 +303,77 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
             searcher.tell(history)
             if discarder is not None:  # a resumed run's rungs keep what its finished trainings reported
                 discarder.replay(writer.validation_loss_histories())
-        session = _SearchSession(writer, searcher, evaluator, max_evals=max_evals, timeout=timeout,
-                                 prefetch=prefetch, progress=progress)
+        full = writer.full_trainings()
+        finished_full = sum(writer.entry(i)["status"] != Status.RUNNING for i in full)
+        # With a second phase (i-Epoch), the search phase leaves the full trainings their share of the time.
+        share = getattr(discarder, "search_share", 1.0)
+        session = _SearchSession(writer, searcher, evaluator, max_evals=max_evals + finished_full,
+                                 timeout=None if timeout is None else timeout * share, prefetch=prefetch,
+                                 progress=progress, pending=[(i, c) for i, c in writer.pending() if i not in full])
         session.run(sigterm)
-        return session.summary(Path(run_dir))
+        sessions = [session]
+        if discarder is not None and not session.interrupted and session.stopped_by != "failing":
+            left = None if timeout is None else session.started + timeout - time.time()
+            promoted = _promoted_session(writer, searcher, evaluator, discarder, timeout=left, progress=progress)
+            if promoted is not None:
+                evaluator.set_discarder(None)  # full trainings: no cap
+                try:
+                    promoted.run(sigterm)
+                finally:
+                    evaluator.set_discarder(discarder)
+                sessions.append(promoted)
+        return _summary(Path(run_dir), sessions)
     finally:
         writer.close()
+
+
+def _promoted_session(writer, searcher, evaluator, discarder, *, timeout, progress) -> "_SearchSession | None":
+    """The session training to the full budget the search-phase entries the rule promotes, minus
+    those already trained (or being trained) so; None when there is nothing to train or no time.
+
+    Its evaluations are entries of their own, each naming the entry it trains again
+    (:data:`autodeuq.catalog.PROMOTED_FROM`); interrupted ones are re-run first.
+    """
+    full = writer.full_trainings()
+    candidates = []
+    for entry_id in writer.model_ids():
+        if entry_id not in full:
+            entry = writer.entry(entry_id)
+            candidates.append((entry_id, entry["config"], entry["objective"]))
+    done = set(full.values())
+    queue = [(i, writer.config(i)) for i in discarder.promotions(candidates) if i not in done]
+    pending = [(i, c) for i, c in writer.pending() if i in full]
+    if not (queue or pending) or (timeout is not None and timeout <= 0):
+        return None
+    return _SearchSession(writer, searcher, evaluator, max_evals=writer.n_finished + len(pending) + len(queue),
+                          timeout=timeout, prefetch=False, progress=progress, pending=pending, promotions=queue)
+
+
+def _summary(run_dir: Path, sessions: list["_SearchSession"]) -> SearchSummary:
+    """What the sessions of one call did together (the search phase, then any full trainings)."""
+    last = sessions[-1]
+    writer = last.writer
+    wall = time.time() - sessions[0].started
+    best, n_done, n_finished, n_discarded = writer.best(), writer.n_done, writer.n_finished, writer.n_discarded
+    frame = writer.to_dataframe()
+    failing = next((s for s in sessions if s.stopped_by == "failing"), None)
+    if failing is not None:
+        failure_reason, failure_count = failing.session_reasons[0], failing.early_failures
+    elif n_finished > n_done + n_discarded:
+        failure_reason, failure_count = _most_common_failure(
+            [str(r) for r in frame.loc[frame["status"] == Status.FAILED, "reason"]])
+    else:
+        failure_reason, failure_count = None, 0
+    stops = [s.stopped_by for s in sessions if s.stopped_by != "max_evals"]
+    return SearchSummary(
+        run_dir=run_dir, n_done=n_done, n_failed=n_finished - n_done - n_discarded, n_discarded=n_discarded,
+        epochs=int(frame["epochs"].fillna(0).sum()),
+        best_id=None if best is None else best[0], best_objective=math.inf if best is None else best[1],
+        best_valid_nll=math.inf if best is None else best[1] + writer.nll_offset,
+        wall_time=wall, busy_time=sum(s.busy for s in sessions), slots=last.evaluator.n_slots,
+        interrupted=any(s.interrupted for s in sessions), stopped_by=stops[-1] if stops else "max_evals",
+        failure_reason=failure_reason, failure_count=failure_count,
+    )
 
 
 class _SearchSession:
@@ -310,8 +384,12 @@ class _SearchSession:
     that a slot freed meanwhile is refilled without waiting for the writes.
     """
 
-    def __init__(self, writer, searcher, evaluator, *, max_evals, timeout, prefetch, progress):
+    def __init__(self, writer, searcher, evaluator, *, max_evals, timeout, prefetch, progress, pending,
+                 promotions=None):
         self.writer, self.searcher, self.evaluator = writer, searcher, evaluator
+        self.pending = pending  # (id, config) of interrupted evaluations, submitted again first
+        # (entry id, config) to train to the full budget instead of asking the searcher, or None.
+        self.promotions = None if promotions is None else list(promotions)
         self.max_evals, self.timeout = max_evals, timeout
         # Ask the searcher ahead while all workers are busy (default: when there are several).
         self.prefetch = evaluator.n_slots > 1 if prefetch is None else prefetch
@@ -351,17 +429,24 @@ class _SearchSession:
     def refill(self):
         free = min(self.evaluator.n_slots - self.evaluator.n_running, self.budget_left())
         if free > 0 and self.time_for_another():
-            batch = self.ahead[:free]
-            del self.ahead[:free]
-            batch += self.searcher.ask(free - len(batch)) if free > len(batch) else []
-            for config in batch:
-                self.submit(self.writer.submit(config), config)
+            for config, extra in self.take(free):
+                self.submit(self.writer.submit(config, extra=extra), config)
+
+    def take(self, n) -> list[tuple[dict, dict | None]]:
+        """The next ``n`` configurations to start, each with what its catalog entry records at submission."""
+        if self.promotions is not None:
+            batch, self.promotions = self.promotions[:n], self.promotions[n:]
+            return [(config, {PROMOTED_FROM: entry_id}) for entry_id, config in batch]
+        batch = self.ahead[:n]
+        del self.ahead[:n]
+        batch += self.searcher.ask(n - len(batch)) if n > len(batch) else []
+        return [(config, None) for config in batch]
 
     def ask_ahead(self):
         # While every worker is busy, prepare the next configurations, so a freed slot gets one
         # without waiting for the searcher; they miss only the result that frees the slot.
         wanted = min(self.evaluator.n_slots, self.budget_left()) - len(self.ahead)
-        if self.prefetch and wanted > 0:
+        if self.prefetch and wanted > 0 and self.promotions is None:
             self.ahead.extend(self.searcher.ask(wanted))
 
     def record(self, eval_id, result):
@@ -392,7 +477,7 @@ class _SearchSession:
         """Loop until the budget, the timeout, Ctrl-C/SIGTERM or early failures stop it."""
         writer, evaluator = self.writer, self.evaluator
         try:
-            for eval_id, config in writer.pending():
+            for eval_id, config in self.pending:
                 if writer.n_finished + evaluator.n_running >= self.max_evals:
                     break
                 self.submit(eval_id, config)
@@ -436,27 +521,6 @@ class _SearchSession:
                 self.record(*self.unrecorded.pop(0))
             if self.bar is not None:
                 self.bar.close()
-
-    def summary(self, run_dir: Path) -> SearchSummary:
-        writer = self.writer
-        wall = time.time() - self.started
-        best, n_done, n_finished, n_discarded = writer.best(), writer.n_done, writer.n_finished, writer.n_discarded
-        frame = writer.to_dataframe()
-        if self.stopped_by == "failing":
-            failure_reason, failure_count = self.session_reasons[0], self.early_failures
-        elif n_finished > n_done + n_discarded:
-            failure_reason, failure_count = _most_common_failure(
-                [str(r) for r in frame.loc[frame["status"] == Status.FAILED, "reason"]])
-        else:
-            failure_reason, failure_count = None, 0
-        return SearchSummary(
-            run_dir=run_dir, n_done=n_done, n_failed=n_finished - n_done - n_discarded, n_discarded=n_discarded,
-            epochs=int(frame["epochs"].fillna(0).sum()),
-            best_id=None if best is None else best[0], best_objective=math.inf if best is None else best[1],
-            best_valid_nll=math.inf if best is None else best[1] + writer.nll_offset,
-            wall_time=wall, busy_time=self.busy, slots=self.evaluator.n_slots, interrupted=self.interrupted,
-            stopped_by=self.stopped_by, failure_reason=failure_reason, failure_count=failure_count,
-        )
 
 
 def _progress_bar(enabled, total, initial):

@@ -22,6 +22,9 @@ Methods (``--methods``):
   today, and each record keeps its earlier scores (``info.rescored.previous``).
 * ``autodeuq-sha``: the same with early discarding by asynchronous successive halving (rungs at
   epochs 1, 3, 9, 27, 81; the best third continue), catalogs ``<dataset>-split<i>-sha``.
+* ``autodeuq-iepoch``: the same with i-Epoch (Egele 2024): every search evaluation trains 1
+  epoch, then the 10 configurations of lowest validation loss are trained to the full budget;
+  catalogs ``<dataset>-split<i>-iepoch``.
 * ``deep-ensembles``: as in Lakshminarayanan et al. 2017 (Section 3.3 and Table 1, "ML-5"):
   5 networks with one hidden layer of 50 ReLU units (100 for protein), a mean output and a
   softplus variance output (+1e-6), Gaussian NLL, Adam with a fixed learning rate, batch 100,
@@ -72,9 +75,11 @@ from autodeuq.data import DataError  # noqa: E402
 from autodeuq.fileio import atomic_write  # noqa: E402
 from benchmarks.uci_data import DATASETS, VALID_FRACTION, default_data_dir, load_split, n_splits  # noqa: E402
 
-METHODS = ("autodeuq", "autodeuq-sha", "deep-ensembles", "ngboost", "catboost")
-LABELS = {"autodeuq": "AutoDEUQ", "autodeuq-sha": "AutoDEUQ + successive halving", "deep-ensembles": "Deep Ensembles",
-          "ngboost": "NGBoost", "catboost": "CatBoost"}
+METHODS = ("autodeuq", "autodeuq-sha", "autodeuq-iepoch", "deep-ensembles", "ngboost", "catboost")
+LABELS = {"autodeuq": "AutoDEUQ", "autodeuq-sha": "AutoDEUQ + successive halving",
+          "autodeuq-iepoch": "AutoDEUQ + i-Epoch", "deep-ensembles": "Deep Ensembles", "ngboost": "NGBoost",
+          "catboost": "CatBoost"}
+OURS = ("autodeuq", "autodeuq-sha", "autodeuq-iepoch")  # the same search without and with early discarding
 COVERAGE_LEVEL = 0.9
 OUTLIER_NATS = 1.0  # report splits whose NLL is this far above the median of their (method, dataset)
 
@@ -261,6 +266,7 @@ def run_autodeuq(data, args, early_discarding="none"):
     info = {"epochs": int(frame["epochs"].fillna(0).sum()), "catalog_entries": int(len(frame)),
             "failed": int(model.search_summary_.n_failed), "members": model.ensemble_.member_ids,
             "discarded": int(model.search_summary_.n_discarded), "early_discarding": early_discarding,
+            "full_trainings": len(Catalog(run_dir).full_trainings()),
             "train_s_total": float(frame["wall_time"].fillna(0).sum()), "run_dir": str(run_dir),
             "weights": [float(w) for w in model.ensemble_.weights], "refit": args.refit,
             "refitted": model.ensemble_.refitted_ids, "selection_bags": model.selection_bags}
@@ -271,9 +277,10 @@ def run_autodeuq(data, args, early_discarding="none"):
 REFIT_CHOICES = {"auto": "auto", "never": False, "always": True}
 
 RUNNERS = {"autodeuq": run_autodeuq, "autodeuq-sha": functools.partial(run_autodeuq, early_discarding="sha"),
+           "autodeuq-iepoch": functools.partial(run_autodeuq, early_discarding="iepoch"),
            "deep-ensembles": run_deep_ensembles, "ngboost": run_ngboost,
            "catboost": run_catboost}
-RESCORABLE = ("autodeuq", "autodeuq-sha")
+RESCORABLE = ("autodeuq", "autodeuq-sha", "autodeuq-iepoch")
 
 
 # --------------------------------------------------------------------------- raw results
@@ -412,30 +419,34 @@ def write_report(records: list[dict], path: Path) -> str:
         return lines + [""]
 
     def discarding_table():
-        # Splits run both ways: what successive halving saves and what it costs in test NLL.
-        pairs = sorted({(r["dataset"], r["split"]) for r in done if r["method"] == "autodeuq"}
-                       & {(r["dataset"], r["split"]) for r in done if r["method"] == "autodeuq-sha"},
-                       key=lambda p: (DATASETS.index(p[0]), p[1]))
+        # Splits run without and with early discarding: what each policy saves and what it costs in test NLL.
+        by = {(r["method"], r["dataset"], r["split"]): r for r in done}
+        pairs = sorted({(d, i) for (m, d, i) in by if m == "autodeuq"
+                        and any((o, d, i) in by for o in OURS[1:])}, key=lambda p: (DATASETS.index(p[0]), p[1]))
         if not pairs:
             return []
-        by = {(r["method"], r["dataset"], r["split"]): r for r in done}
-        lines = ["**Early discarding** (the same splits searched without and with successive halving)", "",
-                 "| dataset | split | epochs without | epochs with | fewer epochs | test NLL without | test NLL with "
-                 "| difference | wall time without | wall time with |", "|---" * 10 + "|"]
+        lines = ["**Early discarding** (the same splits searched without and with it)", "",
+                 "| dataset | split | early discarding | epochs | fewer epochs | test NLL | difference | wall time |",
+                 "|---" * 8 + "|"]
         for d, i in pairs:
-            a, b = by[("autodeuq", d, i)], by[("autodeuq-sha", d, i)]
-            lines.append(f"| {d} | {i} | {a['epochs']} | {b['epochs']} | {a['epochs'] / max(b['epochs'], 1):.1f}× "
-                         f"| {a['nll']:.3f} | {b['nll']:.3f} | {b['nll'] - a['nll']:+.3f} | {a['wall_s']:.0f} s "
-                         f"| {b['wall_s']:.0f} s |")
+            base = by[("autodeuq", d, i)]
+            for m, policy in zip(OURS, ("none", "successive halving", "i-Epoch")):
+                r = by.get((m, d, i))
+                if r is None:
+                    continue
+                fewer = "" if m == "autodeuq" else f"{base['epochs'] / max(r['epochs'], 1):.1f}×"
+                diff = "" if m == "autodeuq" else f"{r['nll'] - base['nll']:+.3f}"
+                lines.append(f"| {d} | {i} | {policy} | {r['epochs']} | {fewer} | {r['nll']:.3f} | {diff} "
+                             f"| {r['wall_s']:.0f} s |")
         return lines + [""]
 
     def standing():
         # For each of our methods: on how many datasets its mean test NLL is below each reference.
         lines = []
-        for m in (m for m in ("autodeuq", "autodeuq-sha") if m in methods):
+        for m in (m for m in OURS if m in methods):
             ds = [d for d in datasets if cell[(m, d)]]
             refs = {LABELS[o]: {d: np.mean([r["nll"] for r in cell[(o, d)]]) for d in ds if cell[(o, d)]}
-                    for o in methods if o not in ("autodeuq", "autodeuq-sha")}
+                    for o in methods if o not in OURS}
             refs["AutoDEUQ (thesis)"] = {d: PUBLISHED["AutoDEUQ (thesis)"]["nll"][d] for d in ds}
             parts = []
             for name, ref in refs.items():

@@ -13,6 +13,7 @@ MODULES = (
     "autodeuq.result",
     "autodeuq.space",
     "autodeuq.discard",
+    "autodeuq.pipeline",
     "autodeuq.evaluator.base",
     "autodeuq.search",
     "autodeuq.search.agebo",

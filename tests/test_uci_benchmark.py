@@ -212,10 +212,12 @@ def test_report_compares_early_discarding_on_the_splits_run_both_ways(tmp_path):
 
     records = [record("autodeuq", "concrete", 0, 2.93, 8331), record("autodeuq-sha", "concrete", 0, 2.96, 678),
                record("autodeuq-sha", "concrete", 1, 2.90, 700), record("ngboost", "concrete", 0, 3.07, None),
-               record("ngboost", "concrete", 1, 3.01, None)]
+               record("ngboost", "concrete", 1, 3.01, None), record("autodeuq-iepoch", "concrete", 0, 2.91, 833)]
     md = uci.write_report(records, tmp_path / "uci.md")
     rows = [line for line in md.splitlines() if line.startswith("| concrete | ")]
-    assert "| concrete | 0 | 8331 | 678 | 12.3× | 2.930 | 2.960 | +0.030 | 10 s | 10 s |" in rows
+    assert rows[-3:] == ["| concrete | 0 | none | 8331 |  | 2.930 |  | 10 s |",
+                         "| concrete | 0 | successive halving | 678 | 12.3× | 2.960 | +0.030 | 10 s |",
+                         "| concrete | 0 | i-Epoch | 833 | 10.0× | 2.910 | -0.020 | 10 s |"]
     assert not any(line.startswith("| concrete | 1 |") for line in rows)  # run one way only
     # 2.93 < 3.04 (NGBoost's mean) but not < 2.86 (the thesis); the SHA mean 2.93 likewise.
     assert "- AutoDEUQ (1 dataset so far): mean test NLL below NGBoost on 1 of 1, AutoDEUQ (thesis) on 0 of 1." in md

@@ -42,6 +42,11 @@ class Evaluator(ABC):
         """Cancel every running evaluation; return their ids (they stay resumable)."""
         return []
 
+    def set_discarder(self, discarder) -> None:
+        """Make the evaluations submitted from now on consult ``discarder`` (None: each trains to its
+        own end); the ones running keep theirs. The objective must have ``with_discarder``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot change its early-discarding rule")
+
     def close(self) -> None:
         """Release the evaluator's resources."""
 

@@ -346,16 +346,28 @@ class RayEvaluator(Evaluator):
         self.cpus_per_eval, self.gpus_per_eval = cpus_per_eval, gpus_per_eval
         self.eval_timeout = eval_timeout
         self.cluster = {"CPU": total_cpus, "GPU": total_gpus}
-        self.discarder = getattr(objective, "discarder", None)
-        if self.discarder is not None and hasattr(self.discarder, "shared_on_ray"):
-            # Trainings in other processes consult one set of rung records: a Ray actor's.
-            self.discarder = self.discarder.shared_on_ray()
-            objective = objective.with_discarder(self.discarder)
-        self._objective_ref = ray.put(objective)
+        self._objective = objective
+        self._put_objective(getattr(objective, "discarder", None))
         self._remote = ray.remote(_run_task).options(
             num_cpus=cpus_per_eval, num_gpus=gpus_per_eval, max_retries=0, num_returns="streaming",
         )
         self._running: dict[Any, _Task] = {}  # task's item generator -> what the driver knows of it
+
+    def _put_objective(self, discarder):
+        import ray
+
+        self.discarder = discarder
+        objective = self._objective
+        if discarder is not None and hasattr(discarder, "shared_on_ray"):
+            # Trainings in other processes consult one set of rung records: a Ray actor's.
+            self.discarder = discarder.shared_on_ray()
+            objective = objective.with_discarder(self.discarder)
+        elif discarder is not getattr(objective, "discarder", None):
+            objective = objective.with_discarder(discarder)
+        self._objective_ref = ray.put(objective)
+
+    def set_discarder(self, discarder):
+        self._put_objective(discarder)
 
     @property
     def n_running(self):

@@ -43,6 +43,10 @@ class SerialEvaluator(Evaluator):
             )
         return [(eval_id, result)]
 
+    def set_discarder(self, discarder):
+        self.objective = self.objective.with_discarder(discarder)
+        self.discarder = discarder
+
     def cancel_all(self):
         ids = [i for i, _ in self._queue]
         self._queue.clear()
