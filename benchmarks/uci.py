@@ -62,6 +62,7 @@ import platform
 import shlex
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -249,13 +250,14 @@ def run_catboost(data, args, *, iterations=CB_ITERATIONS, depths=CB_DEPTHS, od_w
     return (*_gaussian(mean, var), info)
 
 
-def run_autodeuq(data, args, early_discarding="none"):
-    """AgEBO search + greedy ensemble through the scikit-learn estimator, one resumable catalog per split."""
+def run_autodeuq(data, args, early_discarding="none", run_dir=None):
+    """AgEBO search + greedy ensemble through the scikit-learn estimator, one resumable catalog per
+    split (``run_dir``, default ``--runs-dir``/<dataset>-split<i>[-<early discarding>])."""
     from autodeuq import AutoDEUQRegressor
     from autodeuq.catalog import Catalog
 
     suffix = "" if early_discarding == "none" else f"-{early_discarding}"
-    run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}{suffix}"
+    run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}{suffix}" if run_dir is None else Path(run_dir)
     model = AutoDEUQRegressor(space="tabular", search="agebo", max_evals=args.max_evals,
                               ensemble_size=args.ensemble_size, workers=args.workers, run_dir=run_dir,
                               seed=data.split, epochs=args.epochs, evaluator=args.evaluator,
@@ -315,6 +317,13 @@ def update_raw(path: Path, record: dict) -> list[dict]:
     return records
 
 
+def catalog_entries(run_dir: Path) -> int | None:
+    """Entries of the catalog in ``run_dir``; None when there is none."""
+    from autodeuq.catalog import Catalog
+
+    return len(Catalog(run_dir).to_dataframe()) if (run_dir / "catalog.sqlite").exists() else None
+
+
 def rescore_one(previous: dict, data, args) -> dict:
     """The ensemble step again, with the current defaults, on the complete catalog of a recorded
     autodeuq split (no training: the search resumes with nothing left to do).
@@ -323,12 +332,14 @@ def rescore_one(previous: dict, data, args) -> dict:
     wall time becomes the recorded one plus the new ensemble step's: an upper bound of search +
     new ensemble step, as the recorded time already held the earlier ensemble step.
     """
+    run_dir = Path(previous["info"]["run_dir"])
+    entries = catalog_entries(run_dir)
+    if entries != previous["info"]["catalog_entries"]:
+        raise RuntimeError(f"{run_dir}: {entries} catalog entries, the record had "
+                           f"{previous['info']['catalog_entries']}; a rescore would train")
     t0 = time.time()
-    means, variances, weights, info = RUNNERS[previous["method"]](data, args)
+    means, variances, weights, info = RUNNERS[previous["method"]](data, args, run_dir=run_dir)
     elapsed = time.time() - t0
-    if info["catalog_entries"] != previous["info"]["catalog_entries"]:
-        raise RuntimeError(f"{info['run_dir']}: {info['catalog_entries']} catalog entries, the record had "
-                           f"{previous['info']['catalog_entries']}; the rescore would have trained")
     record = {**previous, **score(means, variances, weights, data.y_test)}
     info.pop("epochs", None)
     earlier = {k: previous.get(k) for k in ("nll", "nll_gaussian", "rmse", "coverage_90", "wall_s", "finished")}
@@ -401,6 +412,15 @@ def write_report(records: list[dict], path: Path) -> str:
                 row += [f"{PUBLISHED[p][key][d]:.2f}" for p in PUBLISHED]
             lines.append(f"| {d} | " + " | ".join(row) + " |")
         return lines + [""]
+
+    def rescore_note():
+        ours = [r for r in records if r["method"] in RESCORABLE and r["status"] == "done"]
+        settings = Counter(r["info"].get("rescored", {}).get("settings", "as first recorded") for r in ours)
+        if not ours or list(settings) == ["as first recorded"]:
+            return []
+        parts = ", ".join(f"{n} with {s}" for s, n in settings.most_common())
+        return [f"Ensemble step of the {len(ours)} AutoDEUQ splits (`--rescore` redoes it on the same catalogs, "
+                f"the earlier scores kept in each record): {parts}.", ""]
 
     def cost_table():
         lines = ["**Cost per split** (mean wall time in seconds; epochs for the networks)", "",
@@ -481,6 +501,7 @@ def write_report(records: list[dict], path: Path) -> str:
         "Machine: " + (", ".join(machines) if machines else "–") + "; single-threaded (TensorFlow, OpenMP and "
         "CatBoost threads 1), run at low priority beside other work, so wall times are indicative only.",
         "",
+        *rescore_note(),
         *table("nll", "Test NLL (lower is better)"),
         *table("rmse", "Test RMSE"),
         *table("coverage_90", "Coverage of the central 90 % interval (nominal 0.90)"),

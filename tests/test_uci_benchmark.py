@@ -247,22 +247,23 @@ def test_rescore_redoes_the_ensemble_step_and_keeps_the_earlier_scores(tmp_path,
     make_dataset(tmp_path / "data", "yacht", n_splits=1)
     calls = []
 
-    def fake(data, args, variance=1.0):
-        calls.append(args.rescore)
+    def fake(data, args, variance=1.0, run_dir=None):
+        calls.append((args.rescore, run_dir))
         n = len(data.y_test)
         return (np.zeros((1, n, 1)), np.full((1, n, 1), variance), np.ones(1),
                 {"epochs": 10, "catalog_entries": 4, "run_dir": "r", "members": [1], "weights": [1.0],
                  "selection_bags": 0})
 
     monkeypatch.setitem(uci.RUNNERS, "autodeuq", fake)
+    monkeypatch.setattr(uci, "catalog_entries", lambda run_dir: 4)
     argv = ["--methods", "autodeuq", "--datasets", "yacht", "--splits", "0", "--data-dir", str(tmp_path / "data"),
             "--results", str(tmp_path / "out")]
     assert uci.main(argv) == 0
     (first,) = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
-    monkeypatch.setitem(uci.RUNNERS, "autodeuq", lambda data, args: fake(data, args, variance=4.0))
+    monkeypatch.setitem(uci.RUNNERS, "autodeuq", lambda data, args, run_dir: fake(data, args, 4.0, run_dir))
     assert uci.main(argv + ["--rescore"]) == 0
     assert uci.main(argv + ["--rescore"]) == 0  # already rescored with these settings: nothing to do
-    assert calls == [False, True]
+    assert calls == [(False, None), (True, Path("r"))]  # the recorded catalog, wherever it is
     (record,) = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
     rescored = record["info"]["rescored"]
     assert rescored["previous"]["nll"] == first["nll"] and record["nll"] != first["nll"]
@@ -273,16 +274,18 @@ def test_rescore_redoes_the_ensemble_step_and_keeps_the_earlier_scores(tmp_path,
 
 def test_rescore_refuses_a_catalog_that_would_train(tmp_path, monkeypatch):
     make_dataset(tmp_path / "data", "yacht", n_splits=1)
-    entries = iter([4, 6])
+    calls = []
 
-    def fake(data, args):
+    def fake(data, args, run_dir=None):
+        calls.append(run_dir)
         n = len(data.y_test)
         return (np.zeros((1, n, 1)), np.ones((1, n, 1)), np.ones(1),
-                {"epochs": 1, "catalog_entries": next(entries), "run_dir": "r", "selection_bags": 0})
+                {"epochs": 1, "catalog_entries": 4, "run_dir": str(tmp_path / "gone"), "selection_bags": 0})
 
     monkeypatch.setitem(uci.RUNNERS, "autodeuq", fake)
     argv = ["--methods", "autodeuq", "--datasets", "yacht", "--splits", "0", "--data-dir", str(tmp_path / "data"),
             "--results", str(tmp_path / "out")]
     uci.main(argv)
-    with pytest.raises(RuntimeError, match="6 catalog entries, the record had 4"):
+    with pytest.raises(RuntimeError, match="gone: None catalog entries, the record had 4"):
         uci.main(argv + ["--rescore"])
+    assert calls == [None]  # nothing ran for the rescore
