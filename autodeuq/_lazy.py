@@ -24,3 +24,15 @@ class LazyModule:
 
 tf = LazyModule("tensorflow")
 keras = LazyModule("keras")
+
+
+def lazy_attributes(package: str, table: dict[str, str]):
+    """A module-level ``__getattr__`` (PEP 562) for ``package``: ``name`` in ``table`` is imported
+    from the module ``table[name]`` on first access, so importing the package costs nothing more."""
+
+    def __getattr__(name):
+        if name in table:
+            return getattr(importlib.import_module(table[name]), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__

@@ -3,7 +3,7 @@
 The names below load on first access (PEP 562), so :mod:`autodeuq.ensemble.options` (the
 command line's choices) is read without numpy.
 """
-from importlib import import_module
+from autodeuq._lazy import lazy_attributes
 
 _NAMES = {
     "Ensemble": "autodeuq.ensemble.predictive", "EnsembleSizeWarning": "autodeuq.ensemble.predictive",
@@ -12,10 +12,7 @@ _NAMES = {
 }
 
 
-def __getattr__(name):
-    if name in _NAMES:
-        return getattr(import_module(_NAMES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _NAMES)
 
 
 def __dir__():

@@ -830,21 +830,7 @@ def _load_self_contained(path: Path, manifest: dict) -> Ensemble:
         name = f"{MEMBERS_DIR}/{entry_id}.keras"
         if member.get("model") != name:
             raise ManifestError(f"{path}: members[{k}]: 'model' must be {name!r}, got {_short(member.get('model'))}")
-        sha, size = member.get("sha256"), member.get("bytes")
-        if not (isinstance(sha, str) and _SHA256_HEX.fullmatch(sha)):
-            raise ManifestError(f"{path}: members[{k}]: 'sha256' must be the 64 hexadecimal digits of the file's "
-                                f"SHA-256, got {_short(sha)}")
-        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_MODEL_BYTES:
-            raise ManifestError(f"{path}: members[{k}]: 'bytes' must be the file's size (1 to {MAX_MODEL_BYTES}), "
-                                f"got {_short(size)}")
-        where = f"{path}: members[{k}]: model file {folder / name}"
-        try:
-            # Read at most the recorded size: a grown file is refused before it is read.
-            data = read_verified(folder / name, folder, sha, size, where, "the ensemble folder")
-            checked_keras_config(data, where)
-        except CatalogError as exc:
-            raise ManifestError(str(exc)) from None
-        models[entry_id] = data
+        models[entry_id] = _member_file(path, k, member, name, "model file", "the ensemble folder")
     selection, calibration = _selection_and_calibration(path, manifest)
     source = ExportedMembers(folder, models, features, targets, standardization, preprocessor)
     try:
@@ -853,9 +839,29 @@ def _load_self_contained(path: Path, manifest: dict) -> Ensemble:
         raise ManifestError(f"{path}: {exc}") from None
 
 
+def _member_file(path: Path, k: int, member: dict, name: str, what: str, held_in: str) -> bytes:
+    """The checked ``.keras`` bytes of the file ``name`` beside the manifest ``path`` that its
+    ``members[k]`` lists with its SHA-256 and size; read at most the recorded size, so a grown
+    file is refused before it is read."""
+    folder = path.parent.resolve()
+    sha, size = member.get("sha256"), member.get("bytes")
+    if not (isinstance(sha, str) and _SHA256_HEX.fullmatch(sha)):
+        raise ManifestError(f"{path}: members[{k}]: 'sha256' must be the 64 hexadecimal digits of the {what}'s "
+                            f"SHA-256, got {_short(sha)}")
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_MODEL_BYTES:
+        raise ManifestError(f"{path}: members[{k}]: 'bytes' must be the {what}'s size (1 to {MAX_MODEL_BYTES}), "
+                            f"got {_short(size)}")
+    where = f"{path}: members[{k}]: {what} {folder / name}"
+    try:
+        data = read_verified(folder / name, folder, sha, size, where, held_in)
+        checked_keras_config(data, where)
+    except CatalogError as exc:
+        raise ManifestError(str(exc)) from None
+    return data
+
+
 def _refitted_members(path: Path, manifest: dict) -> dict[int, bytes]:
     """The checked ``.keras`` bytes of the refitted members a catalog-naming manifest lists beside it."""
-    folder = path.parent.resolve()
     refitted = {}
     for k, member in enumerate(manifest["members"]):
         name = member.get("refit_model")
@@ -865,20 +871,7 @@ def _refitted_members(path: Path, manifest: dict) -> dict[int, bytes]:
         if not (isinstance(name, str) and re.fullmatch(rf"[^/\\]+/{entry_id}\.keras", name)):
             raise ManifestError(f"{path}: members[{k}]: 'refit_model' must be 'FOLDER/{entry_id}.keras' beside the "
                                 f"manifest, got {_short(name)}")
-        sha, size = member.get("sha256"), member.get("bytes")
-        if not (isinstance(sha, str) and _SHA256_HEX.fullmatch(sha)):
-            raise ManifestError(f"{path}: members[{k}]: 'sha256' must be the 64 hexadecimal digits of the refitted "
-                                f"model's SHA-256, got {_short(sha)}")
-        if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_MODEL_BYTES:
-            raise ManifestError(f"{path}: members[{k}]: 'bytes' must be the refitted model file's size (1 to "
-                                f"{MAX_MODEL_BYTES}), got {_short(size)}")
-        where = f"{path}: members[{k}]: refitted model file {folder / name}"
-        try:
-            data = read_verified(folder / name, folder, sha, size, where, "the manifest's folder")
-            checked_keras_config(data, where)
-        except CatalogError as exc:
-            raise ManifestError(str(exc)) from None
-        refitted[entry_id] = data
+        refitted[entry_id] = _member_file(path, k, member, name, "refitted model file", "the manifest's folder")
     if not refitted:
         raise ManifestError(f"{path}: a {REFIT_FORMAT!r} manifest must list at least one member's 'refit_model'")
     return refitted

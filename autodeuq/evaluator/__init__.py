@@ -5,9 +5,9 @@ local Ray instance or an existing cluster, one task per evaluation with its own 
 """
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
 
+from autodeuq._lazy import lazy_attributes
 from autodeuq.errors import ParameterError
 
 if TYPE_CHECKING:
@@ -46,10 +46,7 @@ _CLASSES = {"Evaluator": "autodeuq.evaluator.base", "TrainingObjective": "autode
             "SerialEvaluator": "autodeuq.evaluator.serial"}
 
 
-def __getattr__(name):
-    if name in _CLASSES:
-        return getattr(import_module(_CLASSES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _CLASSES)
 
 
 __all__ = ["EVALUATORS", "Evaluator", "SerialEvaluator", "TrainingObjective", "create"]

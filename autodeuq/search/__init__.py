@@ -14,9 +14,9 @@ space, fixed_hp={...})`` and ``create("bo", space, fixed_arch=[...])``, also nam
 """
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
 
+from autodeuq._lazy import lazy_attributes
 from autodeuq.errors import ParameterError
 from autodeuq.registry import Registry
 
@@ -170,10 +170,7 @@ _CLASSES = {
 }
 
 
-def __getattr__(name):
-    if name in _CLASSES:
-        return getattr(import_module(_CLASSES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _CLASSES)
 
 
 __all__ = [
