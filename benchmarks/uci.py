@@ -415,10 +415,10 @@ def write_report(records: list[dict], path: Path) -> str:
 
     def rescore_note():
         ours = [r for r in records if r["method"] in RESCORABLE and r["status"] == "done"]
-        settings = Counter(r["info"].get("rescored", {}).get("settings", "as first recorded") for r in ours)
-        if not ours or list(settings) == ["as first recorded"]:
+        settings = Counter(r["info"].get("rescored", {}).get("settings") for r in ours)
+        if not ours or list(settings) == [None]:
             return []
-        parts = ", ".join(f"{n} with {s}" for s, n in settings.most_common())
+        parts = ", ".join(f"{n} as first recorded" if s is None else f"{n} with {s}" for s, n in settings.most_common())
         return [f"Ensemble step of the {len(ours)} AutoDEUQ splits (`--rescore` redoes it on the same catalogs, "
                 f"the earlier scores kept in each record): {parts}.", ""]
 
