@@ -79,8 +79,11 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         ``ensemble_.selection["refit"]`` says what was done. Under ``timeout``, a member is
         refitted only when its retraining fits in the time left (else a
         :class:`~autodeuq.ensemble.refit.RefitTimeWarning`).
-    early_discarding : {"none", "sha", "iepoch"}, default="none"
-        ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at epochs 1, 3, 9,
+    early_discarding : {"auto", "none", "sha", "iepoch"}, default="auto"
+        ``"auto"``: ``"sha"`` when the training and validation rows number more than 1000, else
+        ``"none"`` (on the standard UCI splits, successive halving cost 0.12 nats of test NLL on
+        concrete's 927 rows and nothing on kin8nm's 7373, with several times fewer epochs).
+        ``"none"``: every configuration is trained to its own early stop. ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at epochs 1, 3, 9,
         27, 81: a training continues past a rung only if its validation loss is among the best
         third recorded there. ``"iepoch"``: i-Epoch (Egele 2024): every evaluation of the search
         trains 1 epoch, then the 10 configurations of lowest validation loss are trained to the
@@ -145,7 +148,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     def __init__(self, space="tabular", search="agebo", max_evals=100, ensemble_size=5, workers=None,
                  run_dir=None, seed=None, epochs=None, evaluator="ray", valid_fraction=1 / 3,
                  selector="greedy", selection_score="mixture", selection_stop="size", diversity="none",
-                 calibrate="none", selection_bags=0, early_discarding="none", timeout=None, verbose=False,
+                 calibrate="none", selection_bags=0, early_discarding="auto", timeout=None, verbose=False,
                  categorical="onehot", impute="mean", drop=None, id_column=None, refit="auto",
                  selection_objective="deprecated"):
         self.space = space

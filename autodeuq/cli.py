@@ -126,11 +126,13 @@ def _add_search_args(p):
                         "cancelled and recorded as failures (default: none)")
     g.add_argument("--epochs", type=int, default=None, metavar="E",
                    help="override the space's epoch budget (default: the space's)")
-    g.add_argument("--early-discarding", choices=discard.POLICIES, default="none",
-                   help="sha: asynchronous successive halving; a training continues past each rung epoch "
+    g.add_argument("--early-discarding", choices=discard.POLICIES, default="auto",
+                   help=f"auto: sha above {discard.AUTO_MIN_ROWS} training + validation rows, else none (a "
+                        "resumed run keeps its catalog's policy). none: every configuration trains to its own "
+                        "early stop. sha: asynchronous successive halving; a training continues past each rung epoch "
                         "(min x reduction^k) only if its validation loss is among the best 1/reduction recorded "
                         "there. iepoch: every evaluation of the search trains --iepoch-epochs epochs, then the "
-                        "--iepoch-top-k best configurations are trained to the full budget (default: none)")
+                        "--iepoch-top-k best configurations are trained to the full budget (default: auto)")
     g.add_argument("--sha-min-epochs", type=int, default=1, metavar="E", help="first rung of --early-discarding sha "
                    "(default: 1)")
     g.add_argument("--sha-reduction", type=int, default=3, metavar="R",

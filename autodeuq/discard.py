@@ -37,10 +37,38 @@ from typing import Iterable, Sequence
 
 from autodeuq.errors import ParameterError
 
-__all__ = ["SuccessiveHalving", "IEpoch", "rung_epochs", "POLICIES"]
+__all__ = ["SuccessiveHalving", "IEpoch", "rung_epochs", "POLICIES", "AUTO_MIN_ROWS", "resolve_policy"]
 
-#: Early-discarding policies by name (``none`` trains every configuration to its own early stop).
-POLICIES = ("none", "sha", "iepoch")
+#: Early-discarding policies by name (``none`` trains every configuration to its own early stop;
+#: ``auto`` is ``sha`` above :data:`AUTO_MIN_ROWS` training and validation rows, else ``none``).
+POLICIES = ("auto", "none", "sha", "iepoch")
+
+#: ``early_discarding="auto"`` uses successive halving when the training and validation rows number
+#: more than this many, and trains every configuration to its own early stop otherwise. Measured on
+#: the standard UCI splits (100 AgEBO evaluations, ensembles of 5 refitted members): on concrete
+#: (927 rows) successive halving cost 0.12 nats of test NLL (3 splits), on kin8nm (7373 rows)
+#: nothing, while it trains several times fewer epochs; on small tables a full search is cheap
+#: and the loss after one or three epochs ranks configurations poorly.
+AUTO_MIN_ROWS = 1000
+
+
+def resolve_policy(policy: str, n_rows: int) -> tuple[str, str]:
+    """The policy ``policy`` stands for on ``n_rows`` training and validation rows, and why.
+
+    >>> resolve_policy("auto", 500)
+    ('none', 'early discarding off: 500 training and validation rows (auto: successive halving above 1000)')
+    >>> resolve_policy("auto", 5000)[0], resolve_policy("none", 5000)[0], resolve_policy("sha", 10)[0]
+    ('sha', 'none', 'sha')
+    """
+    if policy not in POLICIES:
+        raise ParameterError("early_discarding", f"must be one of {list(POLICIES)}", policy)
+    if policy != "auto":
+        return policy, f"early discarding: {policy} (asked for)"
+    if n_rows > AUTO_MIN_ROWS:
+        return "sha", (f"early discarding: successive halving, {n_rows} training and validation rows "
+                       f"(auto: above {AUTO_MIN_ROWS})")
+    return "none", (f"early discarding off: {n_rows} training and validation rows "
+                    f"(auto: successive halving above {AUTO_MIN_ROWS})")
 
 
 def rung_epochs(max_epochs: int, min_epochs: int = 1, reduction: int = 3) -> list[int]:

@@ -69,7 +69,7 @@ def _one_of(name, value, allowed):
 
 def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=0, timeout=None, eval_timeout=None,
                             evaluator="ray", workers=None, cpus_per_eval=None, gpus_per_eval=None,
-                            valid_fraction=1 / 3, early_discarding="none", sha_min_epochs=1, sha_reduction=3,
+                            valid_fraction=1 / 3, early_discarding="auto", sha_min_epochs=1, sha_reduction=3,
                             iepoch_epochs=1, iepoch_top_k=10) -> None:
     """Refuse, before any work, a search parameter that would fail later or make every evaluation fail.
 
@@ -97,8 +97,9 @@ def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=
     if isinstance(valid_fraction, bool) or not isinstance(valid_fraction, numbers.Real) or not 0 < valid_fraction < 1:
         raise ParameterError("valid_fraction", "must be a number strictly between 0 and 1", valid_fraction)
     _one_of("early_discarding", early_discarding, POLICIES)
-    discarder(early_discarding, sha_min_epochs=sha_min_epochs, sha_reduction=sha_reduction,
-              iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
+    # "auto" may become successive halving: its settings are checked as well.
+    discarder("sha" if early_discarding == "auto" else early_discarding, sha_min_epochs=sha_min_epochs,
+              sha_reduction=sha_reduction, iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
     if early_discarding == "iepoch" and epochs is not None and iepoch_epochs >= epochs:
         raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({epochs})", iepoch_epochs)
 
@@ -115,7 +116,22 @@ def discarder(early_discarding="none", *, sha_min_epochs=1, sha_reduction=3, iep
         return SuccessiveHalving(min_epochs=sha_min_epochs, reduction=sha_reduction)
     if early_discarding == "iepoch":
         return IEpoch(epochs=iepoch_epochs, top_k=iepoch_top_k)
+    if early_discarding == "auto":
+        raise ValueError('early_discarding="auto" depends on the data: resolve it first (discarding_policy)')
     return None
+
+
+def discarding_policy(early_discarding, dataset, run_dir, *, new_run=False) -> tuple[str, str]:
+    """The policy that ``early_discarding`` stands for on ``dataset``, and why (see
+    :func:`autodeuq.discard.resolve_policy`); ``"auto"`` keeps the policy of a catalog being resumed."""
+    from autodeuq.discard import resolve_policy
+    from autodeuq.runner import recorded_policy
+
+    if early_discarding == "auto" and not new_run:
+        recorded = recorded_policy(run_dir)
+        if recorded is not None:
+            return recorded, f"early discarding: {recorded}, as the catalog being resumed was searched"
+    return resolve_policy(early_discarding, len(dataset.x_train) + len(dataset.x_valid))
 
 
 def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_score="mixture", selection_stop="size",
@@ -143,7 +159,7 @@ def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_s
 
 def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "agebo",
                  search_options: dict | None = None, max_evals: int = 100, timeout: float | None = None,
-                 seed: int = 0, epochs: int | None = None, early_discarding: str = "none", sha_min_epochs: int = 1,
+                 seed: int = 0, epochs: int | None = None, early_discarding: str = "auto", sha_min_epochs: int = 1,
                  sha_reduction: int = 3, iepoch_epochs: int = 1, iepoch_top_k: int = 10, evaluator: str = "ray",
                  workers: int | None = None, cpus_per_eval: float | None = None, gpus_per_eval: float | None = None,
                  ray_address: str | None = None, eval_timeout: float | None = None, new_run: bool = False,
@@ -164,8 +180,10 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         budget for a whole run.
     epochs : int, optional
         Override of the space's epoch budget.
-    early_discarding : {"none", "sha", "iepoch"}
-        ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at
+    early_discarding : {"auto", "none", "sha", "iepoch"}
+        ``"auto"``: ``"sha"`` when the dataset's training and validation rows number more than
+        :data:`autodeuq.discard.AUTO_MIN_ROWS`, else ``"none"``; a resumed run keeps the policy its
+        catalog was searched with. ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at
         ``sha_min_epochs * sha_reduction**k`` epochs (:class:`autodeuq.discard.SuccessiveHalving`).
         ``"iepoch"``: every search evaluation trains ``iepoch_epochs`` epochs, then the
         ``iepoch_top_k`` best configurations are trained to the full budget, in this call
@@ -206,6 +224,10 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({epochs or space.epochs})",
                              iepoch_epochs)
     seed = 0 if seed is None else int(seed)
+    asked = early_discarding
+    early_discarding, why = discarding_policy(early_discarding, dataset, run_dir, new_run=new_run)
+    if asked == "auto" and log is not None:
+        log(why)
     rule = discarder(early_discarding, sha_min_epochs=sha_min_epochs, sha_reduction=sha_reduction,
                      iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
     objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=epochs,

@@ -184,6 +184,19 @@ def sigterm_interrupts():
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
+def recorded_policy(run_dir) -> str | None:
+    """The early-discarding policy (``"none"``, ``"sha"``, ``"iepoch"``) that the catalog in
+    ``run_dir`` was searched with; None when there is no catalog or it has no finished entry."""
+    try:
+        with Catalog(run_dir) as catalog:
+            if not catalog.n_finished:
+                return None
+            rule = (catalog.meta.get("search") or {}).get("early_discarding")
+    except CatalogError:
+        return None
+    return "none" if rule is None else rule.get("policy")
+
+
 def _check_resume(run_dir, space, epochs, discarder) -> None:
     """Refuse to resume a run with another epoch budget or early-discarding rule: its entries
     would not be comparable. Reads the catalog's recorded search options once."""

@@ -17,7 +17,7 @@ Methods (``--methods``):
   ``--ensemble-size`` (5), through :class:`autodeuq.AutoDEUQRegressor`, one catalog per
   dataset/split under ``--runs-dir``; a stopped run resumes its catalogs. The estimator's
   defaults, the refit on training + validation rows included (``--refit auto``: up to 1000
-  rows). ``--rescore`` redoes only the ensemble step of splits already recorded, on their
+  rows), but without early discarding (``early_discarding="none"``). ``--rescore`` redoes only the ensemble step of splits already recorded, on their
   complete catalogs, with the current defaults: the table then shows what the package does
   today, and each record keeps its earlier scores (``info.rescored.previous``).
 * ``autodeuq-sha``: the same with early discarding by asynchronous successive halving (rungs at
@@ -25,6 +25,10 @@ Methods (``--methods``):
 * ``autodeuq-iepoch``: the same with i-Epoch (Egele 2024): every search evaluation trains 1
   epoch, then the 10 configurations of lowest validation loss are trained to the full budget;
   catalogs ``<dataset>-split<i>-iepoch``.
+* The report's row "AutoDEUQ (defaults)" is not run on its own: for each dataset it shows the
+  method that the estimator's ``early_discarding="auto"`` chooses on that dataset's training +
+  validation rows (``autodeuq`` up to :data:`autodeuq.discard.AUTO_MIN_ROWS`, ``autodeuq-sha``
+  above).
 * ``deep-ensembles``: as in Lakshminarayanan et al. 2017 (Section 3.3 and Table 1, "ML-5"):
   5 networks with one hidden layer of 50 ReLU units (100 for protein), a mean output and a
   softplus variance output (+1e-6), Gaussian NLL, Adam with a fixed learning rate, batch 100,
@@ -81,6 +85,8 @@ LABELS = {"autodeuq": "AutoDEUQ", "autodeuq-sha": "AutoDEUQ + successive halving
           "autodeuq-iepoch": "AutoDEUQ + i-Epoch", "deep-ensembles": "Deep Ensembles", "ngboost": "NGBoost",
           "catboost": "CatBoost"}
 OURS = ("autodeuq", "autodeuq-sha", "autodeuq-iepoch")  # the same search without and with early discarding
+DEFAULTS = "autodeuq-defaults"  # a report row: per dataset, the method early_discarding="auto" picks
+LABELS[DEFAULTS] = "AutoDEUQ (defaults)"
 COVERAGE_LEVEL = 0.9
 OUTLIER_NATS = 1.0  # report splits whose NLL is this far above the median of their (method, dataset)
 
@@ -388,12 +394,26 @@ def _digits(dataset, key):
     return 4 if (dataset == "naval" and key == "rmse") else 2
 
 
+def defaults_method(dataset: str, records: list[dict]) -> str:
+    """The benchmark method that runs the estimator's ``early_discarding="auto"`` on ``dataset``:
+    ``autodeuq-sha`` when its training + validation rows exceed the threshold, else ``autodeuq``."""
+    from autodeuq.discard import resolve_policy
+
+    rows = [r["n_fit"] + r["n_valid"] for r in records if r["dataset"] == dataset]
+    if not rows:
+        return "autodeuq"
+    return "autodeuq-sha" if resolve_policy("auto", max(rows))[0] == "sha" else "autodeuq"
+
+
 def write_report(records: list[dict], path: Path) -> str:
     """Regenerate ``uci.md`` from the raw records; returns the text."""
     done = [r for r in records if r.get("status") == "done"]
     methods = [m for m in METHODS if any(r["method"] == m for r in done)]
     datasets = [d for d in DATASETS if any(r["dataset"] == d for r in done)]
     cell = {(m, d): [r for r in done if r["method"] == m and r["dataset"] == d] for m in methods for d in datasets}
+    if any(m in methods for m in OURS[:2]):
+        methods.insert(0, DEFAULTS)
+        cell.update({(DEFAULTS, d): cell.get((defaults_method(d, done), d), []) for d in datasets})
     full = max((len(v) for v in cell.values()), default=0)
 
     def ours(m, d, key):
@@ -463,10 +483,10 @@ def write_report(records: list[dict], path: Path) -> str:
     def standing():
         # For each of our methods: on how many datasets its mean test NLL is below each reference.
         lines = []
-        for m in (m for m in OURS if m in methods):
+        for m in (m for m in (DEFAULTS, *OURS) if m in methods):
             ds = [d for d in datasets if cell[(m, d)]]
             refs = {LABELS[o]: {d: np.mean([r["nll"] for r in cell[(o, d)]]) for d in ds if cell[(o, d)]}
-                    for o in methods if o not in OURS}
+                    for o in methods if o not in (DEFAULTS, *OURS)}
             refs["AutoDEUQ (thesis)"] = {d: PUBLISHED["AutoDEUQ (thesis)"]["nll"][d] for d in ds}
             parts = []
             for name, ref in refs.items():

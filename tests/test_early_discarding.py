@@ -107,3 +107,42 @@ def test_cli_early_discarding_option(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--sha-reduction" in err[0]
     assert not (tmp_path / "bad").exists()
+
+
+def test_auto_policy_switches_to_successive_halving_above_the_row_threshold():
+    from autodeuq.discard import AUTO_MIN_ROWS, resolve_policy
+
+    assert resolve_policy("auto", AUTO_MIN_ROWS)[0] == "none"
+    assert resolve_policy("auto", AUTO_MIN_ROWS + 1)[0] == "sha"
+    assert [resolve_policy(p, 10**6)[0] for p in ("none", "sha", "iepoch")] == ["none", "sha", "iepoch"]
+    with pytest.raises(ValueError, match="early_discarding"):
+        resolve_policy("halving", 10)
+
+
+def test_auto_policy_follows_the_data_and_a_resumed_catalog(tmp_path, setup, monkeypatch):
+    from autodeuq import discard, pipeline
+
+    space, data = setup
+    rows = len(data.x_train) + len(data.x_valid)
+    lines = []
+
+    def fill(run, max_evals=3, **kw):
+        return pipeline.fill_catalog(space, data, run, search="random", max_evals=max_evals, epochs=4,
+                                     evaluator="serial", progress=False, log=lines.append, **kw)
+
+    fill(tmp_path / "small")  # the default is "auto": toy-sine is far below the threshold
+    assert Catalog(tmp_path / "small").meta["search"]["early_discarding"] is None
+    assert f"early discarding off: {rows} training and validation rows" in lines[0]
+
+    monkeypatch.setattr(discard, "AUTO_MIN_ROWS", rows - 1)
+    fill(tmp_path / "large", sha_reduction=2)
+    assert Catalog(tmp_path / "large").meta["search"]["early_discarding"]["policy"] == "sha"
+    # The small run resumed under the lower threshold keeps the policy it was searched with ...
+    lines.clear()
+    fill(tmp_path / "small", max_evals=4)
+    assert Catalog(tmp_path / "small").meta["search"]["early_discarding"] is None
+    assert Catalog(tmp_path / "small").n_finished == 4
+    assert "as the catalog being resumed was searched" in lines[0]
+    # ... while asking for successive halving by name on it is refused, as before.
+    with pytest.raises(CatalogError, match="no early discarding"):
+        fill(tmp_path / "small", early_discarding="sha", max_evals=5)
