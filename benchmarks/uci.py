@@ -267,7 +267,8 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
     model = AutoDEUQRegressor(space="tabular", search="agebo", max_evals=args.max_evals,
                               ensemble_size=args.ensemble_size, workers=args.workers, run_dir=run_dir,
                               seed=data.split, epochs=args.epochs, evaluator=args.evaluator,
-                              early_discarding=early_discarding, refit=REFIT_CHOICES[args.refit])
+                              early_discarding=early_discarding, refit=REFIT_CHOICES[args.refit],
+                              calibrate=args.calibrate)
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
     means, variances = model.ensemble_.components(data.x_test)
     frame = Catalog(run_dir).to_dataframe()
@@ -277,8 +278,14 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
             "full_trainings": len(Catalog(run_dir).full_trainings()),
             "train_s_total": float(frame["wall_time"].fillna(0).sum()), "run_dir": str(run_dir),
             "weights": [float(w) for w in model.ensemble_.weights], "refit": args.refit,
-            "refitted": model.ensemble_.refitted_ids, "selection_bags": model.selection_bags}
+            "refitted": model.ensemble_.refitted_ids, "selection_bags": model.selection_bags,
+            "calibrate": args.calibrate, "std_scale": _std_scale(model.ensemble_)}
     return means, variances, model.ensemble_.weights, info
+
+
+def _std_scale(ensemble):
+    # The recalibration's factor per target (None without recalibration).
+    return None if ensemble.scale is None else [float(v) for v in ensemble.scale]
 
 
 #: ``--refit`` values and the estimator's ``refit`` parameter they stand for.
@@ -355,7 +362,7 @@ def rescore_one(previous: dict, data, args) -> dict:
         "settings", "the estimator's defaults on the day recorded, no refit")
     record["info"] = {**previous["info"], **info, "rescored": {
         "ensemble_s": round(elapsed, 3), "command": args.command,
-        "settings": f"selection_bags={info['selection_bags']}, refit={args.refit}", "previous": earlier}}
+        "settings": args.rescore_settings, "previous": earlier}}
     record["wall_s"] = round(previous["wall_s"] + elapsed, 3)
     record["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
     return record
@@ -399,7 +406,7 @@ def defaults_method(dataset: str, records: list[dict]) -> str:
     ``autodeuq-sha`` when its training + validation rows exceed the threshold, else ``autodeuq``."""
     from autodeuq.discard import resolve_policy
 
-    rows = [r["n_fit"] + r["n_valid"] for r in records if r["dataset"] == dataset]
+    rows = [r["n_fit"] + r["n_valid"] for r in records if r["dataset"] == dataset and "n_fit" in r and "n_valid" in r]
     if not rows:
         return "autodeuq"
     return "autodeuq-sha" if resolve_policy("auto", max(rows))[0] == "sha" else "autodeuq"
@@ -601,6 +608,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refit", choices=tuple(REFIT_CHOICES), default="auto",
                    help="autodeuq: refit the selected members on training + validation rows (default: auto, "
                         "the estimator's default: up to 1000 rows)")
+    p.add_argument("--calibrate", choices=("none", "scale"), default="none",
+                   help="autodeuq: the estimator's recalibration of the predictive std (default: none, the "
+                        "estimator's default); keep its records apart with --results")
     p.add_argument("--rescore", action="store_true",
                    help="autodeuq: redo only the ensemble step of recorded splits on their complete catalogs, "
                         "with the current defaults (earlier scores kept in the record)")
@@ -652,7 +662,8 @@ def main(argv=None) -> int:
         parser.error(str(exc))
     from autodeuq import AutoDEUQRegressor
 
-    args.rescore_settings = f"selection_bags={AutoDEUQRegressor().selection_bags}, refit={args.refit}"
+    args.rescore_settings = f"selection_bags={AutoDEUQRegressor().selection_bags}, refit={args.refit}" + (
+        "" if args.calibrate == "none" else f", calibrate={args.calibrate}")
     _limit_threads(args.threads)
     args.results.mkdir(parents=True, exist_ok=True)
     done = {(r["method"], r["dataset"], r["split"]): r for r in records}

@@ -223,6 +223,24 @@ def test_report_compares_early_discarding_on_the_splits_run_both_ways(tmp_path):
     assert "- AutoDEUQ (1 dataset so far): mean test NLL below NGBoost on 1 of 1, AutoDEUQ (thesis) on 0 of 1." in md
 
 
+def test_report_defaults_row_takes_the_method_auto_early_discarding_runs(tmp_path):
+    def record(method, dataset, rows, nll):
+        return {"method": method, "dataset": dataset, "split": 0, "status": "done", "nll": nll, "rmse": 1.0,
+                "coverage_90": 0.9, "wall_s": 10.0, "epochs": 5, "info": {}, "n_fit": rows - rows // 5,
+                "n_valid": rows // 5}
+
+    # concrete's 927 training + validation rows: no early discarding; kin8nm's 7373: successive halving.
+    records = [record("autodeuq", "concrete", 927, 2.82), record("autodeuq-sha", "concrete", 927, 2.94),
+               record("autodeuq", "kin8nm", 7373, -1.36), record("autodeuq-sha", "kin8nm", 7373, -1.35)]
+    assert uci.defaults_method("concrete", records) == "autodeuq"
+    assert uci.defaults_method("kin8nm", records) == "autodeuq-sha"
+    md = uci.write_report(records, tmp_path / "uci.md")
+    nll = md.split("**Test NLL")[1].split("**Test RMSE")[0]
+    assert "| dataset | AutoDEUQ (defaults) | AutoDEUQ | AutoDEUQ + successive halving |" in nll
+    assert "| concrete | 2.82 ± 0.00 | 2.82 ± 0.00 | 2.94 ± 0.00 |" in nll
+    assert "| kin8nm | -1.35 ± 0.00 | -1.36 ± 0.00 | -1.35 ± 0.00 |" in nll
+
+
 def test_update_raw_keeps_records_written_by_another_run(tmp_path, monkeypatch):
     make_dataset(tmp_path / "data", "yacht", n_splits=2)
     out = tmp_path / "out"
@@ -270,6 +288,13 @@ def test_rescore_redoes_the_ensemble_step_and_keeps_the_earlier_scores(tmp_path,
     assert record["epochs"] == first["epochs"] == 10
     assert record["wall_s"] == pytest.approx(first["wall_s"] + rescored["ensemble_s"], abs=1e-3)
     assert rescored["settings"].startswith("selection_bags=") and "refit=auto" in rescored["settings"]
+    assert "calibrate" not in rescored["settings"]
+    # Other settings (a recalibration) make the recorded splits due again, and say so.
+    assert uci.main(argv + ["--rescore", "--calibrate", "scale"]) == 0
+    assert len(calls) == 3 and calls[-1][0] is True
+    (record,) = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
+    assert record["info"]["rescored"]["settings"].endswith(", calibrate=scale")
+    assert record["info"]["rescored"]["previous"]["settings"] == rescored["settings"]
 
 
 def test_rescore_refuses_a_catalog_that_would_train(tmp_path, monkeypatch):
