@@ -81,11 +81,10 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         :class:`~autodeuq.ensemble.refit.RefitTimeWarning`).
     early_discarding : {"auto", "none", "sha", "iepoch"}, default="auto"
         ``"auto"``: ``"sha"`` when the training and validation rows number more than 1000, else
-        ``"none"`` (on the standard UCI splits, successive halving cost 0.12 nats of test NLL on
-        concrete's 927 rows and nothing on kin8nm's 7373, with several times fewer epochs).
-        ``"none"``: every configuration is trained to its own early stop. ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at epochs 1, 3, 9,
-        27, 81: a training continues past a rung only if its validation loss is among the best
-        third recorded there. ``"iepoch"``: i-Epoch (Egele 2024): every evaluation of the search
+        ``"none"`` (:data:`autodeuq.discard.AUTO_MIN_ROWS`). ``"none"``: every configuration is
+        trained to its own early stop. ``"sha"``: asynchronous successive halving (Li et al.
+        2020) with rungs at epochs 1, 3, 9, 27, 81: a training continues past a rung only if its
+        validation loss is among the best third recorded there. ``"iepoch"``: i-Epoch (Egele 2024): every evaluation of the search
         trains 1 epoch, then the 10 configurations of lowest validation loss are trained to the
         full budget as catalog entries of their own (see :mod:`autodeuq.discard`).
     timeout : float, optional

@@ -17,9 +17,10 @@ Methods (``--methods``):
   ``--ensemble-size`` (5), through :class:`autodeuq.AutoDEUQRegressor`, one catalog per
   dataset/split under ``--runs-dir``; a stopped run resumes its catalogs. The estimator's
   defaults, the refit on training + validation rows included (``--refit auto``: up to 1000
-  rows), but without early discarding (``early_discarding="none"``). ``--rescore`` redoes only the ensemble step of splits already recorded, on their
-  complete catalogs, with the current defaults: the table then shows what the package does
-  today, and each record keeps its earlier scores (``info.rescored.previous``).
+  rows), but without early discarding (``early_discarding="none"``). ``--rescore`` redoes only
+  the ensemble step of splits already recorded, on their complete catalogs, with the current
+  defaults: the table then shows what the package does today, and each record keeps its earlier
+  scores (``info.rescored.previous``).
 * ``autodeuq-sha``: the same with early discarding by asynchronous successive halving (rungs at
   epochs 1, 3, 9, 27, 81; the best third continue), catalogs ``<dataset>-split<i>-sha``.
 * ``autodeuq-iepoch``: the same with i-Epoch (Egele 2024): every search evaluation trains 1
