@@ -86,7 +86,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         2020) with rungs at epochs 1, 3, 9, 27, 81: a training continues past a rung only if its
         validation loss is among the best third recorded there. ``"iepoch"``: i-Epoch (Egele
         2024): every evaluation of the search trains 1 epoch, then the 10 configurations of
-        lowest validation loss are trained to the full budget as catalog entries of their own (see :mod:`autodeuq.discard`).
+        lowest validation loss are trained to the full budget as catalog entries of their own
+        (see :mod:`autodeuq.discard`).
     timeout : float, optional
         Wall-clock limit of ``fit`` in seconds: the search stops early enough to leave the
         ensemble step a tenth of it (30 s to 5 min; :func:`autodeuq.pipeline.search_timeout`).
