@@ -121,17 +121,19 @@ def discarder(early_discarding="none", *, sha_min_epochs=1, sha_reduction=3, iep
     return None
 
 
-def discarding_policy(early_discarding, dataset, run_dir, *, new_run=False) -> tuple[str, str]:
-    """The policy that ``early_discarding`` stands for on ``dataset``, and why (see
-    :func:`autodeuq.discard.resolve_policy`); ``"auto"`` keeps the policy of a catalog being resumed."""
+def discarding_policy(early_discarding, dataset, run_dir, *, new_run=False) -> tuple[str, str | None]:
+    """The policy that ``early_discarding`` stands for on ``dataset`` (see
+    :func:`autodeuq.discard.resolve_policy`; ``"auto"`` keeps the policy of a catalog being
+    resumed), and a line for the user when ``"auto"`` turned successive halving on (else None)."""
     from autodeuq.discard import resolve_policy
     from autodeuq.runner import recorded_policy
 
     if early_discarding == "auto" and not new_run:
         recorded = recorded_policy(run_dir)
         if recorded is not None:
-            return recorded, f"early discarding: {recorded}, as the catalog being resumed was searched"
-    return resolve_policy(early_discarding, len(dataset.x_train) + len(dataset.x_valid))
+            return recorded, None
+    policy, why = resolve_policy(early_discarding, len(dataset.x_train) + len(dataset.x_valid))
+    return policy, (why if early_discarding == "auto" and policy != "none" else None)
 
 
 def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_score="mixture", selection_stop="size",
@@ -224,10 +226,9 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({epochs or space.epochs})",
                              iepoch_epochs)
     seed = 0 if seed is None else int(seed)
-    asked = early_discarding
-    early_discarding, why = discarding_policy(early_discarding, dataset, run_dir, new_run=new_run)
-    if asked == "auto" and log is not None:
-        log(why)
+    early_discarding, news = discarding_policy(early_discarding, dataset, run_dir, new_run=new_run)
+    if news and log is not None:
+        log(news)
     rule = discarder(early_discarding, sha_min_epochs=sha_min_epochs, sha_reduction=sha_reduction,
                      iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
     objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=epochs,
