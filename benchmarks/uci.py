@@ -265,6 +265,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
 
     suffix = "" if early_discarding == "none" else f"-{early_discarding}"
     run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}{suffix}" if run_dir is None else Path(run_dir)
+    resumed_entries = catalog_entries(run_dir) or 0
     model = AutoDEUQRegressor(space="tabular", search="agebo", max_evals=args.max_evals,
                               ensemble_size=args.ensemble_size, workers=args.workers, run_dir=run_dir,
                               seed=data.split, epochs=args.epochs, evaluator=args.evaluator,
@@ -280,7 +281,8 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
             "train_s_total": float(frame["wall_time"].fillna(0).sum()), "run_dir": str(run_dir),
             "weights": [float(w) for w in model.ensemble_.weights], "refit": args.refit,
             "refitted": model.ensemble_.refitted_ids, "selection_bags": model.selection_bags,
-            "calibrate": args.calibrate, "std_scale": _std_scale(model.ensemble_)}
+            "calibrate": args.calibrate, "std_scale": _std_scale(model.ensemble_),
+            "resumed_entries": resumed_entries}
     return means, variances, model.ensemble_.weights, info
 
 
@@ -356,6 +358,7 @@ def rescore_one(previous: dict, data, args) -> dict:
     elapsed = time.time() - t0
     record = {**previous, **score(means, variances, weights, data.y_test)}
     info.pop("epochs", None)
+    info.pop("resumed_entries", None)  # the catalog was complete: that is not a resumed search
     earlier = {k: previous.get(k) for k in ("nll", "nll_gaussian", "rmse", "coverage_90", "wall_s", "finished")}
     earlier["members"] = previous["info"].get("members")
     earlier["weights"] = previous["info"].get("weights")
@@ -400,6 +403,11 @@ def _mean_se(values, digits=2):
 def _digits(dataset, key):
     # naval's targets are about 1e-3 wide; two decimals would print every RMSE as 0.00.
     return 4 if (dataset == "naval" and key == "rmse") else 2
+
+
+def _resumed(record: dict) -> bool:
+    # A search resumed from a partial catalog timed only its last part: no wall time to report.
+    return bool(record.get("info", {}).get("resumed_entries"))
 
 
 def defaults_method(dataset: str, records: list[dict]) -> str:
@@ -460,7 +468,11 @@ def write_report(records: list[dict], path: Path) -> str:
                 if not rows:
                     row.append("–")
                     continue
-                text = f"{np.mean([r['wall_s'] for r in rows]):.0f} s"
+                timed = [r["wall_s"] for r in rows if not _resumed(r)]
+                text = f"{np.mean(timed):.0f} s" if timed else "resumed"
+                if timed and len(timed) < len(rows):
+                    n = len(rows) - len(timed)
+                    text += f" ({n} resumed split{'s' if n > 1 else ''} left out)"
                 epochs = [r["epochs"] for r in rows if r.get("epochs") is not None]
                 row.append(text + (f", {np.mean(epochs):.0f} epochs" if epochs else ""))
             lines.append(f"| {d} | " + " | ".join(row) + " |")
@@ -484,8 +496,9 @@ def write_report(records: list[dict], path: Path) -> str:
                     continue
                 fewer = "" if m == "autodeuq" else f"{base['epochs'] / max(r['epochs'], 1):.1f}×"
                 diff = "" if m == "autodeuq" else f"{r['nll'] - base['nll']:+.3f}"
+                wall = "resumed" if _resumed(r) else f"{r['wall_s']:.0f} s"
                 lines.append(f"| {d} | {i} | {policy} | {r['epochs']} | {fewer} | {r['nll']:.3f} | {diff} "
-                             f"| {r['wall_s']:.0f} s |")
+                             f"| {wall} |")
         return lines + [""]
 
     def standing():

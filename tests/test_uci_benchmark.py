@@ -314,3 +314,15 @@ def test_rescore_refuses_a_catalog_that_would_train(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="gone: None catalog entries, the record had 4"):
         uci.main(argv + ["--rescore"])
     assert calls == [None]  # nothing ran for the rescore
+
+
+def test_report_leaves_resumed_searches_out_of_the_wall_times(tmp_path):
+    def record(split, wall_s, resumed):
+        return {"method": "autodeuq", "dataset": "yacht", "split": split, "status": "done", "nll": 0.1, "rmse": 1.0,
+                "coverage_90": 0.9, "wall_s": wall_s, "epochs": 100, "info": {"resumed_entries": resumed}}
+
+    md = uci.write_report([record(0, 300.0, 0), record(1, 500.0, 0), record(2, 9.0, 98)], tmp_path / "uci.md")
+    cost = md.split("**Cost per split**")[1]
+    assert "| yacht | 400 s (1 resumed split left out), 100 epochs |" in cost
+    md = uci.write_report([record(2, 9.0, 98)], tmp_path / "uci.md")
+    assert "| yacht | resumed, 100 epochs |" in md.split("**Cost per split**")[1]
