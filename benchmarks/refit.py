@@ -2,7 +2,7 @@
 
 For each (dataset, split) the script copies an existing catalog of ``benchmarks/uci.py`` (its
 ``<dataset>-split<i>-sha`` run directories; the originals are only read), selects the ensemble as
-the estimator does (5 distinct members, bagged greedy selection, seed = split), and scores on the
+the estimator does (5 distinct members, its default greedy selection, seed = split), and scores on the
 split's test rows (a) that ensemble and (b) the same members refitted on the fitting and
 validation rows together (:mod:`autodeuq.ensemble.refit`). Scores: mixture NLL, RMSE and the
 share of test targets inside the central 90 % interval, as in ``benchmarks/uci.py``.
@@ -63,7 +63,7 @@ def report(records: list[dict], command: str) -> str:
     lines = [
         "# Refit of the selected members on training + validation rows",
         "",
-        "Test scores of the same ensemble (5 distinct members, bagged greedy selection, seed = split) before",
+        "Test scores of the same ensemble (5 distinct members, the default greedy selection, seed = split) before",
         "and after refitting each member on the fitting and validation rows together, for the epochs of its",
         "best validation loss with its recorded learning rates (`--refit`). Catalogs: the 100-evaluation AgEBO",
         "searches with successive halving of `benchmarks/uci.py` (copied, never written). A refitted network",
