@@ -63,9 +63,11 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         improves the validation NLL (Caruana et al. 2004), possibly at one member.
     diversity : {"none", "architecture", "activations"}, default="none"
         At most one member per architecture, or per set of activation functions.
-    calibrate : {"none", "scale"}, default="none"
+    calibrate : {"auto", "none", "scale"}, default="auto"
         ``"scale"``: recalibrate each target's predictive std by a factor fitted on out-of-fold
-        selections of the validation rows (saved with the ensemble).
+        selections of the validation rows (saved with the ensemble). ``"auto"``: when the
+        training and validation rows number more than 1000, where it was measured to lower the
+        test NLL (:mod:`autodeuq.ensemble.calibration`).
     selection_bags : int, default=0
         When > 0, bagged selection: repeated on that many random halves of the validation rows,
         weights averaged (0: selection once on all the validation rows).
@@ -148,7 +150,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     def __init__(self, space="tabular", search="agebo", max_evals=100, ensemble_size=5, workers=None,
                  run_dir=None, seed=None, epochs=None, evaluator="ray", valid_fraction=1 / 3,
                  selector="greedy", selection_score="mixture", selection_stop="size", diversity="none",
-                 calibrate="none", selection_bags=0, early_discarding="auto", timeout=None, verbose=False,
+                 calibrate="auto", selection_bags=0, early_discarding="auto", timeout=None, verbose=False,
                  categorical="onehot", impute="mean", drop=None, id_column=None, refit="auto",
                  selection_objective="deprecated"):
         self.space = space

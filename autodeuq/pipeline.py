@@ -137,7 +137,7 @@ def discarding_policy(early_discarding, dataset, run_dir, *, new_run=False) -> t
 
 
 def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_score="mixture", selection_stop="size",
-                              diversity="none", selection_bags=0, calibrate="none", refit="auto") -> None:
+                              diversity="none", selection_bags=0, calibrate="auto", refit="auto") -> None:
     """Refuse, before any work, a bad ensemble-selection parameter (see
     :meth:`autodeuq.ensemble.Ensemble.from_catalog`).
 
@@ -155,7 +155,7 @@ def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_s
     _one_of("selection_stop", selection_stop, STOPS)
     _one_of("diversity", diversity, ("none", "architecture", "activations"))
     _integer("selection_bags", selection_bags, 0)
-    _one_of("calibrate", calibrate, ("none", "scale"))
+    _one_of("calibrate", calibrate, ("auto", "none", "scale"))
     check_refit(refit)
 
 

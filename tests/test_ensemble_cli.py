@@ -419,3 +419,24 @@ def test_recalibration_with_too_few_validation_rows_is_one_line(tmp_path, capsys
     err = one_line_error(capsys, ["ensemble", "--run-dir", str(run), "--size", "2", "--calibrate", "scale"])
     assert "recalibration cross-fits on 2 folds of the validation rows, and there are 1" in err
     assert err.endswith("(--calibrate)")
+
+
+def test_auto_recalibration_follows_the_number_of_rows(run_dir, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    from autodeuq.ensemble import calibration
+
+    rows = len(Ensemble.from_catalog(run_dir, size=3).catalog.fit_data()[1])
+    small = Ensemble.from_catalog(run_dir, size=3)  # the default, "auto", on a small table
+    assert small.calibration is None and small.scale is None
+    assert small.selection["calibration"].startswith(f"not recalibrated: {rows} training and validation rows")
+    monkeypatch.setattr(calibration, "AUTO_MIN_ROWS", rows - 1)
+    large = Ensemble.from_catalog(run_dir, size=3, calibrate="auto")
+    assert large.calibration == Ensemble.from_catalog(run_dir, size=3, calibrate="scale").calibration
+    why = f"recalibrated: {rows} training and validation rows (auto: more than {rows - 1})"
+    assert large.selection["calibration"] == why
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    assert main(["ensemble", "--run-dir", str(copy), "--size", "3", "--no-refit"]) == 0
+    scale = load_ensemble(copy / "ensemble.json").scale
+    assert f"{why}; predictive std x {scale[0]:.3g} (per target)" in capsys.readouterr().out

@@ -11,6 +11,13 @@ with a single variance scale).
 :func:`cross_fitted_scale` gets such rows without giving up any for selection: the validation
 rows are split into folds, the selection is re-run without each fold, and the scale is fitted
 on the out-of-fold mixtures of all folds together.
+
+When to recalibrate (:func:`resolve_calibration`, the default ``calibrate="auto"``): measured on
+the standard UCI splits (100 AgEBO evaluations, ensembles of 5, 5 splits each), the scale lowered
+the test NLL of every dataset with more than 1000 training and validation rows (wine, kin8nm,
+power, naval, protein; naval by 0.23 nats) and brought their mean 90 % interval coverage from
+0.94 to 0.91, while on the small tables, whose validation rows also drove early stopping and
+selection, it raised the test NLL of concrete and energy (+0.01).
 """
 from __future__ import annotations
 
@@ -21,12 +28,38 @@ from scipy.optimize import minimize_scalar
 
 from autodeuq import metrics
 
-__all__ = ["apply_scale", "fit_scale", "cross_fitted_scale", "pooled_coverage"]
+__all__ = ["apply_scale", "fit_scale", "cross_fitted_scale", "pooled_coverage", "resolve_calibration",
+           "AUTO_MIN_ROWS"]
+
+#: ``calibrate="auto"`` recalibrates when the training and validation rows number more than this
+#: many (see the module documentation).
+AUTO_MIN_ROWS = 1000
 
 #: Scales are searched in [1/LIMIT, LIMIT].
 LIMIT = 1e3
 
 Chunk = tuple  # (means (M, n, T), variances (M, n, T), weights (M,), y (n, T))
+
+
+def resolve_calibration(calibrate: str, n_rows: int | None) -> tuple[str, str]:
+    """The recalibration ``calibrate`` stands for on ``n_rows`` training and validation rows
+    (None: not known, as for a catalog of an older autodeuq), and why.
+
+    >>> resolve_calibration("auto", 5000)
+    ('scale', 'recalibrated: 5000 training and validation rows (auto: more than 1000)')
+    >>> resolve_calibration("auto", 500)[0], resolve_calibration("scale", 10)[0], resolve_calibration("none", 10)[0]
+    ('none', 'scale', 'none')
+    """
+    if calibrate == "scale":
+        return "scale", "recalibrated: asked for"
+    if calibrate == "none":
+        return "none", "not recalibrated: turned off"
+    if n_rows is None:
+        return "none", "not recalibrated: the catalog does not store its training rows (made by an older autodeuq)"
+    if n_rows > AUTO_MIN_ROWS:
+        return "scale", f"recalibrated: {n_rows} training and validation rows (auto: more than {AUTO_MIN_ROWS})"
+    return "none", (f"not recalibrated: {n_rows} training and validation rows, at most the {AUTO_MIN_ROWS} above "
+                    f"which recalibration is on by default")
 
 
 def apply_scale(means, variances, weights, scale):

@@ -11,4 +11,4 @@ STOPS = ("size", "improvement")
 #: How members may be kept apart (``diversity`` of :meth:`~autodeuq.ensemble.Ensemble.from_catalog`).
 DIVERSITY = ("none", "architecture", "activations")
 #: Post-hoc recalibration methods (``calibrate`` of :meth:`~autodeuq.ensemble.Ensemble.from_catalog`).
-CALIBRATIONS = ("none", "scale")
+CALIBRATIONS = ("auto", "none", "scale")

@@ -49,7 +49,7 @@ from autodeuq.catalog import (
 )
 from autodeuq.data import FLOAT32_MAX, DataError, encode_table, feature_frame, feature_matrix
 from autodeuq.deprecation import renamed_keywords
-from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage
+from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage, resolve_calibration
 from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
 from autodeuq.ensemble.selection import select, select_bagged
 from autodeuq.errors import AutoDEUQError, ParameterError
@@ -381,7 +381,7 @@ class Ensemble:
     @classmethod
     @renamed_keywords(method="selector", objective="score")
     def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: str = "mixture", *,
-                     stop: str = "size", diversity: str = "none", calibrate: str = "none",
+                     stop: str = "size", diversity: str = "none", calibrate: str = "auto",
                      calibration_folds: int = 2, bags: int = 0, seed: int = 0) -> "Ensemble":
         """Select members greedily (or top-k) on the cached validation predictions of a catalog.
 
@@ -400,10 +400,13 @@ class Ensemble:
         diversity : {"none", "architecture", "activations"}
             Keep members apart: at most one member per architecture, or per set of activation
             functions used by the network's dense layers.
-        calibrate : {"none", "scale"}
+        calibrate : {"auto", "none", "scale"}
             ``"scale"``: fit a std scale per target on out-of-fold selections
             (:func:`autodeuq.ensemble.calibration.cross_fitted_scale`), so the rows that
-            calibrate an ensemble are never the rows that selected it.
+            calibrate an ensemble are never the rows that selected it. ``"auto"``: ``"scale"``
+            when the catalog's training and validation rows number more than 1000, else
+            ``"none"`` (:func:`autodeuq.ensemble.calibration.resolve_calibration`; the reason is
+            ``selection["calibration"]``).
         calibration_folds : int
             Folds of the validation rows for the cross-fitting.
         bags : int, default 0
@@ -442,6 +445,9 @@ class Ensemble:
             raise CatalogError(f"{run_dir}: no successful entry has usable validation predictions "
                                f"({next(iter(loaded.skipped.values()))})")
         y = catalog.validation_targets()
+        train = catalog.training_data() if calibrate == "auto" else None
+        calibrate, selection["calibration"] = resolve_calibration(
+            calibrate, None if train is None else len(train[1]) + len(y))
         if calibrate == "scale" and len(y) < calibration_folds:
             raise EnsembleError(f"{run_dir}: recalibration cross-fits on {calibration_folds} folds of the validation "
                                 f"rows, and there are {len(y)}; give more validation rows or no recalibration",
@@ -629,7 +635,8 @@ class Ensemble:
             # One graph runs all members on the same batch, so TensorFlow executes them together.
             # Traced once per ensemble, for any number of rows (the signature's batch size is None).
             signature = [tf.TensorSpec([None, len(self.feature_names)], tf.float64)]
-            self._predict_fn = tf.function(_StackedMembers(self._load()), input_signature=signature)
+            self._predict_fn = tf.function(_StackedMembers(self._load()), input_signature=signature,
+                                            autograph=False)
         # float64 arithmetic: with float32, a row's prediction changed in its last digits with
         # its position in the batch (vectorized kernels round tail rows differently).
         outputs = [self._predict_fn(tf.constant(x[i:i + 8192], dtype=tf.float64)).numpy()
@@ -716,7 +723,9 @@ class _StackedMembers:
     A callable object rather than a lambda: TensorFlow tells traces of one Python function apart
     from retraces by the function's code object, which every lambda made by this module shares,
     so many ensembles (each traced once) read as one function retraced again and again and
-    trigger its frequent-retracing warning. An object is a function of its own.
+    trigger its frequent-retracing warning. An object is a function of its own. It is traced
+    without AutoGraph: there is no control flow to convert, and AutoGraph would read this file's
+    source at every trace (and warn when the file changed on disk after the import).
     """
 
     def __init__(self, models):
