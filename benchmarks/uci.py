@@ -282,7 +282,8 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
             "weights": [float(w) for w in model.ensemble_.weights], "refit": args.refit,
             "refitted": model.ensemble_.refitted_ids, "selection_bags": model.selection_bags,
             "calibrate": args.calibrate, "std_scale": _std_scale(model.ensemble_),
-            "resumed_entries": resumed_entries}
+            "resumed_entries": resumed_entries,
+            "settings": rescore_settings(args, data.sizes)}
     return means, variances, model.ensemble_.weights, info
 
 
@@ -340,6 +341,15 @@ def catalog_entries(run_dir: Path) -> int | None:
     return len(Catalog(run_dir).to_dataframe()) if (run_dir / "catalog.sqlite").exists() else None
 
 
+def rescore_settings(args, record: dict) -> str:
+    """The ensemble-step settings a rescore of ``record`` applies: the selection and refit
+    defaults, and the recalibration ``--calibrate`` stands for on that split's rows."""
+    from autodeuq.ensemble.calibration import resolve_calibration
+
+    calibrate = resolve_calibration(args.calibrate, record.get("n_fit", 0) + record.get("n_valid", 0))[0]
+    return args.settings_base + ("" if calibrate == "none" else f", calibrate={calibrate}")
+
+
 def rescore_one(previous: dict, data, args) -> dict:
     """The ensemble step again, with the current defaults, on the complete catalog of a recorded
     autodeuq split (no training: the search resumes with nothing left to do).
@@ -366,7 +376,7 @@ def rescore_one(previous: dict, data, args) -> dict:
         "settings", "the estimator's defaults on the day recorded, no refit")
     record["info"] = {**previous["info"], **info, "rescored": {
         "ensemble_s": round(elapsed, 3), "command": args.command,
-        "settings": args.rescore_settings, "previous": earlier}}
+        "settings": rescore_settings(args, previous), "previous": earlier}}
     record["wall_s"] = round(previous["wall_s"] + elapsed, 3)
     record["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
     return record
@@ -622,9 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refit", choices=tuple(REFIT_CHOICES), default="auto",
                    help="autodeuq: refit the selected members on training + validation rows (default: auto, "
                         "the estimator's default: up to 1000 rows)")
-    p.add_argument("--calibrate", choices=("none", "scale"), default="none",
-                   help="autodeuq: the estimator's recalibration of the predictive std (default: none, the "
-                        "estimator's default); keep its records apart with --results")
+    p.add_argument("--calibrate", choices=("auto", "none", "scale"), default="auto",
+                   help="autodeuq: the estimator's recalibration of the predictive std (default: auto, the "
+                        "estimator's default: above 1000 rows); keep records of other values apart with --results")
     p.add_argument("--rescore", action="store_true",
                    help="autodeuq: redo only the ensemble step of recorded splits on their complete catalogs, "
                         "with the current defaults (earlier scores kept in the record)")
@@ -676,8 +686,7 @@ def main(argv=None) -> int:
         parser.error(str(exc))
     from autodeuq import AutoDEUQRegressor
 
-    args.rescore_settings = f"selection_bags={AutoDEUQRegressor().selection_bags}, refit={args.refit}" + (
-        "" if args.calibrate == "none" else f", calibrate={args.calibrate}")
+    args.settings_base = f"selection_bags={AutoDEUQRegressor().selection_bags}, refit={args.refit}"
     _limit_threads(args.threads)
     args.results.mkdir(parents=True, exist_ok=True)
     done = {(r["method"], r["dataset"], r["split"]): r for r in records}
@@ -686,7 +695,7 @@ def main(argv=None) -> int:
             if args.rescore:
                 recorded = {m: done.get((m, name, split), {}) for m in args.methods if m in RESCORABLE}
                 todo = [m for m, r in recorded.items() if r.get("status") == "done"
-                        and r["info"].get("rescored", {}).get("settings") != args.rescore_settings]
+                        and r["info"].get("rescored", r["info"]).get("settings") != rescore_settings(args, r)]
             else:
                 todo = [m for m in args.methods if (m, name, split) not in done]
             if not todo:
