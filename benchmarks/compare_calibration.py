@@ -40,7 +40,8 @@ def table(base: dict, cal: dict) -> str:
         cov = np.array([[b["coverage_90"], a["coverage_90"]] for b, a in pairs])
         scales = ", ".join(f"{a['info']['std_scale'][0]:.2f}" for _, a in pairs)
         rows = pairs[0][0]["n_fit"] + pairs[0][0]["n_valid"]
-        lines.append(f"| {method} | {dataset} | {rows} | {len(pairs)} | {nll[:, 0].mean():.3f} | {nll[:, 1].mean():.3f} "
+        lines.append(f"| {method} | {dataset} | {rows} | {len(pairs)} | {nll[:, 0].mean():.3f} "
+                     f"| {nll[:, 1].mean():.3f} "
                      f"| {nll[:, 1].mean() - nll[:, 0].mean():+.3f} | {int((nll[:, 1] > nll[:, 0]).sum())} "
                      f"| {cov[:, 0].mean():.3f} | {cov[:, 1].mean():.3f} | {scales} |")
     return "\n".join(lines)

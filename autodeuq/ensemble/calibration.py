@@ -55,7 +55,7 @@ def resolve_calibration(calibrate: str, n_rows: int | None) -> tuple[str, str]:
     if calibrate == "none":
         return "none", "not recalibrated: turned off"
     if n_rows is None:
-        return "none", "not recalibrated: the catalog does not store its training rows (made by an older autodeuq)"
+        return "none", "not recalibrated: the catalog does not record its number of rows"
     if n_rows > AUTO_MIN_ROWS:
         return "scale", f"recalibrated: {n_rows} training and validation rows (auto: more than {AUTO_MIN_ROWS})"
     return "none", (f"not recalibrated: {n_rows} training and validation rows, at most the {AUTO_MIN_ROWS} above "
