@@ -73,6 +73,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
 if str(REPO) not in sys.path:  # run as a script from anywhere: import the checkout's packages
     sys.path.insert(0, str(REPO))
 
@@ -530,7 +531,9 @@ def write_report(records: list[dict], path: Path) -> str:
 
     failed = [r for r in records if r.get("status") != "done"]
     commands = sorted({r["command"] for r in records if r.get("command")})
-    machines = sorted({r["machine"] for r in records if r.get("machine")})
+    machines = Counter(r["machine"] for r in records if r.get("machine"))
+    if len(machines) > 1:  # machine descriptions hold commas: quote them, and say which runs each one did
+        machines = {f"`{m}` ({n} run{'s' if n > 1 else ''})": n for m, n in sorted(machines.items())}
     splits = sorted({r["split"] for r in done})
     lines = [
         "# UCI regression benchmark (standard splits)",
@@ -549,8 +552,8 @@ def write_report(records: list[dict], path: Path) -> str:
         "",
         "Command(s): " + ("; ".join(f"`{c}`" for c in commands) if commands else "–"),
         "",
-        "Machine: " + (", ".join(machines) if machines else "–") + "; single-threaded (TensorFlow, OpenMP and "
-        "CatBoost threads 1), run at low priority beside other work, so wall times are indicative only.",
+        "Machine: " + ("; ".join(machines) if machines else "–") + "; single-threaded (TensorFlow, OpenMP and "
+        "CatBoost threads 1). Wall times are those of that machine in the state it names.",
         "",
         *rescore_note(),
         *table("nll", "Test NLL (lower is better)"),
@@ -582,11 +585,18 @@ def write_report(records: list[dict], path: Path) -> str:
     if failed:
         lines += ["Failed runs: " + "; ".join(f"{r['method']} {r['dataset']} split {r['split']}: {r.get('reason')}"
                                             for r in failed), ""]
-    lines += ["Per split (raw numbers): `benchmarks/results/uci_raw.json`. Earlier results on boston and concrete "
-              "with another protocol (seeded random 90/10 splits): [uci_random_splits.md](uci_random_splits.md).", ""]
+    earlier = Path(os.path.relpath(RESULTS / "uci_random_splits.md", path.parent)).as_posix()
+    lines += [f"Per split (raw numbers): `{_shown(path.parent / 'uci_raw.json')}`. Earlier results on boston and "
+              f"concrete with another protocol (seeded random 90/10 splits): [uci_random_splits.md]({earlier}).", ""]
     text = "\n".join(lines)
     path.write_text(text)
     return text
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the checkout when it lies inside it (as the README cites it), else absolute."""
+    path = path.resolve()
+    return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
 
 
 # --------------------------------------------------------------------------- command line
@@ -618,7 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--splits", type=parse_splits, default=parse_splits("0-4"), help="e.g. 0-4 (default) or 0,2,5")
     p.add_argument("--data-dir", type=Path, default=None,
                    help="folder of the nine dataset folders (default: <repo>/../shared/datasets/uci)")
-    p.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results",
+    p.add_argument("--results", type=Path, default=RESULTS,
                    help="folder of uci_raw.json and uci.md (default: benchmarks/results)")
     p.add_argument("--report", action="store_true", help="only regenerate uci.md from uci_raw.json")
     p.add_argument("--runs-dir", type=Path, default=Path("runs/uci"), help="autodeuq catalogs (default: runs/uci)")

@@ -326,3 +326,22 @@ def test_report_leaves_resumed_searches_out_of_the_wall_times(tmp_path):
     assert "| yacht | 400 s (1 resumed split left out), 100 epochs |" in cost
     md = uci.write_report([record(2, 9.0, 98)], tmp_path / "uci.md")
     assert "| yacht | resumed, 100 epochs |" in md.split("**Cost per split**")[1]
+
+
+def test_report_names_each_machine_and_its_own_raw_file(tmp_path, monkeypatch):
+    def record(split, machine):
+        return {"method": "autodeuq", "dataset": "yacht", "split": split, "status": "done", "nll": 0.1, "rmse": 1.0,
+                "coverage_90": 0.9, "wall_s": 1.0, "epochs": 100, "info": {}, "machine": machine}
+
+    checkout = tmp_path / "checkout"
+    monkeypatch.setattr(uci, "REPO", checkout)
+    monkeypatch.setattr(uci, "RESULTS", checkout / "benchmarks" / "results")
+    (tmp_path / "elsewhere").mkdir()
+    md = uci.write_report([record(0, "2-core, idle"), record(1, "2-core, shared"), record(2, "2-core, shared")],
+                          tmp_path / "elsewhere" / "uci.md")
+    assert "Machine: `2-core, idle` (1 run); `2-core, shared` (2 runs); single-threaded" in md
+    assert f"Per split (raw numbers): `{tmp_path / 'elsewhere' / 'uci_raw.json'}`" in md
+    (uci.RESULTS / "uci_sub").mkdir(parents=True)
+    md = uci.write_report([record(0, "2-core, idle")], uci.RESULTS / "uci_sub" / "uci.md")
+    assert "Machine: 2-core, idle; single-threaded" in md
+    assert "`benchmarks/results/uci_sub/uci_raw.json`" in md and "(../uci_random_splits.md)" in md
