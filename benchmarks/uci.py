@@ -520,14 +520,22 @@ def write_report(records: list[dict], path: Path) -> str:
             refs = {LABELS[o]: {d: np.mean([r["nll"] for r in cell[(o, d)]]) for d in ds if cell[(o, d)]}
                     for o in methods if o not in (DEFAULTS, *OURS)}
             refs["AutoDEUQ (thesis)"] = {d: PUBLISHED["AutoDEUQ (thesis)"]["nll"][d] for d in ds}
-            parts = []
+            parts, losses = [], []
             for name, ref in refs.items():
-                wins = [d for d in ref if np.mean([r["nll"] for r in cell[(m, d)]]) < ref[d]]
+                ours = {d: np.mean([r["nll"] for r in cell[(m, d)]]) for d in ref}
+                wins = [d for d in ref if ours[d] < ref[d]]
                 parts.append(f"{name} on {len(wins)} of {len(ref)}")
+                behind = ", ".join(f"{d} by {ours[d] - ref[d]:.3f}" for d in ref if d not in wins)
+                if behind:
+                    losses.append(f"{name} on {behind}")
             plural = "s" if len(ds) > 1 else ""
             lines.append(f"- {LABELS[m]} ({len(ds)} dataset{plural} so far): mean test NLL below "
-                         + ", ".join(parts) + ".")
+                         + ", ".join(parts) + "." + (" Above " + "; ".join(losses) + "." if losses else ""))
         return lines + [""] if lines else []
+
+    def notes(file: Path) -> list[str]:
+        # hand-written findings kept next to the generated report (what was measured about a result)
+        return [file.read_text().strip(), ""] if file.is_file() else []
 
     failed = [r for r in records if r.get("status") != "done"]
     commands = sorted({r["command"] for r in records if r.get("command")})
@@ -562,6 +570,7 @@ def write_report(records: list[dict], path: Path) -> str:
         *cost_table(),
         *discarding_table(),
         *standing(),
+        *notes(path.parent / "uci_notes.md"),
         "Published columns (means over their splits; not measured here): AutoDEUQ (thesis): Egele et al. 2022, "
         "thesis Table 6.1 (500-model catalog, ensemble of 5, random train/validation splits). Deep Ensembles "
         "(paper): Lakshminarayanan et al. 2017, Table 1 (20 splits, 5 for protein; trained on the whole training "

@@ -220,7 +220,8 @@ def test_report_compares_early_discarding_on_the_splits_run_both_ways(tmp_path):
                          "| concrete | 0 | i-Epoch | 833 | 10.0× | 2.910 | -0.020 | 10 s |"]
     assert not any(line.startswith("| concrete | 1 |") for line in rows)  # run one way only
     # 2.93 < 3.04 (NGBoost's mean) but not < 2.86 (the thesis); the SHA mean 2.93 likewise.
-    assert "- AutoDEUQ (1 dataset so far): mean test NLL below NGBoost on 1 of 1, AutoDEUQ (thesis) on 0 of 1." in md
+    assert ("- AutoDEUQ (1 dataset so far): mean test NLL below NGBoost on 1 of 1, AutoDEUQ (thesis) on 0 of 1. "
+            "Above AutoDEUQ (thesis) on concrete by 0.070.") in md
 
 
 def test_report_defaults_row_takes_the_method_auto_early_discarding_runs(tmp_path):
@@ -328,7 +329,7 @@ def test_report_leaves_resumed_searches_out_of_the_wall_times(tmp_path):
     assert "| yacht | resumed, 100 epochs |" in md.split("**Cost per split**")[1]
 
 
-def test_report_names_each_machine_and_its_own_raw_file(tmp_path, monkeypatch):
+def test_report_names_each_machine_its_raw_file_and_its_notes(tmp_path, monkeypatch):
     def record(split, machine):
         return {"method": "autodeuq", "dataset": "yacht", "split": split, "status": "done", "nll": 0.1, "rmse": 1.0,
                 "coverage_90": 0.9, "wall_s": 1.0, "epochs": 100, "info": {}, "machine": machine}
@@ -341,7 +342,10 @@ def test_report_names_each_machine_and_its_own_raw_file(tmp_path, monkeypatch):
                           tmp_path / "elsewhere" / "uci.md")
     assert "Machine: `2-core, idle` (1 run); `2-core, shared` (2 runs); single-threaded" in md
     assert f"Per split (raw numbers): `{tmp_path / 'elsewhere' / 'uci_raw.json'}`" in md
+    assert "measured about why" not in md
     (uci.RESULTS / "uci_sub").mkdir(parents=True)
+    (uci.RESULTS / "uci_sub" / "uci_notes.md").write_text("**What was measured about why**: a finding.\n")
     md = uci.write_report([record(0, "2-core, idle")], uci.RESULTS / "uci_sub" / "uci.md")
     assert "Machine: 2-core, idle; single-threaded" in md
+    assert "\n**What was measured about why**: a finding.\n" in md
     assert "`benchmarks/results/uci_sub/uci_raw.json`" in md and "(../uci_random_splits.md)" in md
