@@ -604,8 +604,8 @@ def write_report(records: list[dict], path: Path) -> str:
 
 def _shown(path: Path) -> str:
     """``path`` relative to the checkout when it lies inside it (as the README cites it), else absolute."""
-    path = path.resolve()
-    return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
+    path, repo = path.resolve(), REPO.resolve()
+    return path.relative_to(repo).as_posix() if path.is_relative_to(repo) else str(path)
 
 
 # --------------------------------------------------------------------------- command line

@@ -341,7 +341,7 @@ def test_report_names_each_machine_its_raw_file_and_its_notes(tmp_path, monkeypa
     md = uci.write_report([record(0, "2-core, idle"), record(1, "2-core, shared"), record(2, "2-core, shared")],
                           tmp_path / "elsewhere" / "uci.md")
     assert "Machine: `2-core, idle` (1 run); `2-core, shared` (2 runs); single-threaded" in md
-    assert f"Per split (raw numbers): `{tmp_path / 'elsewhere' / 'uci_raw.json'}`" in md
+    assert f"Per split (raw numbers): `{(tmp_path / 'elsewhere' / 'uci_raw.json').resolve()}`" in md
     assert "measured about why" not in md
     (uci.RESULTS / "uci_sub").mkdir(parents=True)
     (uci.RESULTS / "uci_sub" / "uci_notes.md").write_text("**What was measured about why**: a finding.\n")
