@@ -146,6 +146,7 @@ def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_s
     ParameterError
         Naming the first bad parameter, what it must be and the value given.
     """
+    from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
     from autodeuq.ensemble.refit import check_refit
     from autodeuq.ensemble.selection import METHODS, SCORES, STOPS
 
@@ -153,9 +154,9 @@ def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_s
     _one_of("selector", selector, METHODS)
     _one_of("selection_score", selection_score, SCORES)
     _one_of("selection_stop", selection_stop, STOPS)
-    _one_of("diversity", diversity, ("none", "architecture", "activations"))
+    _one_of("diversity", diversity, DIVERSITY)
     _integer("selection_bags", selection_bags, 0)
-    _one_of("calibrate", calibrate, ("auto", "none", "scale"))
+    _one_of("calibrate", calibrate, CALIBRATIONS)
     check_refit(refit)
 
 

@@ -79,6 +79,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: import the check
 
 from autodeuq import metrics  # noqa: E402
 from autodeuq.data import DataError  # noqa: E402
+from autodeuq.ensemble.options import CALIBRATIONS  # noqa: E402
 from autodeuq.fileio import atomic_write  # noqa: E402
 from benchmarks.uci_data import DATASETS, VALID_FRACTION, default_data_dir, load_split, n_splits  # noqa: E402
 
@@ -651,7 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refit", choices=tuple(REFIT_CHOICES), default="auto",
                    help="autodeuq: refit the selected members on training + validation rows (default: auto, "
                         "the estimator's default: up to 1000 rows)")
-    p.add_argument("--calibrate", choices=("auto", "none", "scale"), default="auto",
+    p.add_argument("--calibrate", choices=CALIBRATIONS, default="auto",
                    help="autodeuq: the estimator's recalibration of the predictive std (default: auto, the "
                         "estimator's default: above 1000 rows); keep records of other values apart with --results")
     p.add_argument("--rescore", action="store_true",
