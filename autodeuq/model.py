@@ -16,6 +16,7 @@ module has been imported.
 """
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import warnings
@@ -92,8 +93,32 @@ def count_params(model: keras.Model) -> int:
     return int(sum(int(np.prod(v.shape)) for v in model.trainable_weights))
 
 
+def _remember_keras_skipsets() -> None:
+    """Make Keras' saver compute each kind of object's attribute skip-set once per process.
+
+    For every layer it saves, Keras 3's saver (``keras.src.saving.saving_lib``) asks
+    ``get_attr_skipset`` for the attributes a bare ``Layer`` has, which builds a throwaway
+    ``Layer`` each time: the function stores its result under one global key and reads it under
+    another, so it never finds it. That is about a third of the time of saving one of the search's
+    networks (``benchmarks/results/training_speed.md``). The set depends only on the kind of
+    object, and the saver only reads it, so it is memoized here. Nothing changes if Keras renames
+    the function (the saver then runs as it is).
+    """
+    try:
+        from keras.src.saving import saving_lib
+    except ImportError:  # pragma: no cover - another Keras layout
+        return
+    original = getattr(saving_lib, "get_attr_skipset", None)
+    if original is None or getattr(original, "autodeuq_memo", False):
+        return
+    remembered = functools.lru_cache(maxsize=None)(original)
+    remembered.autodeuq_memo = True
+    saving_lib.get_attr_skipset = remembered
+
+
 def model_to_bytes(model: keras.Model) -> bytes:
     """The model's ``.keras`` file content."""
+    _remember_keras_skipsets()
     fd, path = tempfile.mkstemp(suffix=".keras")
     os.close(fd)
     try:

@@ -383,6 +383,21 @@ def test_model_bytes_round_trip(scaled_model):
     np.testing.assert_allclose(np.asarray(again(x)), np.asarray(model(x)), rtol=1e-6)
 
 
+def test_saving_builds_keras_attribute_skipsets_once_per_kind(scaled_model):
+    from keras.src.saving import saving_lib
+
+    model, _ = scaled_model
+    model_to_bytes(model)
+    remembered = saving_lib.get_attr_skipset
+    assert remembered.autodeuq_memo
+    kinds = remembered.cache_info().currsize
+    assert kinds >= 2  # at least "Functional" and "Layer"
+    model_to_bytes(model)
+    assert remembered.cache_info().currsize == kinds  # the second save computed nothing new
+    # what Keras' own function gives, so the saved file is the same
+    assert remembered("Layer") == remembered.__wrapped__("Layer")
+
+
 def test_keras_load_model_in_safe_mode(scaled_model, tmp_path):
     model, x = scaled_model
     path = tmp_path / "net.keras"
