@@ -78,7 +78,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         it was measured to lower the test NLL (on 10 of 12 standard UCI splits, by 0.072 nats on
         average). ``ensemble_`` keeps its catalog (``run_dir_``) and holds the refitted networks;
         ``ensemble_.without_refit()`` is the ensemble before the refit, and
-        ``ensemble_.selection["refit"]`` says what was done. Under ``timeout``, a member is
+        ``ensemble_.selection["refit"]`` says what was done. With ``evaluator="ray"`` the
+        members retrain at once on the search's workers. Under ``timeout``, a member is
         refitted only when its retraining fits in the time left (else a
         :class:`~autodeuq.ensemble.refit.RefitTimeWarning`).
     early_discarding : {"auto", "none", "sha", "iepoch"}, default="auto"
@@ -265,9 +266,12 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.ensemble_ = Ensemble.from_catalog(self.run_dir_, size=self.ensemble_size, selector=self.selector,
                                                score=score, stop=self.selection_stop, diversity=self.diversity,
                                                calibrate=self.calibrate, bags=self.selection_bags, seed=seed)
+        # The members retrain in parallel on the search's workers (still up) when it ran on Ray.
         self.ensemble_, _ = refit_selected(self.ensemble_, np.vstack([dataset.x_train, dataset.x_valid]),
                                            np.vstack([dataset.y_train, dataset.y_valid]), self.refit,
-                                           deadline=ensemble_deadline(started, self.timeout))
+                                           deadline=ensemble_deadline(started, self.timeout),
+                                           evaluator=self.evaluator, evaluator_options={"workers": self.workers}
+                                           if self.evaluator == "ray" else None)
         return self
 
     def _check_parameters(self) -> str:

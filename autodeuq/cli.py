@@ -193,7 +193,8 @@ def _add_ensemble_args(p, with_test=True):
                    help="retrain the selected members on the training and validation rows together, each for the "
                         "epochs of its best validation loss with the learning rates it used then (their networks "
                         "are written beside the --out manifest, DIR/ensemble_refit/<id>.keras by default); "
-                        "--no-refit: keep the networks the search trained. Under run's --timeout, a member is "
+                        "--no-refit: keep the networks the search trained. run retrains them at once on its "
+                        "search's Ray workers, ensemble one after the other. Under run's --timeout, a member is "
                         "refitted only if its retraining fits in the time left (default: when the training and "
                         "validation rows number at most 1000, where it was measured to lower the test NLL)")
     g.add_argument("--out", default=None, metavar="FILE",
@@ -384,6 +385,16 @@ def _os_error(exc: OSError) -> CLIError:
     return CLIError(f"{where}{exc.strerror or exc}")
 
 
+def _refit_evaluator(args) -> dict:
+    """Where ``run`` refits the members: on its search's evaluator (Ray's workers are still up);
+    ``ensemble`` alone refits in its own process."""
+    if getattr(args, "evaluator", "serial") != "ray":
+        return {}
+    return {"refit_evaluator": "ray",
+            "refit_evaluator_options": {"workers": args.workers, "cpus_per_eval": args.cpus_per_eval,
+                                        "gpus_per_eval": args.gpus_per_eval, "address": args.ray_address}}
+
+
 def cmd_ensemble(args, run_dir=None, deadline=None):
     """``autodeuq ensemble``; ``deadline``: the :func:`time.monotonic` time by which a run must end."""
     from autodeuq.ensemble.predictive import EnsembleSizeWarning
@@ -401,7 +412,8 @@ def cmd_ensemble(args, run_dir=None, deadline=None):
             report = build_and_report(run_dir, size=args.size, selector=args.selector, score=args.selection_score,
                                       test_file=getattr(args, "test", None), manifest=out,
                                       stop=args.selection_stop, diversity=args.diversity, calibrate=args.calibrate,
-                                      bags=args.selection_bags, refit=args.refit, deadline=deadline)
+                                      bags=args.selection_bags, refit=args.refit, deadline=deadline,
+                                      **_refit_evaluator(args))
         except OSError as exc:  # FileNotFoundError of a --test file included
             raise _os_error(exc) from None
     for warning in caught:

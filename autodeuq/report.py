@@ -51,7 +51,8 @@ def _builtin_dataset(catalog: Catalog):
 
 
 def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_file=None,
-                     manifest=None, refit="auto", deadline=None, **selection) -> Report:
+                     manifest=None, refit="auto", deadline=None, refit_evaluator="serial",
+                     refit_evaluator_options=None, **selection) -> Report:
     """Select an ensemble, score it on validation (cached) and test data, write metrics.json, the
     figures and the manifest.
 
@@ -70,7 +71,8 @@ def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_f
     ``refit`` (True, False or "auto": :func:`autodeuq.ensemble.refit.should_refit`) retrains the
     selected members on the training and validation rows the catalog stores
     (:mod:`autodeuq.ensemble.refit`), each member while the estimated time of its retraining
-    fits before ``deadline`` (a :func:`time.monotonic` time; None: no limit). The refitted
+    fits before ``deadline`` (a :func:`time.monotonic` time; None: no limit), on the evaluator
+    ``refit_evaluator`` with ``refit_evaluator_options`` (:func:`autodeuq.ensemble.refit.refit`). The refitted
     networks are written beside the manifest (``<stem>_refit/<id>.keras``), the test scores and
     figures are the refitted ensemble's, and ``validation`` stays the score of the selection
     before the refit (the refitted members have trained on those rows). ``metrics.json`` says
@@ -91,7 +93,8 @@ def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_f
     results = {"validation": metrics.evaluate(means, variances, ensemble.weights, valid_targets)}
     calibration = dict(ensemble.calibration) if ensemble.calibration else None
     test, train = _test_and_training_data(catalog, ensemble, test_file)
-    ensemble, refit_line = _refitted(ensemble, catalog, run_dir, refit, deadline)
+    ensemble, refit_line = _refitted(ensemble, catalog, run_dir, refit, deadline,
+                                     evaluator=refit_evaluator, evaluator_options=refit_evaluator_options)
 
     # The figures of the predictions show test data when there is some, else validation data.
     scored = ("validation", means, variances, valid_targets)
@@ -123,8 +126,9 @@ def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_f
     return Report(ensemble, results, written, refit_line)
 
 
-def _refitted(ensemble, catalog, run_dir, when, deadline):
-    """(the ensemble refitted when ``when`` says so, the line saying what was done)."""
+def _refitted(ensemble, catalog, run_dir, when, deadline, **where):
+    """(the ensemble refitted when ``when`` says so, the line saying what was done); ``where``: the
+    ``evaluator`` and ``evaluator_options`` of :func:`autodeuq.ensemble.refit.refit`."""
     from autodeuq.ensemble.refit import not_refitted, refit_selected, should_refit
 
     if when is False:
@@ -139,7 +143,7 @@ def _refitted(ensemble, catalog, run_dir, when, deadline):
                            f"by an older autodeuq), so its members cannot be refitted here; search again in a new "
                            f"run directory, or refit in Python with autodeuq.ensemble.refit.refit(ensemble, x, y)",
                            parameters=("refit", "run_dir"))
-    return refit_selected(ensemble, *rows, when, deadline=deadline)
+    return refit_selected(ensemble, *rows, when, deadline=deadline, **where)
 
 
 def _prediction_plots(ensemble, data, means, variances, y) -> dict[str, bytes]:

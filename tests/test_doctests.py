@@ -8,6 +8,7 @@ MODULES = (
     "autodeuq.metrics",
     "autodeuq.ensemble.selection",
     "autodeuq.ensemble.calibration",
+    "autodeuq.ensemble.refit",
     "autodeuq.catalog",
     "autodeuq.fileio",
     "autodeuq.result",

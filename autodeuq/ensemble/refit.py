@@ -29,6 +29,11 @@ validation rows number at most :data:`AUTO_MAX_ROWS`, and ``refit=True`` asks fo
 Under a time limit a member is refitted only when its estimated retraining time (its search
 training's seconds per epoch, times the epochs replayed, scaled by the rows) fits in the time
 left; the others keep their original network (``selection["refit"]["out_of_time"]``).
+
+The members' retrainings are independent: with ``evaluator="ray"`` they run as parallel tasks on
+the search's evaluator (the workers of the search that just ended are still up, so nothing
+starts again), with ``"serial"`` one after the other in this process. Each retraining is seeded
+by its member, so both give the same networks up to floating-point rounding.
 """
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ import numpy as np
 from autodeuq.data import from_arrays
 from autodeuq.ensemble.predictive import CatalogMembers, Ensemble
 from autodeuq.errors import AutoDEUQError, ParameterError
+from autodeuq.evaluator.base import TrainingObjective
 from autodeuq.metrics import gaussian_nll
 
 #: ``refit="auto"`` refits when the training and validation rows number at most this many: the
@@ -110,7 +116,58 @@ def _nll(model, x, y) -> float:
     return float(np.mean(gaussian_nll(y, mean, var)))
 
 
-def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: float | None = None) -> Ensemble:
+class RefitObjective(TrainingObjective):
+    """Retrain catalog members on all the rows: evaluation ``entry_id`` replays that member's learning-rate
+    schedule (:func:`member_schedule`) from the seed of its search training.
+
+    Parameters
+    ----------
+    space : SearchSpace
+    dataset : Dataset
+        Every row to fit, as both its training and its validation rows.
+    seed : int
+        The search's base seed.
+    schedules : dict
+        Entry id -> learning rate of each epoch to replay.
+    threads : int, optional
+        TensorFlow intra-op threads of each retraining.
+    """
+
+    def __init__(self, space, dataset, seed: int, schedules: dict, threads: int | None = None):
+        super().__init__(space, dataset, seed=seed, threads=threads)
+        self.schedules = {int(i): [float(lr) for lr in rates] for i, rates in schedules.items()}
+
+    def _training_options(self, eval_id: int) -> dict:
+        return {"schedule": self.schedules[int(eval_id)]}
+
+
+def plan_within_deadline(estimates: dict, n_slots: int, now: float, deadline: float | None) -> tuple[list, list]:
+    """Which retrainings to start: ``(ids to run, ids left out)``.
+
+    The retrainings, in the order given, go to the slot that frees first (``n_slots`` run at once);
+    one whose estimated end (``estimates[id]`` seconds after its start) would pass ``deadline``
+    is left out and frees nothing.
+
+    >>> plan_within_deadline({1: 10.0, 2: 10.0, 3: 10.0}, 2, now=0.0, deadline=15.0)
+    ([1, 2], [3])
+    >>> plan_within_deadline({1: 10.0, 2: 30.0, 3: 4.0}, 1, now=0.0, deadline=15.0)
+    ([1, 3], [2])
+    """
+    free = [float(now)] * max(1, int(n_slots))
+    run, late = [], []
+    for entry_id, seconds in estimates.items():
+        slot = min(range(len(free)), key=free.__getitem__)
+        end = free[slot] + float(seconds)
+        if deadline is not None and end > deadline:
+            late.append(entry_id)
+            continue
+        free[slot] = end
+        run.append(entry_id)
+    return run, late
+
+
+def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: float | None = None,
+          evaluator: str = "serial", evaluator_options: dict | None = None) -> Ensemble:
     """The ensemble with every member retrained on ``(x, y)`` (see the module documentation).
 
     Parameters
@@ -122,10 +179,18 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
         All the rows to fit: the search's training and validation rows together.
     y : array-like of shape (n, n_targets)
     threads : int, optional
-        TensorFlow threads (only effective before TensorFlow runs its first operation).
+        TensorFlow threads of each retraining (only effective before TensorFlow runs its first
+        operation in the process that trains).
     deadline : float, optional
         A :func:`time.monotonic` time: a member whose estimated refit (:func:`estimated_seconds`)
-        would end after it keeps its original network.
+        would end after it, given the retrainings before it (:func:`plan_within_deadline`), keeps
+        its original network.
+    evaluator : {"serial", "ray"}
+        Where the retrainings run (:func:`autodeuq.evaluator.create`): one after the other in
+        this process, or as parallel Ray tasks (on the instance this process already runs or
+        joins, else a new local one).
+    evaluator_options : dict, optional
+        Options of that evaluator (``workers``, ``cpus_per_eval``, ``address``, ...).
 
     Returns
     -------
@@ -135,18 +200,19 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
         :meth:`Ensemble.without_refit` gives the ensemble before the refit).
         ``selection["refit"]`` records ``refitted`` (whether any member was), the rows, each
         refitted member's epochs, the members kept as they were (``kept_original``: a worse
-        fit; ``out_of_time``: no time left for them) and the seconds it took.
+        fit; ``out_of_time``: no time left for them), the retrainings run at once (``parallel``)
+        and the seconds it took.
 
     Raises
     ------
     ParameterError
-        The ensemble has no catalog, or ``x``/``y`` do not match its features and targets.
+        The ensemble has no catalog, ``x``/``y`` do not match its features and targets, or the
+        evaluator is unknown.
     RefitError
         A member's training failed (non-finite loss, ...).
     """
+    from autodeuq import evaluator as evaluators
     from autodeuq.catalog import load_keras_model
-    from autodeuq.evaluator.base import evaluation_seed
-    from autodeuq.train import train
 
     catalog = ensemble.catalog
     if catalog is None:
@@ -159,43 +225,56 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
         raise ParameterError("x", f"must have {len(ensemble.feature_names)} columns and as many rows as y", np.shape(x))
     if y.shape[1] != len(ensemble.target_names):
         raise ParameterError("y", f"must have {len(ensemble.target_names)} column(s)", np.shape(y))
+    if evaluator not in evaluators.EVALUATORS:
+        raise ParameterError("evaluator", "must be " + " or ".join(map(repr, evaluators.EVALUATORS)), evaluator)
     # Every row trains; the same rows stand in for the validation data, whose loss is only reported.
     dataset = from_arrays(x, y, x, y, feature_names=ensemble.feature_names, target_names=ensemble.target_names,
                           name="refit")
-    space, seed = catalog.space, int(catalog.meta.get("seed") or 0)
     n_train = int((catalog.meta.get("data") or {}).get("n_train") or len(x))
     started = time.monotonic()
-    models, epochs, kept, late = {}, {}, [], []
-    for entry_id in ensemble.member_ids:
-        entry = catalog.entry(entry_id)
-        schedule = member_schedule(entry)
-        if deadline is not None and time.monotonic() + estimated_seconds(entry, len(x), n_train) > deadline:
-            late.append(entry_id)
-            continue
-        result = train(entry["config"], space, dataset, seed=evaluation_seed(seed, entry_id), threads=threads,
-                       schedule=schedule)
-        if not result.ok:
-            raise RefitError(f"refit of member {entry_id} failed: {result.reason}")
-        original = catalog.model_bytes(entry_id)
+    entries = {entry_id: catalog.entry(entry_id) for entry_id in dict.fromkeys(ensemble.member_ids)}
+    schedules = {entry_id: member_schedule(entry) for entry_id, entry in entries.items()}
+    if threads is None and evaluator == "ray":  # as a search's evaluations: one thread per CPU given
+        threads = max(1, int((evaluator_options or {}).get("cpus_per_eval") or 1))
+    objective = RefitObjective(catalog.space, dataset, int(catalog.meta.get("seed") or 0), schedules, threads)
+    results = {}
+    with evaluators.create(evaluator, objective, **(evaluator_options or {})) as runner:
+        estimates = {i: estimated_seconds(entry, len(x), n_train) for i, entry in entries.items()}
+        planned, late = plan_within_deadline(estimates, runner.n_slots, time.monotonic(), deadline)
+        for entry_id in planned:
+            runner.submit(entry_id, entries[entry_id]["config"])
+        while runner.n_running:
+            results.update(runner.wait())
+        parallel = min(runner.n_slots, len(planned))
+    models, epochs, kept = {}, {}, []
+    for entry_id in planned:
+        result = results.get(entry_id)
+        if result is None or not result.ok:
+            reason = "no result" if result is None else result.reason
+            raise RefitError(f"refit of member {entry_id} failed: {reason}")
         where = f"{catalog.run_dir}: member {entry_id}"
-        if _nll(load_keras_model(result.model_bytes, where), x, y) <= _nll(load_keras_model(original, where), x, y):
-            models[entry_id], epochs[entry_id] = result.model_bytes, len(schedule)
+        original = load_keras_model(catalog.model_bytes(entry_id), where)
+        if _nll(load_keras_model(result.model_bytes, where), x, y) <= _nll(original, x, y):
+            models[entry_id], epochs[entry_id] = result.model_bytes, len(schedules[entry_id])
         else:
             kept.append(entry_id)
     record = {"refitted": bool(epochs), "rows": int(len(x)), "epochs": {str(i): e for i, e in epochs.items()},
-              "kept_original": kept, "out_of_time": late, "seconds": round(time.monotonic() - started, 1)}
+              "kept_original": kept, "out_of_time": late, "parallel": parallel,
+              "seconds": round(time.monotonic() - started, 1)}
     source = CatalogMembers(catalog.run_dir, models)
     return Ensemble(source, ensemble.member_ids, ensemble.weights, selection={**ensemble.selection, "refit": record},
                     calibration=ensemble.calibration)
 
 
 def refit_selected(ensemble: Ensemble, x, y, when="auto", *, deadline: float | None = None,
-                   threads: int | None = None) -> tuple[Ensemble, str]:
+                   threads: int | None = None, evaluator: str = "serial",
+                   evaluator_options: dict | None = None) -> tuple[Ensemble, str]:
     """The selected ensemble refitted on ``(x, y)`` when ``when`` says so (:func:`should_refit`), and a
     line saying what was done.
 
     The ensemble returned records the decision in ``selection["refit"]`` (``refitted``: False and
-    the ``reason`` when it is returned as it was). ``deadline`` as in :func:`refit`.
+    the ``reason`` when it is returned as it was). ``deadline``, ``evaluator`` and
+    ``evaluator_options`` as in :func:`refit`.
 
     Warns
     -----
@@ -208,12 +287,14 @@ def refit_selected(ensemble: Ensemble, x, y, when="auto", *, deadline: float | N
     if go and deadline is not None and time.monotonic() >= deadline:
         go, why = False, "not refitted: no time left under the time limit"
     if go:
-        refitted = refit(ensemble, x, y, threads=threads, deadline=deadline)
+        refitted = refit(ensemble, x, y, threads=threads, deadline=deadline, evaluator=evaluator,
+                         evaluator_options=evaluator_options)
         info = refitted.selection["refit"]
         kept = [f"{i} (fits the rows worse)" for i in info["kept_original"]]
         kept += [f"{i} (no time left under the time limit)" for i in info["out_of_time"]]
+        at_once = f", {info['parallel']} at a time" if info.get("parallel", 1) > 1 else ""
         line = (f"{why}; {len(info['epochs'])} of {len(ensemble.member_ids)} member(s) retrained on {info['rows']} "
-                f"rows in {info['seconds']:.1f} s")
+                f"rows in {info['seconds']:.1f} s{at_once}")
         if kept:
             line += f"; kept their original network: {', '.join(kept)}"
         if info["out_of_time"]:

@@ -157,4 +157,8 @@ class TrainingObjective:
         if self._space is None:
             self._space = SearchSpace(self.space_spec, source=self.space_source)
         return train(config, self._space, self.dataset, seed=evaluation_seed(self.seed, eval_id),
-                     epochs=self.epochs, discarder=self.discarder)
+                     **self._training_options(eval_id))
+
+    def _training_options(self, eval_id: int) -> dict:
+        """Keywords of :func:`autodeuq.train.train` for evaluation ``eval_id`` (a subclass may change them)."""
+        return {"epochs": self.epochs, "discarder": self.discarder}
