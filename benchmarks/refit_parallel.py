@@ -7,7 +7,9 @@ one member after the other (``evaluator="serial"``: what ``autodeuq ensemble`` a
 as Ray tasks on ``--workers`` workers (what ``autodeuq run`` and the estimator do, on the workers
 their search leaves up). A first, untimed refit on Ray starts those workers, as a search would
 have. Both refits must retrain the same members for the same epochs and keep the same ones; the
-table gives the largest difference between their test predictions.
+table gives the largest difference between their test predictions (the workers' TensorFlow runs
+one thread per evaluation, as in the search, this process' TensorFlow all of its cores' threads:
+rounding may differ, and a training may amplify it).
 
     python benchmarks/refit_parallel.py --runs-dir /work/runs/uci_quiet --suffix "" \
         --datasets yacht boston energy concrete --splits 0
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -69,8 +72,8 @@ def main(argv=None) -> int:
     p.add_argument("--machine", default="2-core x86_64 CPU dev machine")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "refit_parallel.md")
     args = p.parse_args(argv)
-    command = "python benchmarks/refit_parallel.py " + " ".join(
-        repr(a) if a == "" else a for a in (sys.argv[1:] if argv is None else argv))
+    command = " ".join(["python", "benchmarks/refit_parallel.py"]
+                       + [shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)])
     jobs = [(d, s, args.runs_dir / f"{d}-split{s}{args.suffix}") for d in args.datasets for s in args.splits]
     jobs = [job for job in jobs if job[2].is_dir()]
     if not jobs:
@@ -90,7 +93,7 @@ def main(argv=None) -> int:
                   f"({record['parallel']} at a time), same members and epochs: {record['same']}", flush=True)
     lines = ["# Refit: members one after the other, or as parallel Ray tasks", "",
              f"Command: `{command}`", "", f"Machine: {args.machine}.", "",
-             "| dataset | split | members retrained | epochs replayed | one after the other (s) | "
+             "| dataset | split | members retrained | epochs of the refits kept | one after the other (s) | "
              f"Ray, {args.workers} workers (s) | speed-up | same members, epochs, kept "
              "| largest test-mean difference |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -33,7 +33,10 @@ left; the others keep their original network (``selection["refit"]["out_of_time"
 The members' retrainings are independent: with ``evaluator="ray"`` they run as parallel tasks on
 the search's evaluator (the workers of the search that just ended are still up, so nothing
 starts again), with ``"serial"`` one after the other in this process. Each retraining is seeded
-by its member, so both give the same networks up to floating-point rounding.
+by its member, so both retrain the same members for the same epochs and keep the same ones. The
+networks can differ by floating-point rounding, which a training may amplify: a Ray task's
+TensorFlow runs one thread per CPU it is given, as the search's evaluations did, while this
+process' runs as many as it was started with (``benchmarks/results/refit_parallel.md``).
 """
 from __future__ import annotations
 
