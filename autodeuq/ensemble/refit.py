@@ -228,8 +228,6 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
         raise ParameterError("x", f"must have {len(ensemble.feature_names)} columns and as many rows as y", np.shape(x))
     if y.shape[1] != len(ensemble.target_names):
         raise ParameterError("y", f"must have {len(ensemble.target_names)} column(s)", np.shape(y))
-    if evaluator not in evaluators.EVALUATORS:
-        raise ParameterError("evaluator", "must be " + " or ".join(map(repr, evaluators.EVALUATORS)), evaluator)
     # Every row trains; the same rows stand in for the validation data, whose loss is only reported.
     dataset = from_arrays(x, y, x, y, feature_names=ensemble.feature_names, target_names=ensemble.target_names,
                           name="refit")
