@@ -270,8 +270,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.ensemble_, _ = refit_selected(self.ensemble_, np.vstack([dataset.x_train, dataset.x_valid]),
                                            np.vstack([dataset.y_train, dataset.y_valid]), self.refit,
                                            deadline=ensemble_deadline(started, self.timeout),
-                                           evaluator=self.evaluator, evaluator_options={"workers": self.workers}
-                                           if self.evaluator == "ray" else None)
+                                           evaluator=self.evaluator, evaluator_options={"workers": self.workers})
         return self
 
     def _check_parameters(self) -> str:

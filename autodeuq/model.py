@@ -101,8 +101,8 @@ def _remember_keras_skipsets() -> None:
     ``Layer`` each time: the function stores its result under one global key and reads it under
     another, so it never finds it. That is about a third of the time of saving one of the search's
     networks (``benchmarks/results/training_speed.md``). The set depends only on the kind of
-    object, and the saver only reads it, so it is memoized here. Nothing changes if Keras renames
-    the function (the saver then runs as it is).
+    object, and the saver only reads it, so it is memoized, once, when this module is imported.
+    Nothing changes if Keras renames the function (the saver then runs as it is).
     """
     try:
         from keras.src.saving import saving_lib
@@ -116,9 +116,11 @@ def _remember_keras_skipsets() -> None:
     saving_lib.get_attr_skipset = remembered
 
 
+_remember_keras_skipsets()
+
+
 def model_to_bytes(model: keras.Model) -> bytes:
     """The model's ``.keras`` file content."""
-    _remember_keras_skipsets()
     fd, path = tempfile.mkstemp(suffix=".keras")
     os.close(fd)
     try:

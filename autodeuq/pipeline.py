@@ -215,6 +215,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         A bad parameter, before anything starts.
     """
     from autodeuq import evaluator as evaluators
+    from autodeuq.evaluator.base import evaluation_threads
     from autodeuq.runner import run_search
 
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -233,7 +234,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
     rule = discarder(early_discarding, sha_min_epochs=sha_min_epochs, sha_reduction=sha_reduction,
                      iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
     objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=epochs,
-                                             threads=max(1, int(cpus_per_eval or 1)), discarder=rule)
+                                             threads=evaluation_threads(cpus_per_eval), discarder=rule)
     if evaluator == "serial":
         runner = evaluators.create("serial", objective, eval_timeout=eval_timeout)
     else:

@@ -1,5 +1,5 @@
 """What saving one network (its ``.keras`` bytes) costs, with Keras' saver as it is and with the
-attribute skip-sets it looks up memoized (:func:`autodeuq.model._remember_keras_skipsets`).
+attribute skip-sets it looks up memoized (as ``autodeuq.model`` does on import).
 
 Keras 3's saver looks up, for every layer it writes, the attributes of a bare ``Layer``, and
 rebuilds a throwaway ``Layer`` each time because its cache is written under one key and read
@@ -38,7 +38,6 @@ def main(argv=None) -> int:
     import keras
     from keras.src.saving import saving_lib
 
-    from autodeuq import model as model_module
     from autodeuq.data import Standardizer
     from autodeuq.model import build_network, model_to_bytes, with_scaling
     from autodeuq.space import load_space
@@ -48,9 +47,7 @@ def main(argv=None) -> int:
     scaler = Standardizer.fit(rng.normal(size=(50, 13)), rng.normal(size=(50, 1)))
     models = [with_scaling(build_network(space, space.sample_arch(np.random.default_rng(1000 + i)), 13, 1), scaler)
               for i in range(args.configs)]
-    model_module._remember_keras_skipsets()
-    remembered = saving_lib.get_attr_skipset
-    model_module._remember_keras_skipsets = lambda: None  # the loop below chooses the saver
+    remembered = saving_lib.get_attr_skipset  # memoized when autodeuq.model was imported
     savers = {"Keras' saver as it is": remembered.__wrapped__, "skip-sets memoized": remembered}
     model_to_bytes(models[0])  # warm-up
     times = {name: [] for name in savers}

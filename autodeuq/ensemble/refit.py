@@ -48,7 +48,7 @@ import numpy as np
 from autodeuq.data import from_arrays
 from autodeuq.ensemble.predictive import CatalogMembers, Ensemble
 from autodeuq.errors import AutoDEUQError, ParameterError
-from autodeuq.evaluator.base import TrainingObjective
+from autodeuq.evaluator.base import TrainingObjective, evaluation_threads
 from autodeuq.metrics import gaussian_nll
 
 #: ``refit="auto"`` refits when the training and validation rows number at most this many: the
@@ -236,7 +236,7 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
     entries = {entry_id: catalog.entry(entry_id) for entry_id in dict.fromkeys(ensemble.member_ids)}
     schedules = {entry_id: member_schedule(entry) for entry_id, entry in entries.items()}
     if threads is None and evaluator == "ray":  # as a search's evaluations: one thread per CPU given
-        threads = max(1, int((evaluator_options or {}).get("cpus_per_eval") or 1))
+        threads = evaluation_threads((evaluator_options or {}).get("cpus_per_eval"))
     objective = RefitObjective(catalog.space, dataset, int(catalog.meta.get("seed") or 0), schedules, threads)
     results = {}
     with evaluators.create(evaluator, objective, **(evaluator_options or {})) as runner:

@@ -70,6 +70,15 @@ def check_eval_timeout(eval_timeout: float | None) -> float | None:
     return eval_timeout
 
 
+def evaluation_threads(cpus_per_eval: float | None) -> int:
+    """TensorFlow threads of an evaluation given ``cpus_per_eval`` CPUs (None: 1): one per whole CPU, at least one.
+
+    >>> evaluation_threads(None), evaluation_threads(0.5), evaluation_threads(4)
+    (1, 1, 4)
+    """
+    return max(1, int(cpus_per_eval or 1))
+
+
 def evaluation_seed(seed: int, eval_id: int) -> int:
     """The training seed of evaluation ``eval_id`` of a search seeded with ``seed``.
 
