@@ -66,15 +66,15 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     calibrate : {"auto", "none", "scale"}, default="auto"
         ``"scale"``: recalibrate each target's predictive std by a factor fitted on out-of-fold
         selections of the validation rows (saved with the ensemble). ``"auto"``: when the
-        training and validation rows number more than 1000, where it was measured to lower the
-        test NLL (:mod:`autodeuq.ensemble.calibration`).
+        training and validation rows number more than 1000 (:data:`autodeuq.data.SMALL_DATA_ROWS`),
+        where it was measured to lower the test NLL (:mod:`autodeuq.ensemble.calibration`).
     selection_bags : int, default=0
         When > 0, bagged selection: repeated on that many random halves of the validation rows,
         weights averaged (0: selection once on all the validation rows).
     refit : {"auto", True, False}, default="auto"
         Retrain the selected members on the training and validation rows together, each for
         the epochs of its best validation loss with the learning rates it used then (see
-        :mod:`autodeuq.ensemble.refit`). ``"auto"``: when those rows number at most 1000, where
+        :mod:`autodeuq.ensemble.refit`). ``"auto"``: when those rows number at most 1000 (the same threshold), where
         it was measured to lower the test NLL (on 10 of 12 standard UCI splits, by 0.072 nats on
         average). ``ensemble_`` keeps its catalog (``run_dir_``) and holds the refitted networks;
         ``ensemble_.without_refit()`` is the ensemble before the refit, and
@@ -84,7 +84,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         :class:`~autodeuq.ensemble.refit.RefitTimeWarning`).
     early_discarding : {"auto", "none", "sha", "iepoch"}, default="auto"
         ``"auto"``: ``"sha"`` when the training and validation rows number more than 1000, else
-        ``"none"`` (:data:`autodeuq.discard.AUTO_MIN_ROWS`). ``"none"``: every configuration is
+        ``"none"`` (:data:`autodeuq.data.SMALL_DATA_ROWS`). ``"none"``: every configuration is
         trained to its own early stop. ``"sha"``: asynchronous successive halving (Li et al.
         2020) with rungs at epochs 1, 3, 9, 27, 81: a training continues past a rung only if its
         validation loss is among the best third recorded there. ``"iepoch"``: i-Epoch (Egele

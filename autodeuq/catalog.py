@@ -750,6 +750,15 @@ class Catalog:
             self._space = SearchSpace(self._meta["space"], source=f"{self.run_dir / META_NAME} (space)")
         return self._space
 
+    def row_counts(self) -> tuple[int, int] | None:
+        """``(training rows, validation rows)`` of the run, as recorded at its creation; None when
+        the catalog does not record them (one of an older autodeuq)."""
+        data = self._meta.get("data") or {}
+        counts = (data.get("n_train"), data.get("n_valid"))
+        if all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
+            return counts
+        return None
+
     def validation_targets(self) -> np.ndarray:
         """The validation targets, shape (n_valid, n_targets), original units."""
         return self._valid_targets.copy()

@@ -19,7 +19,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-from autodeuq.data import BUILTIN_DATASETS
+from autodeuq.data import BUILTIN_DATASETS, SMALL_DATA_ROWS
 from autodeuq.errors import AutoDEUQError, ParameterError
 
 EXIT_USAGE = 2
@@ -127,7 +127,7 @@ def _add_search_args(p):
     g.add_argument("--epochs", type=int, default=None, metavar="E",
                    help="override the space's epoch budget (default: the space's)")
     g.add_argument("--early-discarding", choices=discard.POLICIES, default="auto",
-                   help=f"auto: sha above {discard.AUTO_MIN_ROWS} training + validation rows, else none (a "
+                   help=f"auto: sha above {SMALL_DATA_ROWS} training + validation rows, else none (a "
                         "resumed run keeps its catalog's policy). none: every configuration trains to its own "
                         "early stop. sha: asynchronous successive halving; a training continues past each rung epoch "
                         "(min x reduction^k) only if its validation loss is among the best 1/reduction recorded "
@@ -188,7 +188,8 @@ def _add_ensemble_args(p, with_test=True):
     g.add_argument("--calibrate", choices=options.CALIBRATIONS, default="auto",
                    help="scale: recalibrate each target's predictive std by a factor fitted on out-of-fold "
                         "selections of the validation rows; auto: scale when the training and validation rows "
-                        "number more than 1000, where it was measured to lower the test NLL (default: auto)")
+                        f"number more than {SMALL_DATA_ROWS}, where it was measured to lower the test NLL "
+                        "(default: auto)")
     g.add_argument("--refit", action=argparse.BooleanOptionalAction, default="auto",
                    help="retrain the selected members on the training and validation rows together, each for the "
                         "epochs of its best validation loss with the learning rates it used then (their networks "
@@ -196,7 +197,8 @@ def _add_ensemble_args(p, with_test=True):
                         "--no-refit: keep the networks the search trained. run retrains them at once on its "
                         "search's Ray workers, ensemble one after the other. Under run's --timeout, a member is "
                         "refitted only if its retraining fits in the time left (default: when the training and "
-                        "validation rows number at most 1000, where it was measured to lower the test NLL)")
+                        f"validation rows number at most {SMALL_DATA_ROWS}, where it was measured to lower the "
+                        "test NLL)")
     g.add_argument("--out", default=None, metavar="FILE",
                    help="ensemble manifest; metrics.json and the figures are written beside it "
                         "(default: DIR/ensemble.json)")

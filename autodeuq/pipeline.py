@@ -185,7 +185,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         Override of the space's epoch budget.
     early_discarding : {"auto", "none", "sha", "iepoch"}
         ``"auto"``: ``"sha"`` when the dataset's training and validation rows number more than
-        :data:`autodeuq.discard.AUTO_MIN_ROWS`, else ``"none"``; a resumed run keeps the policy its
+        :data:`autodeuq.data.SMALL_DATA_ROWS`, else ``"none"``; a resumed run keeps the policy its
         catalog was searched with. ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at
         ``sha_min_epochs * sha_reduction**k`` epochs (:class:`autodeuq.discard.SuccessiveHalving`).
         ``"iepoch"``: every search evaluation trains ``iepoch_epochs`` epochs, then the

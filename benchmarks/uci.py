@@ -28,7 +28,7 @@ Methods (``--methods``):
   catalogs ``<dataset>-split<i>-iepoch``.
 * The report's row "AutoDEUQ (defaults)" is not run on its own: for each dataset it shows the
   method that the estimator's ``early_discarding="auto"`` chooses on that dataset's training +
-  validation rows (``autodeuq`` up to :data:`autodeuq.discard.AUTO_MIN_ROWS`, ``autodeuq-sha``
+  validation rows (``autodeuq`` up to :data:`autodeuq.data.SMALL_DATA_ROWS`, ``autodeuq-sha``
   above).
 * ``deep-ensembles``: as in Lakshminarayanan et al. 2017 (Section 3.3 and Table 1, "ML-5"):
   5 networks with one hidden layer of 50 ReLU units (100 for protein), a mean output and a

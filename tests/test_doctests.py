@@ -10,6 +10,7 @@ MODULES = (
     "autodeuq.ensemble.calibration",
     "autodeuq.ensemble.refit",
     "autodeuq.catalog",
+    "autodeuq.data",
     "autodeuq.fileio",
     "autodeuq.result",
     "autodeuq.space",

@@ -110,17 +110,19 @@ def test_cli_early_discarding_option(tmp_path, capsys):
 
 
 def test_auto_policy_switches_to_successive_halving_above_the_row_threshold():
-    from autodeuq.discard import AUTO_MIN_ROWS, resolve_policy
+    from autodeuq.data import SMALL_DATA_ROWS
+    from autodeuq.discard import resolve_policy
 
-    assert resolve_policy("auto", AUTO_MIN_ROWS)[0] == "none"
-    assert resolve_policy("auto", AUTO_MIN_ROWS + 1)[0] == "sha"
+    assert resolve_policy("auto", SMALL_DATA_ROWS)[0] == "none"
+    assert resolve_policy("auto", SMALL_DATA_ROWS + 1)[0] == "sha"
     assert [resolve_policy(p, 10**6)[0] for p in ("none", "sha", "iepoch")] == ["none", "sha", "iepoch"]
     with pytest.raises(ValueError, match="early_discarding"):
         resolve_policy("halving", 10)
 
 
 def test_auto_policy_follows_the_data_and_a_resumed_catalog(tmp_path, setup, monkeypatch):
-    from autodeuq import discard, pipeline
+    from autodeuq import data as data_module
+    from autodeuq import pipeline
 
     space, data = setup
     rows = len(data.x_train) + len(data.x_valid)
@@ -134,7 +136,7 @@ def test_auto_policy_follows_the_data_and_a_resumed_catalog(tmp_path, setup, mon
     assert Catalog(tmp_path / "small").meta["search"]["early_discarding"] is None
     assert not any("early discarding" in line for line in lines)  # nothing changes: nothing said
 
-    monkeypatch.setattr(discard, "AUTO_MIN_ROWS", rows - 1)
+    monkeypatch.setattr(data_module, "SMALL_DATA_ROWS", rows - 1)
     fill(tmp_path / "large", sha_reduction=2)
     assert Catalog(tmp_path / "large").meta["search"]["early_discarding"]["policy"] == "sha"
     assert f"early discarding: successive halving, {rows} training and validation rows" in lines[0]

@@ -424,13 +424,13 @@ def test_recalibration_with_too_few_validation_rows_is_one_line(tmp_path, capsys
 def test_auto_recalibration_follows_the_number_of_rows(run_dir, tmp_path, monkeypatch, capsys):
     import shutil
 
-    from autodeuq.ensemble import calibration
+    from autodeuq import data as data_module
 
     rows = len(Ensemble.from_catalog(run_dir, size=3).catalog.fit_data()[1])
     small = Ensemble.from_catalog(run_dir, size=3)  # the default, "auto", on a small table
     assert small.calibration is None and small.scale is None
     assert small.selection["calibration"].startswith(f"not recalibrated: {rows} training and validation rows")
-    monkeypatch.setattr(calibration, "AUTO_MIN_ROWS", rows - 1)
+    monkeypatch.setattr(data_module, "SMALL_DATA_ROWS", rows - 1)
     large = Ensemble.from_catalog(run_dir, size=3, calibrate="auto")
     assert large.calibration == Ensemble.from_catalog(run_dir, size=3, calibrate="scale").calibration
     why = f"recalibrated: {rows} training and validation rows (auto: more than {rows - 1})"

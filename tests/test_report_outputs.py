@@ -257,7 +257,7 @@ def test_auto_refits_small_data_only(reported, monkeypatch):
 
     ens = Ensemble.from_catalog(reported, size=1)
     x, y = Catalog(reported).fit_data()
-    monkeypatch.setattr(refit_module, "AUTO_MAX_ROWS", 100)
+    monkeypatch.setattr(refit_module.data, "SMALL_DATA_ROWS", 100)
     same, line = refit_module.refit_selected(ens, x, y, "auto")
     assert line.startswith("not refitted: 120 training and validation rows, more than the 100")
     assert same.refitted_ids == [] and same.selection["refit"]["refitted"] is False

@@ -445,7 +445,8 @@ class Ensemble:
             raise CatalogError(f"{run_dir}: no successful entry has usable validation predictions "
                                f"({next(iter(loaded.skipped.values()))})")
         y = catalog.validation_targets()
-        rows = _fit_rows(catalog) if calibrate == "auto" else None
+        counts = catalog.row_counts() if calibrate == "auto" else None
+        rows = sum(counts) if counts else None
         calibrate, selection["calibration"] = resolve_calibration(calibrate, rows)
         if calibrate == "scale" and len(y) < calibration_folds:
             raise EnsembleError(f"{run_dir}: recalibration cross-fits on {calibration_folds} folds of the validation "
@@ -714,13 +715,6 @@ class Ensemble:
         members = ", ".join(f"{i}:{w:.2f}" for i, w in zip(self.member_ids, self.weights))
         refitted = f", refitted={self.refitted_ids}" if self.refitted_ids else ""
         return f"Ensemble({str(self.source.location)!r}, members=[{members}]{refitted})"
-
-
-def _fit_rows(catalog: Catalog) -> int | None:
-    """Training + validation rows of the catalog's run, as recorded at its creation (None if not)."""
-    data = catalog.meta.get("data") or {}
-    counts = [data.get("n_train"), data.get("n_valid")]
-    return sum(counts) if all(isinstance(c, int) and not isinstance(c, bool) for c in counts) else None
 
 
 class _StackedMembers:

@@ -25,7 +25,8 @@ validation rows) the refit lowered the test NLL on 10, by 0.072 nats on average,
 24 to 205 s per split on a 2-core machine (``benchmarks/results/refit.md``). It has not been
 measured on more rows, where the validation rows are a smaller share of what the networks can
 learn from while the retraining costs more; so ``"auto"`` refits when the training and
-validation rows number at most :data:`AUTO_MAX_ROWS`, and ``refit=True`` asks for it on any data.
+validation rows make a small table (:data:`autodeuq.data.SMALL_DATA_ROWS`), and ``refit=True``
+asks for it on any data.
 Under a time limit a member is refitted only when its estimated retraining time (its search
 training's seconds per epoch, times the epochs replayed, scaled by the rows) fits in the time
 left; the others keep their original network (``selection["refit"]["out_of_time"]``).
@@ -45,15 +46,12 @@ from typing import Any
 
 import numpy as np
 
+from autodeuq import data
 from autodeuq.data import from_arrays
 from autodeuq.ensemble.predictive import CatalogMembers, Ensemble
 from autodeuq.errors import AutoDEUQError, ParameterError
 from autodeuq.evaluator.base import TrainingObjective, evaluation_threads
 from autodeuq.metrics import gaussian_nll
-
-#: ``refit="auto"`` refits when the training and validation rows number at most this many: the
-#: largest measured (concrete, 927 rows) rounded up; see the module documentation.
-AUTO_MAX_ROWS = 1000
 
 
 class RefitError(AutoDEUQError, RuntimeError):
@@ -91,9 +89,10 @@ def should_refit(refit, n_rows: int) -> tuple[bool, str]:
         return True, "refit: asked for"
     if refit is False:
         return False, "not refitted: turned off"
-    if n_rows <= AUTO_MAX_ROWS:
-        return True, f"refit: {n_rows} training and validation rows (auto: at most {AUTO_MAX_ROWS})"
-    return False, (f"not refitted: {n_rows} training and validation rows, more than the {AUTO_MAX_ROWS} up to which "
+    limit = data.SMALL_DATA_ROWS
+    if data.is_small(n_rows):
+        return True, f"refit: {n_rows} training and validation rows (auto: at most {limit})"
+    return False, (f"not refitted: {n_rows} training and validation rows, more than the {limit} up to which "
                    f"refitting is on by default (ask for it to refit anyway)")
 
 
@@ -145,12 +144,15 @@ class RefitObjective(TrainingObjective):
 
 
 def plan_within_deadline(estimates: dict, n_slots: int, now: float, deadline: float | None) -> tuple[list, list]:
-    """Which retrainings to start: ``(ids to run, ids left out)``.
+    """Which retrainings to start, in the order to start them: ``(ids to run, ids left out)``.
 
-    The retrainings, in the order given, go to the slot that frees first (``n_slots`` run at once);
-    one whose estimated end (``estimates[id]`` seconds after its start) would pass ``deadline``
-    is left out and frees nothing.
+    The longest retrainings first (ties in the order given: the longest-processing-time rule,
+    which keeps the slots' finishing times close), each to the slot that frees first
+    (``n_slots`` run at once); one whose estimated end (``estimates[id]`` seconds after its
+    start) would pass ``deadline`` is left out and frees nothing.
 
+    >>> plan_within_deadline({1: 2.0, 2: 9.0, 3: 3.0, 4: 8.0}, 2, now=0.0, deadline=None)
+    ([2, 4, 3, 1], [])
     >>> plan_within_deadline({1: 10.0, 2: 10.0, 3: 10.0}, 2, now=0.0, deadline=15.0)
     ([1, 2], [3])
     >>> plan_within_deadline({1: 10.0, 2: 30.0, 3: 4.0}, 1, now=0.0, deadline=15.0)
@@ -158,7 +160,7 @@ def plan_within_deadline(estimates: dict, n_slots: int, now: float, deadline: fl
     """
     free = [float(now)] * max(1, int(n_slots))
     run, late = [], []
-    for entry_id, seconds in estimates.items():
+    for entry_id, seconds in sorted(estimates.items(), key=lambda item: -float(item[1])):
         slot = min(range(len(free)), key=free.__getitem__)
         end = free[slot] + float(seconds)
         if deadline is not None and end > deadline:
@@ -231,7 +233,7 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
     # Every row trains; the same rows stand in for the validation data, whose loss is only reported.
     dataset = from_arrays(x, y, x, y, feature_names=ensemble.feature_names, target_names=ensemble.target_names,
                           name="refit")
-    n_train = int((catalog.meta.get("data") or {}).get("n_train") or len(x))
+    n_train = (catalog.row_counts() or (len(x), 0))[0]
     started = time.monotonic()
     entries = {entry_id: catalog.entry(entry_id) for entry_id in dict.fromkeys(ensemble.member_ids)}
     schedules = {entry_id: member_schedule(entry) for entry_id, entry in entries.items()}
