@@ -94,6 +94,10 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     timeout : float, optional
         Wall-clock limit of ``fit`` in seconds: the search stops early enough to leave the
         ensemble step a tenth of it (30 s to 5 min; :func:`autodeuq.pipeline.search_timeout`).
+    eval_budget : float, optional
+        Seconds each training of the search may take: it ends after the epoch when another one
+        as long would pass them and keeps its best epoch so far, like an early stop (``None``:
+        no limit). Bounds what one evaluation costs on large data.
     verbose : bool, default=False
         Show the search progress bar.
     categorical : {"onehot", "ordinal", "none"}, default="onehot"
@@ -153,7 +157,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                  selector="greedy", selection_score="mixture", selection_stop="size", diversity="none",
                  calibrate="auto", selection_bags=0, early_discarding="auto", timeout=None, verbose=False,
                  categorical="onehot", impute="mean", drop=None, id_column=None, refit="auto",
-                 selection_objective="deprecated"):
+                 eval_budget=None, selection_objective="deprecated"):
         self.space = space
         self.search = search
         self.max_evals = max_evals
@@ -178,6 +182,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.drop = drop
         self.id_column = id_column
         self.refit = refit
+        self.eval_budget = eval_budget
         self.selection_objective = selection_objective
 
     def fit(self, X, y, X_valid=None, y_valid=None):
@@ -256,7 +261,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             space, dataset, self.run_dir_, search=self.search, max_evals=self.max_evals,
             timeout=search_timeout(self.timeout),
             seed=seed, epochs=self.epochs, early_discarding=self.early_discarding, evaluator=self.evaluator,
-            workers=self.workers, progress=bool(self.verbose))
+            workers=self.workers, eval_budget=self.eval_budget, progress=bool(self.verbose))
         if summary.interrupted:
             # Ctrl-C (or SIGTERM) is the caller's: no ensemble of whatever happened to finish.
             interrupt = Terminated if summary.stopped_by == "terminated" else KeyboardInterrupt
@@ -297,7 +302,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         if not isinstance(self.verbose, numbers.Integral) or self.verbose < 0:  # bool is Integral
             raise ParameterError("verbose", "must be a bool", self.verbose)
         check_search_parameters(search=self.search, max_evals=self.max_evals, epochs=self.epochs, seed=self.seed,
-                                timeout=self.timeout, evaluator=self.evaluator, workers=self.workers,
+                                timeout=self.timeout, eval_budget=self.eval_budget, evaluator=self.evaluator,
+                                workers=self.workers,
                                 valid_fraction=self.valid_fraction, early_discarding=self.early_discarding)
         check_ensemble_parameters(ensemble_size=self.ensemble_size, selector=self.selector, selection_score=score,
                                   selection_stop=self.selection_stop, diversity=self.diversity,

@@ -124,6 +124,9 @@ def _add_search_args(p):
     g.add_argument("--eval-timeout", type=float, default=None, metavar="S",
                    help="per-evaluation limit in seconds (> 0) of running on a worker; overrunning evaluations are "
                         "cancelled and recorded as failures (default: none)")
+    g.add_argument("--eval-budget", type=float, default=None, metavar="S",
+                   help="seconds (> 0) each training may take: it ends after the epoch when another one as long "
+                        "would pass them, keeping its best epoch so far, like an early stop (default: none)")
     g.add_argument("--epochs", type=int, default=None, metavar="E",
                    help="override the space's epoch budget (default: the space's)")
     g.add_argument("--early-discarding", choices=discard.POLICIES, default="auto",
@@ -325,7 +328,8 @@ def _check_search_args(args):
     from autodeuq.pipeline import check_search_parameters
 
     check_search_parameters(search=args.search, max_evals=args.max_evals, epochs=args.epochs, seed=args.seed,
-                            timeout=args.timeout, eval_timeout=args.eval_timeout, evaluator=args.evaluator,
+                            timeout=args.timeout, eval_timeout=args.eval_timeout, eval_budget=args.eval_budget,
+                            evaluator=args.evaluator,
                             workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
                             valid_fraction=args.valid_fraction, early_discarding=args.early_discarding,
                             sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction,
@@ -359,7 +363,8 @@ def cmd_search(args, *, timeout=None):
             sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction, iepoch_epochs=args.iepoch_epochs,
             iepoch_top_k=args.iepoch_top_k, evaluator=args.evaluator,
             workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
-            ray_address=args.ray_address, eval_timeout=args.eval_timeout, new_run=args.new_run,
+            ray_address=args.ray_address, eval_timeout=args.eval_timeout, eval_budget=args.eval_budget,
+            new_run=args.new_run,
             progress=not args.no_progress, on_start=announce, log=lambda line: print(line, flush=True))
     except OSError as exc:  # the run directory cannot be written, say
         raise _os_error(exc) from None

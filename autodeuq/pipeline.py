@@ -68,7 +68,7 @@ def _one_of(name, value, allowed):
 
 
 def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=0, timeout=None, eval_timeout=None,
-                            evaluator="ray", workers=None, cpus_per_eval=None, gpus_per_eval=None,
+                            eval_budget=None, evaluator="ray", workers=None, cpus_per_eval=None, gpus_per_eval=None,
                             valid_fraction=1 / 3, early_discarding="auto", sha_min_epochs=1, sha_reduction=3,
                             iepoch_epochs=1, iepoch_top_k=10) -> None:
     """Refuse, before any work, a search parameter that would fail later or make every evaluation fail.
@@ -90,6 +90,7 @@ def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=
     _integer("seed", seed, 0, optional=True)
     _positive("timeout", timeout)
     _positive("eval_timeout", eval_timeout)
+    _positive("eval_budget", eval_budget)
     _one_of("evaluator", evaluator, EVALUATORS)
     _integer("workers", workers, 1, optional=True)
     _positive("cpus_per_eval", cpus_per_eval)
@@ -165,8 +166,9 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
                  seed: int = 0, epochs: int | None = None, early_discarding: str = "auto", sha_min_epochs: int = 1,
                  sha_reduction: int = 3, iepoch_epochs: int = 1, iepoch_top_k: int = 10, evaluator: str = "ray",
                  workers: int | None = None, cpus_per_eval: float | None = None, gpus_per_eval: float | None = None,
-                 ray_address: str | None = None, eval_timeout: float | None = None, new_run: bool = False,
-                 progress: bool = True, on_start=None, log=None):
+                 ray_address: str | None = None, eval_timeout: float | None = None,
+                 eval_budget: float | None = None, new_run: bool = False, progress: bool = True, on_start=None,
+                 log=None):
     """Search ``space`` on ``dataset``, filling (or resuming) the catalog in ``run_dir``.
 
     Parameters
@@ -199,6 +201,10 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         CPUs of each evaluation; its TensorFlow uses that many threads (default 1).
     eval_timeout : float, optional
         Seconds an evaluation may run on a worker before it is cancelled as failed.
+    eval_budget : float, optional
+        Seconds each training may take: it ends after the epoch when another one as long would
+        pass them, keeping its best epoch so far (``time_limit`` of :func:`autodeuq.train.train`),
+        instead of being cancelled. Bounds the cost of one evaluation on large data.
     on_start : callable, optional
         Called with the evaluator once it is ready, before the search starts (the command line
         prints the number of parallel evaluations).
@@ -220,7 +226,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
 
     deadline = None if timeout is None else time.monotonic() + timeout
     check_search_parameters(search=search, max_evals=max_evals, epochs=epochs, seed=seed, timeout=timeout,
-                            eval_timeout=eval_timeout, evaluator=evaluator, workers=workers,
+                            eval_timeout=eval_timeout, eval_budget=eval_budget, evaluator=evaluator, workers=workers,
                             cpus_per_eval=cpus_per_eval, gpus_per_eval=gpus_per_eval,
                             early_discarding=early_discarding, sha_min_epochs=sha_min_epochs,
                             sha_reduction=sha_reduction, iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
@@ -234,7 +240,8 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
     rule = discarder(early_discarding, sha_min_epochs=sha_min_epochs, sha_reduction=sha_reduction,
                      iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
     objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=epochs,
-                                             threads=evaluation_threads(cpus_per_eval), discarder=rule)
+                                             threads=evaluation_threads(cpus_per_eval), discarder=rule,
+                                             time_limit=eval_budget)
     if evaluator == "serial":
         runner = evaluators.create("serial", objective, eval_timeout=eval_timeout)
     else:
@@ -247,4 +254,4 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
                           max_evals=max_evals, seed=seed, new_run=new_run, progress=progress, log=log,
                           # Starting the workers (a Ray instance, say) counts against the limit too.
                           timeout=None if deadline is None else max(deadline - time.monotonic(), 1e-3),
-                          run_options={"epochs": epochs, "eval_timeout": eval_timeout})
+                          run_options={"epochs": epochs, "eval_timeout": eval_timeout, "eval_budget": eval_budget})

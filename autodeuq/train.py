@@ -429,7 +429,8 @@ def _seed32(seed) -> int:
 
 
 def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
-          threads: int | None = None, discarder=None, schedule=None) -> TrainResult:
+          threads: int | None = None, discarder=None, schedule=None,
+          time_limit: float | None = None) -> TrainResult:
     """Train one configuration; never raises (problems become a failed :class:`TrainResult`).
 
     Parameters
@@ -458,6 +459,11 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         ``schedule[k]`` (e.g. the rates an earlier training used up to its best epoch), without
         early stopping or plateau reductions, and keep the weights of the last epoch. The
         validation data then only gives the reported losses. Replaces ``epochs``.
+    time_limit : float, optional
+        Seconds this training may take, counted from its start: after an epoch, when another
+        epoch as long as that one would end past the limit, training ends there, like an early
+        stop (the best epoch so far is kept; ``extra["out_of_time"]`` says so). At least one epoch
+        runs; a schedule (a refit) ignores it.
 
     Returns
     -------
@@ -521,9 +527,11 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         book = EpochBookkeeper(hp["learning_rate"], hp["patience_reduce_lr"], hp["patience_early_stopping"])
         t_setup = time.perf_counter()
 
+        limit = None if time_limit is None or schedule is not None else t0 + float(time_limit)
         with _graph_optimizer_off():
-            reason, t_first, best_out, discarded = _run_epochs(trainer, tensors, book, max_epochs, history,
-                                                               discarder, schedule)
+            reason, t_first, best_out, ended = _run_epochs(trainer, tensors, book, max_epochs, history,
+                                                           discarder, schedule, limit)
+        discarded = ended == "discarded"
         traces = trainer.traces - traces_before
         _checkin_trainer(key, trainer)  # reusable even after a failure: reset() starts it afresh
         t_loop = time.perf_counter()
@@ -557,6 +565,7 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
                 "batch_size": batch_size,
                 "stopped_early": book.stopped_epoch is not None,
                 "discarded_at": len(history["loss"]) if discarded else None,
+                "out_of_time": ended == "out_of_time",
                 "lr_reductions": book.lr_reductions,
                 "traces": traces,
                 "reused_trace": reused,
@@ -569,8 +578,9 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
 
 
 def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_epochs: int, history,
-                discarder=None, schedule=None):
+                discarder=None, schedule=None, limit: float | None = None):
     """The epoch loop; with a ``schedule`` of learning rates, those epochs and the last one's weights.
+    ``limit``: a ``perf_counter`` time that no further epoch may be expected to end after.
 
     Returns
     -------
@@ -580,13 +590,15 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
         ``perf_counter`` at the end of the first epoch (the one that traces).
     best_out : ndarray or None
         Validation outputs (standardized units) of the best epoch.
-    discarded : bool
-        Whether the discarder stopped the training at a rung.
+    ended : str or None
+        ``"discarded"`` when the discarder stopped the training at a rung, ``"out_of_time"`` when
+        ``limit`` did, else None.
     """
     t_first = time.perf_counter()
     best_out = None
     rungs = set(discarder.rungs(max_epochs)) if discarder is not None else set()
     for epoch in range(max_epochs):
+        epoch_start = time.perf_counter()
         if schedule is not None:
             book.lr = schedule[epoch]
             trainer.set_learning_rate(book.lr)
@@ -601,7 +613,7 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
         if not (math.isfinite(loss) and math.isfinite(val_loss)):
             what = "training" if not math.isfinite(loss) else "validation"
             return (f"non-finite {what} loss at epoch {epoch + 1} (loss={loss}, val_loss={val_loss})", t_first,
-                    None, False)
+                    None, None)
         decision = book.update(val_loss)
         if schedule is not None:
             trainer.snapshot()
@@ -615,8 +627,11 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
         if decision.stop:
             break
         if epoch + 1 in rungs and not discarder.should_continue(epoch + 1, book.best):
-            return None, t_first, best_out, True
-    return None, t_first, best_out, False
+            return None, t_first, best_out, "discarded"
+        now = time.perf_counter()
+        if limit is not None and epoch + 1 < max_epochs and now + (now - epoch_start) > limit:
+            return None, t_first, best_out, "out_of_time"
+    return None, t_first, best_out, None
 
 
 @contextlib.contextmanager

@@ -272,7 +272,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
                               ensemble_size=args.ensemble_size, workers=args.workers, run_dir=run_dir,
                               seed=data.split, epochs=args.epochs, evaluator=args.evaluator,
                               early_discarding=early_discarding, refit=REFIT_CHOICES[args.refit],
-                              calibrate=args.calibrate)
+                              calibrate=args.calibrate, eval_budget=args.eval_budget)
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
     means, variances = model.ensemble_.components(data.x_test)
     frame = Catalog(run_dir).to_dataframe()
@@ -284,9 +284,17 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
             "weights": [float(w) for w in model.ensemble_.weights], "refit": args.refit,
             "refitted": model.ensemble_.refitted_ids, "selection_bags": model.selection_bags,
             "calibrate": args.calibrate, "std_scale": _std_scale(model.ensemble_),
-            "resumed_entries": resumed_entries,
+            "resumed_entries": resumed_entries, "eval_budget": args.eval_budget,
+            "out_of_time": int(sum(bool((e or {}).get("out_of_time")) for e in _entry_extras(run_dir))),
             "settings": rescore_settings(args, data.sizes)}
     return means, variances, model.ensemble_.weights, info
+
+
+def _entry_extras(run_dir):
+    from autodeuq.catalog import Catalog
+
+    with Catalog(run_dir) as catalog:
+        return [catalog.entry(int(i)).get("extra") for i in catalog.to_dataframe()["id"]]
 
 
 def _std_scale(ensemble):
@@ -647,6 +655,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=None, help="autodeuq: override the tabular space's epochs")
     p.add_argument("--evaluator", choices=("ray", "serial"), default="ray", help="autodeuq evaluator (default: ray)")
     p.add_argument("--workers", type=int, default=None, help="autodeuq: concurrent evaluations on Ray")
+    p.add_argument("--eval-budget", type=float, default=None,
+                   help="autodeuq: seconds each training may take (the estimator's eval_budget; default: none)")
     p.add_argument("--de-lr", type=float, default=DE_LR,
                    help=f"deep-ensembles: Adam learning rate (default: {DE_LR}; the paper states {DE_PAPER_LR})")
     p.add_argument("--refit", choices=tuple(REFIT_CHOICES), default="auto",

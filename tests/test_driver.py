@@ -156,7 +156,7 @@ def test_cli_search_where_every_evaluation_fails_exits_1(tmp_path, capsys):
     assert err[-1].startswith("autodeuq: error: ") and "per-evaluation limit (eval_timeout) of 0.0001 s" in err[-1]
 
 
-@pytest.mark.parametrize("flag", ["--timeout", "--eval-timeout"])
+@pytest.mark.parametrize("flag", ["--timeout", "--eval-timeout", "--eval-budget"])
 @pytest.mark.parametrize("value", ["0", "-3"])
 def test_cli_refuses_non_positive_timeouts(tmp_path, capsys, flag, value):
     code = main(["search", "--dataset", "toy-sine", "--evaluator", "serial", flag, value, "--max-evals", "1",

@@ -13,7 +13,7 @@ BAD_SEARCH_PARAMETERS = [
     ("search", "grid"), ("max_evals", 0), ("max_evals", 2.5), ("max_evals", True), ("epochs", 0), ("seed", -1),
     ("seed", 1.5), ("timeout", 0), ("timeout", "10"), ("eval_timeout", -1.0), ("evaluator", "dask"),
     ("workers", 0), ("cpus_per_eval", 0), ("gpus_per_eval", -1), ("valid_fraction", 0), ("valid_fraction", 1.0),
-    ("early_discarding", "hyperband"),
+    ("early_discarding", "hyperband"), ("eval_budget", 0), ("eval_budget", -2.0),
 ]
 
 
@@ -50,6 +50,17 @@ def test_fill_catalog_searches_and_records_its_settings(tmp_path):
         recorded = catalog.meta["search"]
         assert catalog.n_finished == 2
     assert recorded["search"] == "random" and recorded["epochs"] == 2 and recorded["early_discarding"] is None
+
+
+def test_an_evaluation_budget_ends_trainings_early_as_done_entries(tmp_path):
+    space, data = load_space("toy"), toy_sine(seed=0)
+    pipeline.fill_catalog(space, data, tmp_path / "run", search="random", max_evals=2, epochs=6, evaluator="serial",
+                          eval_budget=1e-9, progress=False)
+    with Catalog(tmp_path / "run") as catalog:
+        entries = [catalog.entry(i) for i in catalog.to_dataframe()["id"]]
+        assert catalog.meta["search"]["eval_budget"] == 1e-9
+    # one epoch fits in no budget at all, but every training runs one and keeps it
+    assert [(e["status"], e["epochs"], e["extra"]["out_of_time"]) for e in entries] == [("done", 1, True)] * 2
 
 
 def test_fill_catalog_refuses_a_bad_parameter_before_creating_anything(tmp_path):

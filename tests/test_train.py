@@ -371,3 +371,39 @@ def test_promoted_training_runs_to_its_end_and_is_done(space, data):
     assert [e for e, _ in stub.calls] == [1, 3, 9]
     plain = train(config(space, lr=0.01, p_es=30), space, data, seed=1, epochs=12)
     assert plain.objective == pytest.approx(res.objective, rel=1e-6)  # consulting changes nothing
+
+
+def test_time_limit_ends_training_before_an_epoch_that_would_pass_it(space, data, monkeypatch):
+    import time as real_time
+
+    import autodeuq.train as train_module
+
+    clock = {"now": 0.0}  # every epoch takes exactly one second of this clock
+
+    class Clock:
+        perf_counter = staticmethod(lambda: clock["now"])
+        time = staticmethod(real_time.time)
+
+    run_epoch = train_module.CompiledTrainer.run_epoch
+
+    def one_second_epoch(self, *args):
+        clock["now"] += 1.0
+        return run_epoch(self, *args)
+
+    monkeypatch.setattr(train_module, "time", Clock)
+    monkeypatch.setattr(train_module.CompiledTrainer, "run_epoch", one_second_epoch)
+    cfg = config(space, lr=0.01, p_es=30)
+    # after epoch 3 (at 3 s), a fourth would end at 4 s > 3.5 s: the training ends there, as done
+    res = train(cfg, space, data, seed=1, epochs=12, time_limit=3.5)
+    assert res.status == "done" and res.epochs == 3 and res.extra["out_of_time"] is True
+    assert res.objective == pytest.approx(min(res.history["val_loss"]), rel=1e-6)
+    mean, _ = predict(model_from_bytes(res.model_bytes), data.x_valid)
+    np.testing.assert_allclose(mean, res.valid_mean, rtol=1e-5, atol=1e-5)
+    # the same training without a limit: its first three epochs are those epochs
+    plain = train(cfg, space, data, seed=1, epochs=12)
+    assert plain.epochs == 12 and plain.extra["out_of_time"] is False
+    np.testing.assert_allclose(plain.history["val_loss"][:3], res.history["val_loss"], rtol=1e-6)
+    # a limit that the last epoch fits in changes nothing; a refit's schedule ignores the limit
+    assert train(cfg, space, data, seed=1, epochs=12, time_limit=12.5).epochs == 12
+    clock["now"] = 0.0
+    assert train(cfg, space, data, seed=1, schedule=[0.01] * 4, time_limit=0.5).epochs == 4

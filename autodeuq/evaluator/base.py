@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable
@@ -70,6 +71,19 @@ def check_eval_timeout(eval_timeout: float | None) -> float | None:
     return eval_timeout
 
 
+def check_eval_budget(eval_budget: float | None) -> float | None:
+    """``eval_budget`` (seconds each training may take) as a float, or None; it must be > 0."""
+    if eval_budget is None:
+        return None
+    try:
+        eval_budget = float(eval_budget)
+    except (TypeError, ValueError):
+        raise ParameterError("eval_budget", "must be a number of seconds > 0", eval_budget) from None
+    if not (math.isfinite(eval_budget) and eval_budget > 0):
+        raise ParameterError("eval_budget", "must be a number of seconds > 0", eval_budget)
+    return eval_budget
+
+
 def evaluation_threads(cpus_per_eval: float | None) -> int:
     """TensorFlow threads of an evaluation given ``cpus_per_eval`` CPUs (None: 1): one per whole CPU, at least one.
 
@@ -132,10 +146,13 @@ class TrainingObjective:
     discarder : SuccessiveHalving, optional
         Early discarding shared by every evaluation (:mod:`autodeuq.discard`); an evaluator
         running evaluations in other processes moves its records where they all reach them.
+    time_limit : float, optional
+        Seconds each training may take (``time_limit`` of :func:`autodeuq.train.train`: it ends
+        early, keeping its best epoch, rather than run past them).
     """
 
     def __init__(self, space, dataset, seed: int = 0, epochs: int | None = None, threads: int | None = None,
-                 discarder=None):
+                 discarder=None, time_limit: float | None = None):
         self.space_spec = space.to_dict()
         self.space_source = space.source
         self.dataset = dataset
@@ -144,6 +161,7 @@ class TrainingObjective:
         self.epochs = epochs
         self.threads = threads
         self.discarder = discarder
+        self.time_limit = check_eval_budget(time_limit)
         self._space = None
 
     def with_discarder(self, discarder) -> "TrainingObjective":
@@ -170,4 +188,4 @@ class TrainingObjective:
 
     def _training_options(self, eval_id: int) -> dict:
         """Keywords of :func:`autodeuq.train.train` for evaluation ``eval_id`` (a subclass may change them)."""
-        return {"epochs": self.epochs, "discarder": self.discarder}
+        return {"epochs": self.epochs, "discarder": self.discarder, "time_limit": self.time_limit}
