@@ -74,8 +74,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     refit : {"auto", True, False}, default="auto"
         Retrain the selected members on the training and validation rows together, each for
         the epochs of its best validation loss with the learning rates it used then (see
-        :mod:`autodeuq.ensemble.refit`). ``"auto"``: when those rows number at most 1000 (the same threshold), where
-        it was measured to lower the test NLL (on 10 of 12 standard UCI splits, by 0.072 nats on
+        :mod:`autodeuq.ensemble.refit`). ``"auto"``: when those rows number at most 1000 (the
+        same threshold), where it was measured to lower the test NLL (on 10 of 12 standard UCI splits, by 0.072 nats on
         average). ``ensemble_`` keeps its catalog (``run_dir_``) and holds the refitted networks;
         ``ensemble_.without_refit()`` is the ensemble before the refit, and
         ``ensemble_.selection["refit"]`` says what was done. With ``evaluator="ray"`` the

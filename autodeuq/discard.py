@@ -46,12 +46,11 @@ POLICIES = ("auto", "none", "sha", "iepoch")
 
 # ``early_discarding="auto"`` uses successive halving on tables that are not small
 # (:data:`autodeuq.data.SMALL_DATA_ROWS`), and trains every configuration to its own early stop
-# on small ones. Measured on
-# the standard UCI splits (100 AgEBO evaluations, ensembles of 5 refitted members, 5 splits): on
-# yacht, boston, energy and concrete (277-927 rows) the full search had the lower test NLL on 14
-# of 20 splits and the lower mean on all but concrete (one test point of one split); on kin8nm
-# (7373 rows) successive halving cost nothing while training 6x fewer epochs. On small tables
-# the loss after one or three epochs ranks configurations poorly.
+# on small ones. Measured on the standard UCI splits (100 AgEBO evaluations, ensembles of 5
+# refitted members, 5 splits): on yacht, boston, energy and concrete (277-927 rows) the full
+# search had the lower test NLL on 14 of 20 splits and the lower mean on all but concrete (one
+# test point of one split); on kin8nm (7373 rows) successive halving cost nothing while training
+# 6x fewer epochs. On small tables the loss after one or three epochs ranks configurations poorly.
 
 
 def resolve_policy(policy: str, n_rows: int) -> tuple[str, str]:

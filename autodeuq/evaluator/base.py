@@ -61,27 +61,23 @@ class Evaluator(ABC):
         self.close()
 
 
-def check_eval_timeout(eval_timeout: float | None) -> float | None:
-    """``eval_timeout`` as a float, or None; a limit <= 0 would fail every evaluation, so it is refused."""
-    if eval_timeout is None:
-        return None
-    eval_timeout = float(eval_timeout)
-    if not eval_timeout > 0:
-        raise ParameterError("eval_timeout", "must be > 0 seconds", eval_timeout)
-    return eval_timeout
-
-
-def check_eval_budget(eval_budget: float | None) -> float | None:
-    """``eval_budget`` (seconds each training may take) as a float, or None; it must be > 0."""
-    if eval_budget is None:
+def positive_seconds(name: str, value) -> float | None:
+    """``value`` as a float number of seconds > 0, or None when it is None; anything else is
+    refused with a :class:`~autodeuq.errors.ParameterError` naming ``name``."""
+    if value is None:
         return None
     try:
-        eval_budget = float(eval_budget)
+        seconds = float(value)
     except (TypeError, ValueError):
-        raise ParameterError("eval_budget", "must be a number of seconds > 0", eval_budget) from None
-    if not (math.isfinite(eval_budget) and eval_budget > 0):
-        raise ParameterError("eval_budget", "must be a number of seconds > 0", eval_budget)
-    return eval_budget
+        raise ParameterError(name, "must be > 0 seconds", value) from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ParameterError(name, "must be > 0 seconds", value)
+    return seconds
+
+
+def check_eval_timeout(eval_timeout: float | None) -> float | None:
+    """``eval_timeout`` as a float, or None; a limit <= 0 would fail every evaluation, so it is refused."""
+    return positive_seconds("eval_timeout", eval_timeout)
 
 
 def evaluation_threads(cpus_per_eval: float | None) -> int:
@@ -161,7 +157,7 @@ class TrainingObjective:
         self.epochs = epochs
         self.threads = threads
         self.discarder = discarder
-        self.time_limit = check_eval_budget(time_limit)
+        self.time_limit = positive_seconds("time_limit", time_limit)
         self._space = None
 
     def with_discarder(self, discarder) -> "TrainingObjective":
