@@ -816,6 +816,15 @@ class Catalog:
         return int(self._query("SELECT COUNT(*) FROM evaluations WHERE status = ?", (Status.DISCARDED,))[0][0])
 
     @property
+    def n_out_of_time(self) -> int:
+        """Trainings that ended at their time budget (``out_of_time`` in their record; they are
+        done and hold a model)."""
+        rows = self._query("SELECT id, extra_json FROM evaluations WHERE status = ? AND extra_json LIKE ?",
+                           (Status.DONE, '%"out_of_time": true%'))
+        return sum(_decode_json(r["extra_json"], self._where(r), "extra_json").get("out_of_time") is True
+                   for r in rows)
+
+    @property
     def n_finished(self) -> int:
         """Evaluations with a result: done, discarded or failed."""
         return int(self._query("SELECT COUNT(*) FROM evaluations WHERE status IN (?, ?, ?)",

@@ -67,6 +67,7 @@ class SearchSummary:
     failure_reason: str | None = None
     failure_count: int = 0
     n_discarded: int = 0
+    n_out_of_time: int = 0
     epochs: int = 0
     best_valid_nll: float = math.nan
 
@@ -110,7 +111,8 @@ class SearchSummary:
         else:  # a catalog without the targets' scale: say which scale the number is on
             best = f"{self.best_objective:.4f} (standardized, id {self.best_id})"
         discarded = f"{self.n_discarded} discarded early, " if self.n_discarded else ""
-        return (f"{self.n_done} done, {discarded}{self.n_failed} failed, best validation NLL {best}, "
+        budget = f" ({self.n_out_of_time} ended by the evaluation budget)" if self.n_out_of_time else ""
+        return (f"{self.n_done} done{budget}, {discarded}{self.n_failed} failed, best validation NLL {best}, "
                 f"{self.wall_time:.1f} s, utilization {100 * self.utilization:.1f} % of {self.slots} slot(s)")
 
 
@@ -380,7 +382,7 @@ def _summary(run_dir: Path, sessions: list["_SearchSession"]) -> SearchSummary:
     stops = [s.stopped_by for s in sessions if s.stopped_by != "max_evals"]
     return SearchSummary(
         run_dir=run_dir, n_done=n_done, n_failed=n_finished - n_done - n_discarded, n_discarded=n_discarded,
-        epochs=int(frame["epochs"].fillna(0).sum()),
+        n_out_of_time=writer.n_out_of_time, epochs=int(frame["epochs"].fillna(0).sum()),
         best_id=None if best is None else best[0], best_objective=math.inf if best is None else best[1],
         best_valid_nll=math.inf if best is None else best[1] + writer.nll_offset,
         wall_time=wall, busy_time=sum(s.busy for s in sessions), slots=last.evaluator.n_slots,

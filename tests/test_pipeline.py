@@ -54,11 +54,13 @@ def test_fill_catalog_searches_and_records_its_settings(tmp_path):
 
 def test_an_evaluation_budget_ends_trainings_early_as_done_entries(tmp_path):
     space, data = load_space("toy"), toy_sine(seed=0)
-    pipeline.fill_catalog(space, data, tmp_path / "run", search="random", max_evals=2, epochs=6, evaluator="serial",
-                          eval_budget=1e-9, progress=False)
+    summary = pipeline.fill_catalog(space, data, tmp_path / "run", search="random", max_evals=2, epochs=6,
+                                    evaluator="serial", eval_budget=1e-9, progress=False)
+    assert summary.n_done == summary.n_out_of_time == 2 and str(summary).startswith(
+        "2 done (2 ended by the evaluation budget), 0 failed")
     with Catalog(tmp_path / "run") as catalog:
         entries = [catalog.entry(i) for i in catalog.to_dataframe()["id"]]
-        assert catalog.meta["search"]["eval_budget"] == 1e-9
+        assert catalog.meta["search"]["eval_budget"] == 1e-9 and catalog.n_out_of_time == 2
     # one epoch fits in no budget at all, but every training runs one and keeps it
     assert [(e["status"], e["epochs"], e["extra"]["out_of_time"]) for e in entries] == [("done", 1, True)] * 2
 
