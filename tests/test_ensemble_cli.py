@@ -117,7 +117,8 @@ def test_help_documents_every_option(capsys):
         main(["search", "--help"])
     text = capsys.readouterr().out
     for option in ("--data", "--target", "--valid", "--valid-fraction", "--dataset", "--space", "--search",
-                   "--max-evals", "--timeout", "--eval-timeout", "--workers", "--ray-address", "--cpus-per-eval",
+                   "--max-evals", "--timeout", "--eval-timeout", "--eval-budget", "--workers", "--ray-address",
+                   "--cpus-per-eval",
                    "--gpus-per-eval", "--seed", "--run-dir", "--surrogate", "--acq", "--fixed-hp", "--fixed-arch",
                    "age-fixed-hp", "bo-fixed-arch"):
         assert option in text, option
