@@ -285,16 +285,9 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
             "refitted": model.ensemble_.refitted_ids, "selection_bags": model.selection_bags,
             "calibrate": args.calibrate, "std_scale": _std_scale(model.ensemble_),
             "resumed_entries": resumed_entries, "eval_budget": args.eval_budget,
-            "out_of_time": int(sum(bool((e or {}).get("out_of_time")) for e in _entry_extras(run_dir))),
+            "out_of_time": int(model.search_summary_.n_out_of_time),
             "settings": rescore_settings(args, data.sizes)}
     return means, variances, model.ensemble_.weights, info
-
-
-def _entry_extras(run_dir):
-    from autodeuq.catalog import Catalog
-
-    with Catalog(run_dir) as catalog:
-        return [catalog.entry(int(i)).get("extra") for i in catalog.to_dataframe()["id"]]
 
 
 def _std_scale(ensemble):

@@ -47,7 +47,6 @@ from typing import Any
 import numpy as np
 
 from autodeuq import data
-from autodeuq.data import from_arrays
 from autodeuq.ensemble.predictive import CatalogMembers, Ensemble
 from autodeuq.errors import AutoDEUQError, ParameterError
 from autodeuq.evaluator.base import TrainingObjective, evaluation_threads
@@ -231,7 +230,7 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
     if y.shape[1] != len(ensemble.target_names):
         raise ParameterError("y", f"must have {len(ensemble.target_names)} column(s)", np.shape(y))
     # Every row trains; the same rows stand in for the validation data, whose loss is only reported.
-    dataset = from_arrays(x, y, x, y, feature_names=ensemble.feature_names, target_names=ensemble.target_names,
+    dataset = data.from_arrays(x, y, x, y, feature_names=ensemble.feature_names, target_names=ensemble.target_names,
                           name="refit")
     n_train = (catalog.row_counts() or (len(x), 0))[0]
     started = time.monotonic()

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import math
 import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable
@@ -70,7 +69,7 @@ def positive_seconds(name: str, value) -> float | None:
         seconds = float(value)
     except (TypeError, ValueError):
         raise ParameterError(name, "must be > 0 seconds", value) from None
-    if not (math.isfinite(seconds) and seconds > 0):
+    if not seconds > 0:  # NaN too
         raise ParameterError(name, "must be > 0 seconds", value)
     return seconds
 
