@@ -4,7 +4,8 @@ For each ensemble manifest (``DIR/ensemble.json`` of ``autodeuq run --dataset to
 the estimator's defaults, refit included) prints one markdown row: aleatoric std on the two
 training regions (truth 0.5 on [-30, -20] and 1.0 on [20, 30]), epistemic std on the training
 regions, in the gap [-15, 15] and beyond +-32 (with their ratios to the training-region value),
-the test NLL on the noiseless grid, the members and their effective number.
+the test NLL on the noiseless grid, the members and their effective number, and how many networks
+of the run's catalog learned the sine at all (see :func:`fitted_networks`).
 
     for s in 0 1 2; do autodeuq run --dataset toy-sine --space toy --max-evals 100 --seed $s \\
         --run-dir runs/toy/seed$s --workers 2 --no-progress; done
@@ -18,10 +19,29 @@ from pathlib import Path
 import numpy as np
 
 from autodeuq import metrics
+from autodeuq.catalog import Catalog
 from autodeuq.ensemble import load_ensemble
 
+FIT_MARGIN = 0.5  # nats below predicting the validation targets' mean and variance
+
 HEADER = ("| run | aleatoric [-30,-20] | aleatoric [20,30] | epistemic train | epistemic gap | gap / train "
-          "| epistemic beyond | beyond / train | test NLL | members | effective size |")
+          "| epistemic beyond | beyond / train | test NLL | members | effective size | networks that fit |")
+
+
+def fitted_networks(run_dir: Path) -> tuple[int, int]:
+    """(networks that fit the data, networks) in the run's catalog.
+
+    A network fits when its validation NLL (data units) is at least :data:`FIT_MARGIN` nats below
+    that of the constant Gaussian with the validation targets' own mean and variance. On toy-sine
+    that constant scores about 1.9; a network that predicts each region's variance but not the
+    sine scores about the same (1.88), and one that follows the sine about 1.1.
+    """
+    catalog = Catalog(run_dir)
+    y = catalog.validation_targets()
+    constant = float(np.mean(0.5 * np.log(2 * np.pi * np.e * np.var(y, axis=0))))
+    offset = catalog.nll_offset
+    nll = np.array([catalog.entry(i)["objective"] + offset for i in catalog.model_ids()])
+    return int(np.sum(nll < constant - FIT_MARGIN)), len(nll)
 
 
 def row(run_dir: Path) -> str:
@@ -33,11 +53,12 @@ def row(run_dir: Path) -> str:
     left, right = (x >= -30) & (x <= -20), (x >= 20) & (x <= 30)
     train, gap, beyond = left | right, np.abs(x) <= 15, np.abs(x) > 32
     base = epi_std[train].mean()
+    fitted, total = fitted_networks(run_dir)
     nll = metrics.mixture_nll(means, variances, ens.weights, 2 * np.sin(grid)).mean()
     return (f"| {run_dir} | {ale_std[left].mean():.3f} | {ale_std[right].mean():.3f} | {base:.3f} "
             f"| {epi_std[gap].mean():.3f} | {epi_std[gap].mean() / base:.1f}x | {epi_std[beyond].mean():.3f} "
             f"| {epi_std[beyond].mean() / base:.1f}x | {nll:.2f} | {len(ens.member_ids)} "
-            f"| {1 / np.sum(np.asarray(ens.weights) ** 2):.2f} |")
+            f"| {1 / np.sum(np.asarray(ens.weights) ** 2):.2f} | {fitted} of {total} |")
 
 
 def main(argv=None) -> int:
@@ -45,7 +66,7 @@ def main(argv=None) -> int:
     p.add_argument("runs", nargs="+", type=Path, help="run directories holding ensemble.json")
     args = p.parse_args(argv)
     print(HEADER)
-    print("|---" * 11 + "|")
+    print("|---" * 12 + "|")
     for run in args.runs:
         print(row(run), flush=True)
     return 0
