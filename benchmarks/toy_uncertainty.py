@@ -36,11 +36,11 @@ def fitted_networks(run_dir: Path) -> tuple[int, int]:
     that constant scores about 1.9; a network that predicts each region's variance but not the
     sine scores about the same (1.88), and one that follows the sine about 1.1.
     """
-    catalog = Catalog(run_dir)
-    y = catalog.validation_targets()
+    with Catalog(run_dir) as catalog:
+        y = catalog.validation_targets()
+        offset = catalog.nll_offset
+        nll = np.array([catalog.entry(i)["objective"] + offset for i in catalog.model_ids()])
     constant = float(np.mean(0.5 * np.log(2 * np.pi * np.e * np.var(y, axis=0))))
-    offset = catalog.nll_offset
-    nll = np.array([catalog.entry(i)["objective"] + offset for i in catalog.model_ids()])
     return int(np.sum(nll < constant - FIT_MARGIN)), len(nll)
 
 
