@@ -230,8 +230,8 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
     if y.shape[1] != len(ensemble.target_names):
         raise ParameterError("y", f"must have {len(ensemble.target_names)} column(s)", np.shape(y))
     # Every row trains; the same rows stand in for the validation data, whose loss is only reported.
-    dataset = data.from_arrays(x, y, x, y, feature_names=ensemble.feature_names, target_names=ensemble.target_names,
-                          name="refit")
+    dataset = data.from_arrays(x, y, x, y, feature_names=ensemble.feature_names,
+                               target_names=ensemble.target_names, name="refit")
     n_train = (catalog.row_counts() or (len(x), 0))[0]
     started = time.monotonic()
     entries = {entry_id: catalog.entry(entry_id) for entry_id in dict.fromkeys(ensemble.member_ids)}
