@@ -268,7 +268,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
     suffix = "" if early_discarding == "none" else f"-{early_discarding}"
     run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}{suffix}" if run_dir is None else Path(run_dir)
     resumed_entries = catalog_entries(run_dir) or 0
-    model = AutoDEUQRegressor(space="tabular", search="agebo", max_evals=args.max_evals,
+    model = AutoDEUQRegressor(space=args.space, search="agebo", max_evals=args.max_evals,
                               ensemble_size=args.ensemble_size, workers=args.workers, run_dir=run_dir,
                               seed=data.split, epochs=args.epochs, evaluator=args.evaluator,
                               early_discarding=early_discarding, refit=REFIT_CHOICES[args.refit],
@@ -286,7 +286,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
             "calibrate": args.calibrate, "std_scale": _std_scale(model.ensemble_),
             "resumed_entries": resumed_entries, "eval_budget": args.eval_budget,
             "out_of_time": int(model.search_summary_.n_out_of_time),
-            "settings": rescore_settings(args, data.sizes)}
+            "space": str(args.space), "settings": rescore_settings(args, data.sizes)}
     return means, variances, model.ensemble_.weights, info
 
 
@@ -645,7 +645,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", type=Path, default=Path("runs/uci"), help="autodeuq catalogs (default: runs/uci)")
     p.add_argument("--max-evals", type=int, default=100, help="autodeuq: AgEBO evaluations per split (default: 100)")
     p.add_argument("--ensemble-size", type=int, default=5, help="autodeuq: ensemble size (default: 5)")
-    p.add_argument("--epochs", type=int, default=None, help="autodeuq: override the tabular space's epochs")
+    p.add_argument("--space", default="tabular",
+                   help="autodeuq: a shipped space's name or a space file (default: tabular); keep records "
+                        "of other spaces apart with --results and --runs-dir")
+    p.add_argument("--epochs", type=int, default=None, help="autodeuq: override the space's epochs")
     p.add_argument("--evaluator", choices=("ray", "serial"), default="ray", help="autodeuq evaluator (default: ray)")
     p.add_argument("--workers", type=int, default=None, help="autodeuq: concurrent evaluations on Ray")
     p.add_argument("--eval-budget", type=float, default=None,
@@ -708,6 +711,12 @@ def main(argv=None) -> int:
     except DataError as exc:
         parser.error(str(exc))
     from autodeuq import AutoDEUQRegressor
+    from autodeuq.space import SpaceError, load_space
+
+    try:
+        load_space(args.space)
+    except SpaceError as exc:
+        parser.error(f"--space: {exc}")
 
     args.settings_base = f"selection_bags={AutoDEUQRegressor().selection_bags}, refit={args.refit}"
     _limit_threads(args.threads)

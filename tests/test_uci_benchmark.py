@@ -94,6 +94,9 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert code == 2 and "boston: dataset folder not found" in line
     code, line = run_main(["--splits", "1-x"], capsys)
     assert code == 2 and "invalid split list '1-x'" in line
+    code, line = run_main(["--data-dir", str(tmp_path / "data"), "--datasets", "yacht", "--splits", "0",
+                           "--space", str(tmp_path / "none.yaml"), *results], capsys)
+    assert code == 2 and line.startswith("uci.py: error: --space:") and "none.yaml: search-space file not found" in line
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "uci_raw.json").write_text('{"boston/0": {}}')
     code, line = run_main(["--report", *results], capsys)
