@@ -105,7 +105,8 @@ class SearchSpace:
     def _parse(self, spec):
         if not isinstance(spec, dict):
             self._fail("top level", "expected a mapping with 'architecture', 'training', 'epochs'")
-        unknown = set(spec) - {"name", "description", "architecture", "training", "epochs", "max_steps_per_epoch"}
+        unknown = set(spec) - {"name", "description", "architecture", "training", "epochs", "max_steps_per_epoch",
+                               "max_units_per_row"}
         if unknown:
             self._fail("top level", f"unknown key(s) {sorted(unknown)}")
         if isinstance(spec.get("architecture"), dict):
@@ -137,6 +138,11 @@ class SearchSpace:
         self.epochs = self._positive_int(spec, "epochs", "top level")
         self.max_steps_per_epoch = (None if spec.get("max_steps_per_epoch") is None
                                     else self._positive_int(spec, "max_steps_per_epoch", "top level"))
+        self.max_units_per_row = spec.get("max_units_per_row")
+        if self.max_units_per_row is not None and (
+                isinstance(self.max_units_per_row, bool) or not isinstance(self.max_units_per_row, (int, float))
+                or not 0 < self.max_units_per_row < float("inf")):
+            self._fail("top level.max_units_per_row", f"expected a positive number, got {self.max_units_per_row!r}")
         self.configspace = self._training_space(spec.get("training"))
         self.batch_size_max = int(self.configspace["batch_size"].upper)
 
@@ -214,21 +220,33 @@ class SearchSpace:
         return cs
 
     def for_rows(self, n_rows: int) -> "SearchSpace":
-        """The space as searched on ``n_rows`` training rows: with ``max_steps_per_epoch`` set,
-        the batch-size range starts at ``ceil(n_rows / max_steps_per_epoch)``, so no epoch has
-        more steps than that (when that exceeds the range's top, the range becomes
-        ``[low, 2 * low]``). Without it, or when the data are small enough, the space itself.
+        """The space as searched on ``n_rows`` training rows.
+
+        With ``max_steps_per_epoch`` set, the batch-size range starts at
+        ``ceil(n_rows / max_steps_per_epoch)``, so no epoch has more steps than that (when that
+        exceeds the range's top, the range becomes ``[low, 2 * low]``). With ``max_units_per_row``
+        set, the widths stop at the first one of at least ``n_rows * max_units_per_row`` (all of
+        them when none is that wide). Without either, or when the data leave both ranges as they
+        are, the space itself.
         """
-        if self.max_steps_per_epoch is None:
+        spec, adapted = copy.deepcopy(self.spec), []
+        if self.max_steps_per_epoch is not None:
+            entry = spec["training"]["batch_size"]
+            low, high = int(entry["low"]), int(entry["high"])
+            needed = -(-int(n_rows) // self.max_steps_per_epoch)
+            if needed > low:
+                spec["training"]["batch_size"] = {**entry, "low": needed, "high": max(high, 2 * needed)}
+                adapted.append("batch sizes")
+        if self.max_units_per_row is not None:
+            widest = min((u for u in self.units if u >= int(n_rows) * self.max_units_per_row), default=None)
+            if widest is not None and widest < max(self.units):
+                units = spec["architecture"]["units"]
+                spec["architecture"]["units"] = ({**units, "max": widest} if isinstance(units, dict)
+                                                 else [u for u in units if u <= widest])
+                adapted.append("widths")
+        if not adapted:
             return self
-        entry = self.spec["training"]["batch_size"]
-        low, high = int(entry["low"]), int(entry["high"])
-        needed = -(-int(n_rows) // self.max_steps_per_epoch)
-        if needed <= low:
-            return self
-        spec = copy.deepcopy(self.spec)
-        spec["training"]["batch_size"] = {**entry, "low": needed, "high": max(high, 2 * needed)}
-        return SearchSpace(spec, source=f"{self.source} (batch sizes for {n_rows} rows)")
+        return SearchSpace(spec, source=f"{self.source} ({' and '.join(adapted)} for {n_rows} rows)")
 
     # ------------------------------------------------------------- structure
     @property

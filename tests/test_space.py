@@ -74,6 +74,7 @@ def test_batch_range_follows_the_row_count_when_the_space_bounds_steps_per_epoch
 
     spec = load_space("tabular").to_dict()
     spec["max_steps_per_epoch"] = 500
+    del spec["max_units_per_row"]  # the widths' own rule: the next test
     space = SearchSpace(spec)
     assert space.for_rows(400) is space  # small data: every batch size keeps epochs short
     big = space.for_rows(32_926)
@@ -90,3 +91,31 @@ def test_batch_range_follows_the_row_count_when_the_space_bounds_steps_per_epoch
     spec["max_steps_per_epoch"] = 0
     with pytest.raises(SpaceError, match="max_steps_per_epoch"):
         SearchSpace(spec)
+
+
+def test_widths_follow_the_row_count_when_the_space_bounds_units_per_row():
+    spec = load_space("tabular").to_dict()
+    spec["max_units_per_row"] = 0.5
+    space = SearchSpace(spec)
+    yacht = space.for_rows(222)  # half the rows is 111: the widths stop at 112, the next step
+    assert yacht.units == list(range(16, 113, 16))
+    assert yacht.to_dict()["architecture"]["units"] == {"min": 16, "max": 112, "step": 16}
+    assert yacht.dense_choices == 1 + 7 * len(space.activations)
+    rng = np.random.default_rng(0)
+    widths = {cell.units for _ in range(50) for cell, _ in yacht.cells(yacht.sample(rng)["arch"])}
+    assert max(w for w in widths if w is not None) == 112
+    assert yacht.for_rows(222).to_dict() == yacht.to_dict()  # adapting twice changes nothing
+    assert space.for_rows(10).units == [16]  # narrower than the narrowest width: that one stays
+    assert space.for_rows(480).units[-1] == 240
+    assert space.for_rows(481) is space  # 240.5 asks for 256, the whole range
+    both = SearchSpace({**spec, "max_steps_per_epoch": 100}).for_rows(300)
+    assert max(both.units) == 160 and both.to_dict()["training"]["batch_size"]["low"] == 3
+    assert "batch sizes and widths for 300 rows" in both.source
+    listed = SearchSpace(spec_with(("architecture", "units"), [64, 8, 32, 16]) | {"max_units_per_row": 1})
+    assert listed.for_rows(20).units == [8, 32, 16]  # in its order, the widths up to 32, the narrowest >= 20
+
+
+@pytest.mark.parametrize("value", [0, -1, True, "half", float("inf"), float("nan")])
+def test_units_per_row_must_be_a_positive_number(value):
+    with pytest.raises(SpaceError, match="max_units_per_row"):
+        SearchSpace({**SPEC, "max_units_per_row": value})
