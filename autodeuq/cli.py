@@ -353,7 +353,8 @@ def cmd_search(args, *, timeout=None):
 
     def announce(evaluator):
         print(f"autodeuq: {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_valid)} validation rows, "
-              f"{dataset.n_features} feature(s), target(s) {dataset.target_names}; space {space.name}; "
+              f"{dataset.n_features} feature(s), target(s) {dataset.target_names}; space {space.name} "
+              f"({space.describe_sizes()}); "
               f"search {args.search}; {evaluator.n_slots} parallel evaluation(s); catalog {run_dir}", flush=True)
 
     try:

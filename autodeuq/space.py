@@ -248,6 +248,12 @@ class SearchSpace:
             return self
         return SearchSpace(spec, source=f"{self.source} ({' and '.join(adapted)} for {n_rows} rows)")
 
+    def describe_sizes(self) -> str:
+        """The widths and batch sizes searched, e.g. ``widths 16-112, batch sizes 1-256``: the
+        ranges :meth:`for_rows` adapts."""
+        batch = self.configspace["batch_size"]
+        return f"widths {min(self.units)}-{max(self.units)}, batch sizes {batch.lower}-{batch.upper}"
+
     # ------------------------------------------------------------- structure
     @property
     def hp_names(self) -> list[str]:

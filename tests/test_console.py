@@ -77,6 +77,7 @@ def test_resumed_search_says_so_and_no_progress_prints_no_line_per_evaluation(ru
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3, lines  # start, resume, summary: nothing per evaluation
     assert lines[0].startswith("autodeuq: toy-sine")
+    assert "; space toy (widths 16-256, batch sizes 1-32); " in lines[0]
     assert lines[1] == (f"resuming {run_dir}: 2 evaluation(s) finished (2 done, 0 failed); "
                         f"0 interrupted evaluation(s) run again")
     assert lines[2].startswith("search: 4 done")

@@ -105,6 +105,7 @@ def test_widths_follow_the_row_count_when_the_space_bounds_units_per_row():
     widths = {cell.units for _ in range(50) for cell, _ in yacht.cells(yacht.sample(rng)["arch"])}
     assert max(w for w in widths if w is not None) == 112
     assert yacht.for_rows(222).to_dict() == yacht.to_dict()  # adapting twice changes nothing
+    assert yacht.describe_sizes() == "widths 16-112, batch sizes 1-256"
     assert space.for_rows(10).units == [16]  # narrower than the narrowest width: that one stays
     assert space.for_rows(480).units[-1] == 240
     assert space.for_rows(481) is space  # 240.5 asks for 256, the whole range
