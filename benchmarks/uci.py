@@ -264,6 +264,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
     split (``run_dir``, default ``--runs-dir``/<dataset>-split<i>[-<early discarding>])."""
     from autodeuq import AutoDEUQRegressor
     from autodeuq.catalog import Catalog
+    from autodeuq.space import load_space
 
     suffix = "" if early_discarding == "none" else f"-{early_discarding}"
     run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}{suffix}" if run_dir is None else Path(run_dir)
@@ -286,7 +287,8 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
             "calibrate": args.calibrate, "std_scale": _std_scale(model.ensemble_),
             "resumed_entries": resumed_entries, "eval_budget": args.eval_budget,
             "out_of_time": int(model.search_summary_.n_out_of_time),
-            "space": str(args.space), "settings": rescore_settings(args, data.sizes)}
+            "space": str(args.space), "space_sizes": load_space(args.space).for_rows(len(data.x_fit)).describe_sizes(),
+            "settings": rescore_settings(args, data.sizes)}
     return means, variances, model.ensemble_.weights, info
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from autodeuq.data import DataError
+from autodeuq.space import load_space
 from benchmarks import uci
 from benchmarks.uci_data import default_data_dir, load_split, n_splits
 
@@ -352,3 +353,20 @@ def test_report_names_each_machine_its_raw_file_and_its_notes(tmp_path, monkeypa
     assert "Machine: 2-core, idle; single-threaded" in md
     assert "\n**What was measured about why**: a finding.\n" in md
     assert "`benchmarks/results/uci_sub/uci_raw.json`" in md and "(../uci_random_splits.md)" in md
+
+
+def test_autodeuq_runs_on_the_space_given_and_records_its_sizes(tmp_path):
+    make_dataset(tmp_path / "data", "yacht", n_rows=100, n_splits=1)
+    space = load_space("toy").to_dict() | {"max_units_per_row": 1}
+    (tmp_path / "space.json").write_text(json.dumps(space))
+    argv = ["--methods", "autodeuq", "--datasets", "yacht", "--splits", "0", "--data-dir", str(tmp_path / "data"),
+            "--results", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs"), "--space",
+            str(tmp_path / "space.json"), "--max-evals", "2", "--epochs", "2", "--ensemble-size", "2",
+            "--evaluator", "serial", "--refit", "never"]
+    assert uci.main(argv) == 0
+    (record,) = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
+    assert record["status"] == "done", record.get("reason")
+    assert record["n_fit"] == 64 and record["info"]["catalog_entries"] == 2
+    # 64 fitting rows and one unit per row: the toy space's widths (16-256) stop at 64
+    assert record["info"]["space"] == str(tmp_path / "space.json")
+    assert record["info"]["space_sizes"] == "widths 16-64, batch sizes 1-32"
