@@ -75,7 +75,7 @@ import numpy as np
 from .errors import AutoDEUQError
 from .fileio import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, TEMP_SUFFIX, os_reason, replace_file
 from .result import MODEL_STATUSES, Status, TrainResult
-from .space import SearchSpace, load_space
+from .space import ROW_RULE_KEYS, SearchSpace, load_space
 
 STATUSES = tuple(Status)
 
@@ -279,6 +279,11 @@ def _package_versions() -> dict[str, str]:
             except PackageNotFoundError:
                 continue
     return out
+
+
+def _without_row_rules(spec):
+    """A space description without the keys that only adapt its ranges to the rows."""
+    return {k: v for k, v in spec.items() if k not in ROW_RULE_KEYS} if isinstance(spec, dict) else spec
 
 
 def _spec_differences(old, new, path="") -> list[str]:
@@ -1297,8 +1302,11 @@ def _check_matches(run_dir: Path, info: dict[str, Any], space: SearchSpace, data
         raise CatalogError(f"{run_dir}: its catalog was made with another table encoding "
                            f"({'; '.join(changed) or 'other categories or fill values'}). Use a new run directory",
                            parameters=("run_dir", "categorical", "impute", "drop", "id_column"))
+    # The catalog is for the same rows (checked above) and both spaces are as searched on them, so
+    # the rules that adapt ranges to the rows are compared through the ranges they gave: a space
+    # file that gained such a rule resumes a run its ranges did not change.
     new_spec = json.loads(_dumps(space.to_dict()))
-    differences = _spec_differences(meta["space"], new_spec)
+    differences = _spec_differences(_without_row_rules(meta["space"]), _without_row_rules(new_spec))
     if differences:
         shown = "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
         raise CatalogError(f"{run_dir}: its catalog was made for another search space ({shown}). "

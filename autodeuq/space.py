@@ -44,6 +44,12 @@ MAX_UNITS = 16384
 HP_MINIMUM = {"batch_size": 1, "patience_reduce_lr": 0, "patience_early_stopping": 0}
 
 
+# Top-level keys that only adapt ranges to the data (:meth:`SearchSpace.for_rows`). A space as
+# searched holds their effect in its ranges; on the same rows, two spaces that differ only in these
+# keys but have the same ranges search the same configurations.
+ROW_RULE_KEYS = ("max_steps_per_epoch", "max_units_per_row")
+
+
 class SpaceError(AutoDEUQError, ValueError):
     """A search-space file or a configuration does not describe a valid space/point."""
 

@@ -23,7 +23,7 @@ from autodeuq import fileio
 from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.data import from_arrays
 from autodeuq.result import TrainResult
-from autodeuq.space import load_space
+from autodeuq.space import SearchSpace, load_space
 
 WORKERS = 3  # evaluations in flight at once in the simulated driver
 
@@ -295,6 +295,16 @@ def test_resume_refuses_other_dataset_or_space(tmp_path):
     with pytest.raises(CatalogError, match="search space"):
         Catalog.create_or_resume(run_dir, load_space("tabular"), make_dataset(), {}, seed=0)
     open_writer(run_dir).close()  # the matching data and space resume
+    # A rule that adapts ranges to the rows counts through the ranges it gives on these rows: one
+    # that leaves them as they were resumes, one that narrows the widths is another space.
+    toy = load_space("toy").to_dict()
+    rows = len(make_dataset().x_train)
+    wide = SearchSpace({**toy, "max_units_per_row": 100}).for_rows(rows)
+    assert wide.units == load_space("toy").units
+    Catalog.create_or_resume(run_dir, wide, make_dataset(), {}, seed=0).close()
+    narrow = SearchSpace({**toy, "max_units_per_row": 1}).for_rows(rows)
+    with pytest.raises(CatalogError, match=r"architecture\.units\.max: 256 in the catalog, 32 now"):
+        Catalog.create_or_resume(run_dir, narrow, make_dataset(), {}, seed=0)
 
 
 def test_new_run_and_foreign_directories(tmp_path):
