@@ -111,8 +111,7 @@ class SearchSpace:
     def _parse(self, spec):
         if not isinstance(spec, dict):
             self._fail("top level", "expected a mapping with 'architecture', 'training', 'epochs'")
-        unknown = set(spec) - {"name", "description", "architecture", "training", "epochs", "max_steps_per_epoch",
-                               "max_units_per_row"}
+        unknown = set(spec) - {"name", "description", "architecture", "training", "epochs", *ROW_RULE_KEYS}
         if unknown:
             self._fail("top level", f"unknown key(s) {sorted(unknown)}")
         if isinstance(spec.get("architecture"), dict):
