@@ -264,7 +264,6 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
     split (``run_dir``, default ``--runs-dir``/<dataset>-split<i>[-<early discarding>])."""
     from autodeuq import AutoDEUQRegressor
     from autodeuq.catalog import Catalog
-    from autodeuq.space import load_space
 
     suffix = "" if early_discarding == "none" else f"-{early_discarding}"
     run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}{suffix}" if run_dir is None else Path(run_dir)
@@ -276,18 +275,20 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
                               calibrate=args.calibrate, eval_budget=args.eval_budget)
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
     means, variances = model.ensemble_.components(data.x_test)
-    frame = Catalog(run_dir).to_dataframe()
+    with Catalog(run_dir) as catalog:  # what the run searched and trained, as recorded
+        frame, full_trainings = catalog.to_dataframe(), len(catalog.full_trainings())
+        space_sizes = catalog.space.describe_sizes()
     info = {"epochs": int(frame["epochs"].fillna(0).sum()), "catalog_entries": int(len(frame)),
             "failed": int(model.search_summary_.n_failed), "members": model.ensemble_.member_ids,
             "discarded": int(model.search_summary_.n_discarded), "early_discarding": early_discarding,
-            "full_trainings": len(Catalog(run_dir).full_trainings()),
+            "full_trainings": full_trainings,
             "train_s_total": float(frame["wall_time"].fillna(0).sum()), "run_dir": str(run_dir),
             "weights": [float(w) for w in model.ensemble_.weights], "refit": args.refit,
             "refitted": model.ensemble_.refitted_ids, "selection_bags": model.selection_bags,
             "calibrate": args.calibrate, "std_scale": _std_scale(model.ensemble_),
             "resumed_entries": resumed_entries, "eval_budget": args.eval_budget,
             "out_of_time": int(model.search_summary_.n_out_of_time),
-            "space": str(args.space), "space_sizes": load_space(args.space).for_rows(len(data.x_fit)).describe_sizes(),
+            "space": str(args.space), "space_sizes": space_sizes,
             "settings": rescore_settings(args, data.sizes)}
     return means, variances, model.ensemble_.weights, info
 
