@@ -1,0 +1,103 @@
+"""What an XLA-compiled epoch costs and saves: the same trainings with and without XLA.
+
+For the tabular space's first ``--configs`` configurations (seeds 1000+i, as in
+``benchmarks/training_speed.py``) at each ``--batch-sizes`` value, one training of ``--epochs``
+epochs (patience 30, so none stops early) on each path of ``autodeuq.train``, each from an empty
+trainer cache, so each traces (and, with XLA, compiles) its epoch. Reported per path: the first
+epoch (tracing, compilation, one epoch) and the time per step of the later epochs; then how many
+steps a training needs before XLA's cheaper steps have paid for its compilation. This is what
+``autodeuq.train.XLA_MIN_STEPS`` is chosen from. Wall times, one TensorFlow thread: run it on an
+otherwise idle machine.
+
+The data: the fitting rows of one split of a UCI dataset (``--dataset``, default energy: 553
+rows, where small batches made the search slowest) from ``--data-dir``.
+
+Usage (from the repository root)::
+
+    python benchmarks/xla_epochs.py --data-dir ../shared/datasets/uci
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from autodeuq.train import configure_threads  # noqa: E402  (before TensorFlow runs anything)
+
+
+def one_training(train, config, space, dataset, epochs, xla):
+    """(first epoch seconds, seconds per later step) of one training on the chosen path, or None
+    if it failed (a diverging configuration)."""
+    train.XLA_MIN_STEPS = 0 if xla else math.inf
+    train.clear_trainer_cache()
+    result = train.train(config, space, dataset, seed=0, epochs=epochs)
+    if not result.ok:
+        return None
+    assert result.extra["xla"] is xla
+    timing = result.extra["timing"]
+    steps = math.ceil(len(dataset.x_train) / result.extra["batch_size"]) * (result.epochs - 1)
+    return timing["first_epoch"], timing["other_epochs"] / steps
+
+
+def main(argv=None):
+    from uci_data import default_data_dir, load_split
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", default=str(default_data_dir(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))))
+    parser.add_argument("--dataset", default="energy")
+    parser.add_argument("--split", type=int, default=0)
+    parser.add_argument("--configs", type=int, default=4)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[2, 4, 8, 32, 128])
+    parser.add_argument("--epochs", type=int, default=15)
+    args = parser.parse_args(argv)
+    configure_threads(1)
+
+    from autodeuq import train
+    from autodeuq.data import from_arrays
+    from autodeuq.space import load_space
+
+    split = load_split(args.data_dir, args.dataset, args.split)
+    dataset = from_arrays(split.x_fit, split.y_fit, split.x_valid, split.y_valid, name=args.dataset)
+    space = load_space("tabular").for_rows(len(dataset.x_train))
+    configs = [space.sample(np.random.default_rng(1000 + i)) for i in range(args.configs)]
+    train.train(configs[0], space, dataset, seed=0, epochs=2)  # warm-up: kernels, imports
+    print(f"{args.dataset} split {args.split}: {len(dataset.x_train)} fitting rows, {args.configs} configurations, "
+          f"{args.epochs} epochs each, one thread; {platform.machine()}, {os.cpu_count()} cores")
+    print("| batch | steps/epoch | first epoch plain (s) | first epoch XLA (s) | µs/step plain | µs/step XLA "
+          "| XLA pays off after (steps) | trainings |")
+    print("|---:|---:|---|---|---|---|---|---:|")
+    for batch_size in args.batch_sizes:
+        rows = []
+        for base in configs:
+            config = {"arch": base["arch"], "hp": {**base["hp"], "batch_size": batch_size,
+                                                   "patience_early_stopping": 30, "patience_reduce_lr": 20}}
+            plain = one_training(train, config, space, dataset, args.epochs, xla=False)
+            compiled = one_training(train, config, space, dataset, args.epochs, xla=True)
+            if plain is None or compiled is None:
+                continue
+            saved = plain[1] - compiled[1]
+            rows.append((*plain, *compiled, (compiled[0] - plain[0]) / saved if saved > 0 else math.inf))
+        if not rows:
+            print(f"| {batch_size} | every training diverged |")
+            continue
+        rows = np.array(rows)
+
+        def span(column, scale=1.0, digits=2):
+            values = rows[:, column] * scale
+            return f"{values.min():.{digits}f}-{values.max():.{digits}f}"
+
+        print(f"| {batch_size} | {math.ceil(len(dataset.x_train) / batch_size)} | {span(0)} | {span(2)} "
+              f"| {span(1, 1e6, 0)} | {span(3, 1e6, 0)} | {span(4, 1, 0)} | {len(rows)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
