@@ -62,9 +62,10 @@ from .space import SpaceError
 TRAINER_CACHE_SIZE = 4  # compiled epochs kept for reuse (each holds its graph and parameter vectors)
 FULL_GC_EVERY = 20  # trainings between full garbage collections
 GRAPPLER_IN_TRAINING = False  # see _graph_optimizer_off
-# A training whose budget is at least this many steps (steps per epoch x epochs) runs its epochs
-# XLA-compiled: a step then costs a half to a third as much, for a compilation of about 2 s per
-# new network, batch size and data shape, repaid after 3-11k steps; the searches' trainings run
+# A training runs its epochs XLA-compiled from the first epoch after which it will run at least
+# this many steps whatever happens (up to its next rung of early discarding, or its end): a step
+# then costs a half to a third as much alone on a core, for a compilation of about 2 s per new
+# network, batch size and data shape, repaid after 3-11k steps; the searches' trainings run
 # most of their budget (benchmarks/results/training_speed.md, "XLA-compiled epochs").
 XLA_MIN_STEPS = 10_000
 XLA_SHAPES_KEPT = 2  # XLA-compiled epochs a cached trainer keeps (data shape and batch size)
@@ -532,9 +533,9 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         ``objective`` = minimum validation NLL (standardized units) over the epochs,
         ``best_epoch`` its 1-based epoch, ``model_bytes`` the original-unit model with the weights
         of that epoch, ``valid_mean`` / ``valid_var`` its validation predictions (original units).
-        ``extra`` holds the effective batch size, whether the epochs ran XLA-compiled
-        (:func:`uses_xla`), early-stopping and learning-rate facts, the number of traces this
-        training caused, and a timing breakdown in seconds.
+        ``extra`` holds the effective batch size, the first epoch (0-based) that ran XLA-compiled
+        (``xla_from``, None if none did; :func:`uses_xla`), early-stopping and learning-rate facts,
+        the number of traces this training caused, and a timing breakdown in seconds.
 
     Examples
     --------
@@ -570,7 +571,6 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         scaler = dataset.scaler
         n_features, n_targets = dataset.x_train.shape[1], dataset.y_train.shape[1]
         batch_size = min(int(hp["batch_size"]), len(dataset.x_train))
-        xla = uses_xla(len(dataset.x_train), batch_size, max_epochs)
 
         seed = _seed32(seed)
         _clear_state()
@@ -592,8 +592,8 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
 
         limit = None if time_limit is None or schedule is not None else t0 + float(time_limit)
         with _graph_optimizer_off():
-            reason, t_first, best_out, ended = _run_epochs(trainer, tensors, book, max_epochs, history,
-                                                           discarder, schedule, limit, xla)
+            reason, t_first, best_out, ended, xla_from = _run_epochs(trainer, tensors, book, max_epochs, history,
+                                                                     discarder, schedule, limit)
         discarded = ended == "discarded"
         traces = trainer.traces - traces_before
         _checkin_trainer(key, trainer)  # reusable even after a failure: reset() starts it afresh
@@ -626,7 +626,7 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
             end_time=time.time(),
             extra={
                 "batch_size": batch_size,
-                "xla": xla,
+                "xla_from": xla_from,
                 "stopped_early": book.stopped_epoch is not None,
                 "discarded_at": len(history["loss"]) if discarded else None,
                 "out_of_time": ended == "out_of_time",
@@ -642,16 +642,20 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
 
 
 def uses_xla(n_rows: int, batch_size: int, epochs: int) -> bool:
-    """Whether a training of ``epochs`` epochs in batches of ``batch_size`` over ``n_rows`` rows runs
-    its epochs XLA-compiled: when its budget is at least :data:`XLA_MIN_STEPS` steps."""
+    """Whether ``epochs`` more epochs in batches of ``batch_size`` over ``n_rows`` rows are worth
+    compiling with XLA: at least :data:`XLA_MIN_STEPS` steps."""
     return math.ceil(n_rows / batch_size) * epochs >= XLA_MIN_STEPS
 
 
 def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_epochs: int, history,
-                discarder=None, schedule=None, limit: float | None = None, xla: bool = False):
+                discarder=None, schedule=None, limit: float | None = None):
     """The epoch loop; with a ``schedule`` of learning rates, those epochs and the last one's weights.
-    ``limit``: a ``perf_counter`` time that no further epoch may be expected to end after;
-    ``xla``: run the epochs XLA-compiled (:meth:`CompiledTrainer.run_epoch`).
+    ``limit``: a ``perf_counter`` time that no further epoch may be expected to end after.
+
+    The epochs switch to the XLA-compiled path (:meth:`CompiledTrainer.run_epoch`; the same
+    variables, so the training goes on where it was) once the epochs until the next rung or the
+    end are worth compiling (:func:`uses_xla`): at once without early discarding, else from a
+    rung that leaves enough epochs to the next.
 
     Returns
     -------
@@ -664,17 +668,24 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
     ended : str or None
         ``"discarded"`` when the discarder stopped the training at a rung, ``"out_of_time"`` when
         ``limit`` did, else None.
+    xla_from : int or None
+        The first (0-based) epoch that ran XLA-compiled.
     """
     t_first = time.perf_counter()
-    best_out = None
+    best_out, xla_from = None, None
     rungs = set(discarder.rungs(max_epochs)) if discarder is not None else set()
+    n_rows, batch_size = int(tensors[0].shape[0]), int(tensors[-1])
     for epoch in range(max_epochs):
+        if xla_from is None:
+            decision_at = min([r for r in rungs if r > epoch] + [max_epochs])
+            if uses_xla(n_rows, batch_size, decision_at - epoch):
+                xla_from = epoch
         epoch_start = time.perf_counter()
         if schedule is not None:
             book.lr = schedule[epoch]
             trainer.set_learning_rate(book.lr)
         lr_used = book.lr
-        losses, valid_out = trainer.run_epoch(*tensors, xla=xla)
+        losses, valid_out = trainer.run_epoch(*tensors, xla=xla_from is not None)
         loss, val_loss = (float(v) for v in losses.numpy())
         if epoch == 0:
             t_first = time.perf_counter()
@@ -684,7 +695,7 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
         if not (math.isfinite(loss) and math.isfinite(val_loss)):
             what = "training" if not math.isfinite(loss) else "validation"
             return (f"non-finite {what} loss at epoch {epoch + 1} (loss={loss}, val_loss={val_loss})", t_first,
-                    None, None)
+                    None, None, xla_from)
         decision = book.update(val_loss)
         if schedule is not None:
             trainer.snapshot()
@@ -698,11 +709,11 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
         if decision.stop:
             break
         if epoch + 1 in rungs and not discarder.should_continue(epoch + 1, book.best):
-            return None, t_first, best_out, "discarded"
+            return None, t_first, best_out, "discarded", xla_from
         now = time.perf_counter()
         if limit is not None and epoch + 1 < max_epochs and now + (now - epoch_start) > limit:
-            return None, t_first, best_out, "out_of_time"
-    return None, t_first, best_out, None
+            return None, t_first, best_out, "out_of_time", xla_from
+    return None, t_first, best_out, None, xla_from
 
 
 @contextlib.contextmanager

@@ -12,9 +12,17 @@ otherwise idle machine.
 The data: the fitting rows of one split of a UCI dataset (``--dataset``, default energy: 553
 rows, where small batches made the search slowest) from ``--data-dir``.
 
+``--replay RUN_DIR --path {xla,plain}`` instead trains again, on one path, every configuration of
+a search's catalog (made by ``benchmarks/uci.py`` on the same dataset and split) whose budget
+qualifies for XLA, with the search's seeds and epoch budget, and prints the total wall time. Two
+such processes, one per path, started together on a 2-core machine, share it as the search's two
+workers did.
+
 Usage (from the repository root)::
 
     python benchmarks/xla_epochs.py --data-dir ../shared/datasets/uci
+    python benchmarks/xla_epochs.py --replay runs/uci/energy-split0 --path xla &
+    python benchmarks/xla_epochs.py --replay runs/uci/energy-split0 --path plain
 """
 from __future__ import annotations
 
@@ -41,10 +49,32 @@ def one_training(train, config, space, dataset, epochs, xla):
     result = train.train(config, space, dataset, seed=0, epochs=epochs)
     if not result.ok:
         return None
-    assert result.extra["xla"] is xla
+    assert result.extra["xla_from"] == (0 if xla else None)
     timing = result.extra["timing"]
     steps = math.ceil(len(dataset.x_train) / result.extra["batch_size"]) * (result.epochs - 1)
     return timing["first_epoch"], timing["other_epochs"] / steps
+
+
+def replay(train, run_dir, path, space, dataset):
+    """Train the XLA-qualifying configurations of a catalog on one path; print their total time."""
+    from autodeuq.catalog import Catalog
+    from autodeuq.evaluator.base import evaluation_seed
+
+    catalog = Catalog(run_dir)
+    space = catalog.space  # what the search searched (adapted to its rows)
+    seed, epochs = catalog.meta["seed"], space.epochs
+    entries = [(i, catalog.config(i)) for i in catalog.ids(status=None)]
+    entries = [(i, c) for i, c in entries
+               if train.uses_xla(len(dataset.x_train), min(c["hp"]["batch_size"], len(dataset.x_train)), epochs)]
+    train.XLA_MIN_STEPS = 0 if path == "xla" else math.inf
+    total, same, epochs_run = 0.0, 0, 0
+    for entry_id, config in entries:
+        result = train.train(config, space, dataset, seed=evaluation_seed(seed, entry_id))
+        total += result.wall_time
+        epochs_run += result.epochs
+        same += result.objective == catalog.entry(entry_id)["objective"]
+    print(f"{run_dir}: {len(entries)} trainings on the {path} path, {epochs_run} epochs, {total:.1f} s "
+          f"({same} with the catalog's exact objective)")
 
 
 def main(argv=None):
@@ -58,6 +88,8 @@ def main(argv=None):
     parser.add_argument("--configs", type=int, default=4)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[2, 4, 8, 32, 128])
     parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--replay", help="a catalog of benchmarks/uci.py on --dataset / --split")
+    parser.add_argument("--path", choices=["xla", "plain"], default="xla")
     args = parser.parse_args(argv)
     configure_threads(1)
 
@@ -68,6 +100,8 @@ def main(argv=None):
     split = load_split(args.data_dir, args.dataset, args.split)
     dataset = from_arrays(split.x_fit, split.y_fit, split.x_valid, split.y_valid, name=args.dataset)
     space = load_space("tabular").for_rows(len(dataset.x_train))
+    if args.replay:
+        return replay(train, args.replay, args.path, space, dataset)
     configs = [space.sample(np.random.default_rng(1000 + i)) for i in range(args.configs)]
     train.train(configs[0], space, dataset, seed=0, epochs=2)  # warm-up: kernels, imports
     print(f"{args.dataset} split {args.split}: {len(dataset.x_train)} fitting rows, {args.configs} configurations, "

@@ -347,7 +347,7 @@ def xla_and_plain(monkeypatch, cfg, space, data, **kwargs):
     for xla in (True, False):
         monkeypatch.setattr(train_mod, "XLA_MIN_STEPS", 0 if xla else 10**12)
         results.append(train(cfg, space, data, **kwargs))
-        assert results[-1].ok and results[-1].extra["xla"] is xla
+        assert results[-1].ok and results[-1].extra["xla_from"] == (0 if xla else None)
     return results
 
 
@@ -364,6 +364,22 @@ def test_xla_epochs_compute_what_the_plain_ones_do(monkeypatch, space, data, bat
     np.testing.assert_allclose(var, compiled.valid_var, rtol=1e-3)
 
 
+def test_with_rungs_xla_starts_where_enough_epochs_remain_before_the_next(monkeypatch, space, data):
+    """80 rows in batches of 8: 10 steps an epoch. Rungs 1, 3, 9, 27 of 40 epochs: from epoch 3
+    (0-based), six epochs run before the next rung, 60 steps, the first stretch of at least 50."""
+    monkeypatch.setattr(train_mod, "XLA_MIN_STEPS", 50)
+    cfg = config(space, batch_size=8, p_es=30, p_lr=20)
+    switched = train(cfg, space, data, seed=1, epochs=40, discarder=StubDiscarder())
+    monkeypatch.setattr(train_mod, "XLA_MIN_STEPS", 10**12)
+    plain = train(cfg, space, data, seed=1, epochs=40, discarder=StubDiscarder())
+    assert switched.extra["xla_from"] == 3 and plain.extra["xla_from"] is None
+    assert switched.epochs == plain.epochs == 40  # the training went on where it was
+    np.testing.assert_allclose(switched.history["val_loss"], plain.history["val_loss"], rtol=1e-4, atol=1e-4)
+    # without rungs, the whole budget counts: compiled from the start
+    monkeypatch.setattr(train_mod, "XLA_MIN_STEPS", 400)
+    assert train(cfg, space, data, seed=1, epochs=40).extra["xla_from"] == 0
+
+
 def test_xla_training_is_reproducible_and_reuses_its_compilation(monkeypatch, space, data):
     monkeypatch.setattr(train_mod, "XLA_MIN_STEPS", 0)
     cfg = config(space, optimizer="nadam", lr=0.003, batch_size=9)
@@ -371,7 +387,7 @@ def test_xla_training_is_reproducible_and_reuses_its_compilation(monkeypatch, sp
     a = train(cfg, space, data, seed=5, epochs=4)
     b = train(cfg, space, data, seed=5, epochs=4)
     c = train(cfg, space, data, seed=6, epochs=4)
-    assert a.extra["xla"] and a.extra["traces"] == 1 and b.extra["traces"] == 0
+    assert a.extra["xla_from"] == 0 and a.extra["traces"] == 1 and b.extra["traces"] == 0
     assert a.history == b.history and c.history != a.history
 
 
