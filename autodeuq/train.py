@@ -24,6 +24,9 @@ Choices that keep tracing cheap and rare:
   of the vector used as they are (no reshape), and it is called as a concrete function that
   returns both losses in one tensor: fewer ops to trace, instantiate and run at every step, and
   one transfer to the host per epoch. None of this changes a number (the tests compare runs).
+* A training with many steps ahead runs the same epoch XLA-compiled (:data:`XLA_MIN_STEPS`):
+  fixed-size batch slices, the shuffle outside XLA. It agrees with the plain epoch to float32
+  rounding, and costs a compilation of about 2 s.
 
 Long-lived workers: each training resets Keras' session state; the objects alive after the first
 training's imports are moved out of the garbage collector's sight (``gc.freeze``), and full
@@ -64,9 +67,10 @@ FULL_GC_EVERY = 20  # trainings between full garbage collections
 GRAPPLER_IN_TRAINING = False  # see _graph_optimizer_off
 # A training runs its epochs XLA-compiled from the first epoch after which it will run at least
 # this many steps whatever happens (up to its next rung of early discarding, or its end): a step
-# then costs a half to a third as much alone on a core, for a compilation of about 2 s per new
-# network, batch size and data shape, repaid after 3-11k steps; the searches' trainings run
-# most of their budget (benchmarks/results/training_speed.md, "XLA-compiled epochs").
+# then costs a half to a third as much alone on a core (about two thirds with two workers on two
+# cores), for a compilation of about 2 s per new network, batch size and data shape, repaid after
+# 3-11k steps alone; the searches' trainings run most of their budget
+# (benchmarks/results/training_speed.md, "XLA-compiled epochs").
 XLA_MIN_STEPS = 10_000
 XLA_SHAPES_KEPT = 2  # XLA-compiled epochs a cached trainer keeps (data shape and batch size)
 
@@ -281,8 +285,7 @@ class CompiledTrainer:
         mean training loss and the validation loss, ``valid_out`` the validation outputs.
 
         With ``xla``, the epoch runs XLA-compiled (see :data:`XLA_MIN_STEPS`): compiled once per
-        data shape and batch size (at most :data:`XLA_SHAPES_KEPT` kept), each step much
-        cheaper. The arithmetic and the shuffles are the same, so the numbers agree to float32
+        data shape and batch size (at most :data:`XLA_SHAPES_KEPT` kept), each step cheaper. The arithmetic and the shuffles are the same, so the numbers agree to float32
         rounding, except where a random op draws inside the network (dropout): XLA's generator
         draws other numbers from the same state.
         """

@@ -15,14 +15,14 @@ rows, where small batches made the search slowest) from ``--data-dir``.
 ``--replay RUN_DIR --path {xla,plain}`` instead trains again, on one path, every configuration of
 a search's catalog (made by ``benchmarks/uci.py`` on the same dataset and split) whose budget
 qualifies for XLA, with the search's seeds and epoch budget, and prints the total wall time. Two
-such processes, one per path, started together on a 2-core machine, share it as the search's two
-workers did.
+such processes on the same path, each with half the configurations (``--shard 0/2``, ``1/2``),
+started together on a 2-core machine, share it as the search's two workers did.
 
 Usage (from the repository root)::
 
     python benchmarks/xla_epochs.py --data-dir ../shared/datasets/uci
-    python benchmarks/xla_epochs.py --replay runs/uci/energy-split0 --path xla &
-    python benchmarks/xla_epochs.py --replay runs/uci/energy-split0 --path plain
+    python benchmarks/xla_epochs.py --replay runs/uci/energy-split0 --path xla --shard 0/2 &
+    python benchmarks/xla_epochs.py --replay runs/uci/energy-split0 --path xla --shard 1/2
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def one_training(train, config, space, dataset, epochs, xla):
     return timing["first_epoch"], timing["other_epochs"] / steps
 
 
-def replay(train, run_dir, path, space, dataset):
+def replay(train, run_dir, path, space, dataset, shard=(0, 1)):
     """Train the XLA-qualifying configurations of a catalog on one path; print their total time."""
     from autodeuq.catalog import Catalog
     from autodeuq.evaluator.base import evaluation_seed
@@ -66,6 +66,7 @@ def replay(train, run_dir, path, space, dataset):
     entries = [(i, catalog.config(i)) for i in catalog.ids(status=None)]
     entries = [(i, c) for i, c in entries
                if train.uses_xla(len(dataset.x_train), min(c["hp"]["batch_size"], len(dataset.x_train)), epochs)]
+    entries = entries[shard[0]::shard[1]]
     train.XLA_MIN_STEPS = 0 if path == "xla" else math.inf
     total, same, epochs_run = 0.0, 0, 0
     for entry_id, config in entries:
@@ -73,7 +74,7 @@ def replay(train, run_dir, path, space, dataset):
         total += result.wall_time
         epochs_run += result.epochs
         same += result.objective == catalog.entry(entry_id)["objective"]
-    print(f"{run_dir}: {len(entries)} trainings on the {path} path, {epochs_run} epochs, {total:.1f} s "
+    print(f"{run_dir} (shard {shard[0]}/{shard[1]}): {len(entries)} trainings on the {path} path, {epochs_run} epochs, {total:.1f} s "
           f"({same} with the catalog's exact objective)")
 
 
@@ -90,6 +91,7 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--replay", help="a catalog of benchmarks/uci.py on --dataset / --split")
     parser.add_argument("--path", choices=["xla", "plain"], default="xla")
+    parser.add_argument("--shard", default="0/1", help="with --replay, I/N: every N-th configuration from the I-th")
     args = parser.parse_args(argv)
     configure_threads(1)
 
@@ -101,7 +103,8 @@ def main(argv=None):
     dataset = from_arrays(split.x_fit, split.y_fit, split.x_valid, split.y_valid, name=args.dataset)
     space = load_space("tabular").for_rows(len(dataset.x_train))
     if args.replay:
-        return replay(train, args.replay, args.path, space, dataset)
+        shard = tuple(int(v) for v in args.shard.split("/"))
+        return replay(train, args.replay, args.path, space, dataset, shard)
     configs = [space.sample(np.random.default_rng(1000 + i)) for i in range(args.configs)]
     train.train(configs[0], space, dataset, seed=0, epochs=2)  # warm-up: kernels, imports
     print(f"{args.dataset} split {args.split}: {len(dataset.x_train)} fitting rows, {args.configs} configurations, "
