@@ -24,9 +24,6 @@ Choices that keep tracing cheap and rare:
   of the vector used as they are (no reshape), and it is called as a concrete function that
   returns both losses in one tensor: fewer ops to trace, instantiate and run at every step, and
   one transfer to the host per epoch. None of this changes a number (the tests compare runs).
-* A training with many steps ahead runs the same epoch XLA-compiled (:data:`XLA_MIN_STEPS`):
-  fixed-size batch slices, the shuffle outside XLA. It agrees with the plain epoch to float32
-  rounding, and costs a compilation of about 2 s.
 
 Long-lived workers: each training resets Keras' session state; the objects alive after the first
 training's imports are moved out of the garbage collector's sight (``gc.freeze``), and full
@@ -65,14 +62,6 @@ from .space import SpaceError
 TRAINER_CACHE_SIZE = 4  # compiled epochs kept for reuse (each holds its graph and parameter vectors)
 FULL_GC_EVERY = 20  # trainings between full garbage collections
 GRAPPLER_IN_TRAINING = False  # see _graph_optimizer_off
-# A training runs its epochs XLA-compiled from the first epoch after which it will run at least
-# this many steps whatever happens (up to its next rung of early discarding, or its end): a step
-# then costs a half to a third as much alone on a core (about two thirds with two workers on two
-# cores), for a compilation of about 2 s per new network, batch size and data shape, repaid after
-# 3-11k steps alone; the searches' trainings run most of their budget
-# (benchmarks/results/training_speed.md, "XLA-compiled epochs").
-XLA_MIN_STEPS = 10_000
-XLA_SHAPES_KEPT = 2  # XLA-compiled epochs a cached trainer keeps (data shape and batch size)
 
 
 # --------------------------------------------------------------------------- threads
@@ -278,40 +267,14 @@ class CompiledTrainer:
         spec = [tf.TensorSpec([None, None], tf.float32)] * 4 + [tf.TensorSpec([], tf.int32)]
         self._epoch_function = tf.function(self._epoch, input_signature=spec, autograph=False)
         self._concrete_epoch = None
-        self._xla_epochs: dict[tuple, object] = {}  # insertion order = least recently used first
 
-    def run_epoch(self, x, y, x_valid, y_valid, batch_size, xla: bool = False):
+    def run_epoch(self, x, y, x_valid, y_valid, batch_size):
         """One epoch (traced at the first call): ``(losses, valid_out)``, ``losses`` holding the
-        mean training loss and the validation loss, ``valid_out`` the validation outputs.
-
-        With ``xla``, the epoch runs XLA-compiled (see :data:`XLA_MIN_STEPS`): compiled once per
-        data shape and batch size (at most :data:`XLA_SHAPES_KEPT` kept), each step cheaper. The arithmetic and the shuffles are the same, so the numbers agree to float32
-        rounding, except where a random op draws inside the network (dropout): XLA's generator
-        draws other numbers from the same state.
-        """
-        if xla:
-            return self._xla_epoch(x, y, x_valid, y_valid, int(batch_size))(x, y, x_valid, y_valid)
+        mean training loss and the validation loss, ``valid_out`` the validation outputs."""
         if self._concrete_epoch is None:
             # calling the traced graph directly skips tf.function's per-call argument matching
             self._concrete_epoch = self._epoch_function.get_concrete_function()
         return self._concrete_epoch(x, y, x_valid, y_valid, batch_size)
-
-    def _xla_epoch(self, x, y, x_valid, y_valid, batch_size: int):
-        key = (tuple(x.shape), tuple(x_valid.shape), tuple(y.shape), batch_size)
-        function = self._xla_epochs.pop(key, None)
-        if function is None:
-            # The shuffle runs outside XLA, whose random numbers differ from TensorFlow's kernels
-            # for the same generator state: the rows come in the same order on both paths.
-            compiled = tf.function(lambda *data: self._static_epoch(*data, batch_size), autograph=False,
-                                   jit_compile=True)
-            n = int(x.shape[0])
-            spec = [tf.TensorSpec(t.shape, tf.float32) for t in (x, y, x_valid, y_valid)]
-            function = tf.function(lambda x, y, x_valid, y_valid: compiled(*self._shuffled(x, y, n), x_valid, y_valid),
-                                   input_signature=spec, autograph=False).get_concrete_function()
-        self._xla_epochs[key] = function
-        while len(self._xla_epochs) > XLA_SHAPES_KEPT:
-            self._xla_epochs.pop(next(iter(self._xla_epochs)))
-        return function
 
     @tf.autograph.experimental.do_not_convert
     def _weights(self):
@@ -326,62 +289,34 @@ class CompiledTrainer:
         pieces = tf.split(self.state.read_value(), self.state_sizes)
         return [p if len(s) == 1 else tf.reshape(p, s) for p, s in zip(pieces, self.program.state_shapes)]
 
-    def _shuffled(self, x, y, n):
-        order = tf.argsort(self.generator.uniform([n]))
-        return tf.gather(x, order), tf.gather(y, order)
-
-    def _step(self, x, y):
-        """One mini-batch update of the parameters (and state); the batch's mean training loss."""
-        flat = tf.constant([-1])
-        mean, var, saved = self.program.forward(self._weights(), x, self._state(), training=True,
-                                                rng=self.generator)
-        loss, d_mean, d_var = gaussian_nll_and_gradients(y, mean, var)
-        grads = self.program.backward(saved, d_mean, d_var)
-        grad = tf.concat([g if len(s) == 1 else tf.reshape(g, flat) for g, s in zip(grads, self.shapes)], axis=0)
-        self.optimizer.apply(grad, self.params)
-        if self.state is not None:
-            self.state.assign(tf.concat([tf.reshape(v, flat) for v in self.program.new_state(saved)], axis=0))
-        return loss
-
-    def _validate(self, total, n, x_valid, y_valid):
-        mean, var, _ = self.program.forward(self._weights(), x_valid, self._state())
-        # one tensor for both losses: one transfer to the host per epoch
-        losses = tf.stack([total / tf.cast(n, tf.float32), gaussian_nll(y_valid, mean, var)])
-        return losses, tf.concat([mean, var], axis=1)
-
     def _epoch(self, x, y, x_valid, y_valid, batch_size):
         # Written as an explicit tf.while_loop and traced without AutoGraph, which would only
         # rewrite this one loop and costs tracing time at every new plan.
         self.traces += 1
         n = tf.shape(x)[0]
-        x, y = self._shuffled(x, y, n)
+        order = tf.argsort(self.generator.uniform([n]))
+        x, y = tf.gather(x, order), tf.gather(y, order)
+        flat = tf.constant([-1])
 
         def step(i, total):
             start = i * batch_size
             stop = tf.minimum(start + batch_size, n)
-            return i + 1, total + self._step(x[start:stop], y[start:stop]) * tf.cast(stop - start, tf.float32)
+            mean, var, saved = self.program.forward(self._weights(), x[start:stop], self._state(),
+                                                    training=True, rng=self.generator)
+            loss, d_mean, d_var = gaussian_nll_and_gradients(y[start:stop], mean, var)
+            grads = self.program.backward(saved, d_mean, d_var)
+            grad = tf.concat([g if len(s) == 1 else tf.reshape(g, flat) for g, s in zip(grads, self.shapes)], axis=0)
+            self.optimizer.apply(grad, self.params)
+            if self.state is not None:
+                self.state.assign(tf.concat([tf.reshape(v, flat) for v in self.program.new_state(saved)], axis=0))
+            return i + 1, total + loss * tf.cast(stop - start, tf.float32)
 
         _, total = tf.while_loop(lambda i, _: i < (n + batch_size - 1) // batch_size, step,
                                  (tf.constant(0), tf.constant(0.0)))
-        return self._validate(total, n, x_valid, y_valid)
-
-    def _static_epoch(self, x, y, x_valid, y_valid, batch_size: int):
-        # The same epoch on shuffled rows for XLA, which needs every shape known: the full batches
-        # are fixed-size slices, and the last, smaller batch (if any) is a step of its own shape.
-        self.traces += 1
-        n, n_features, n_targets = (int(d) for d in (x.shape[0], x.shape[1], y.shape[1]))
-        full, rest = divmod(n, batch_size)
-
-        def step(i, total):
-            start = i * batch_size
-            batch = (tf.slice(x, [start, 0], [batch_size, n_features]),
-                     tf.slice(y, [start, 0], [batch_size, n_targets]))
-            return i + 1, total + self._step(*batch) * float(batch_size)
-
-        _, total = tf.while_loop(lambda i, _: i < full, step, (tf.constant(0), tf.constant(0.0)))
-        if rest:
-            total = total + self._step(x[full * batch_size:], y[full * batch_size:]) * float(rest)
-        return self._validate(total, n, x_valid, y_valid)
+        mean, var, _ = self.program.forward(self._weights(), x_valid, self._state())
+        # one tensor for both losses: one transfer to the host per epoch
+        losses = tf.stack([total / tf.cast(n, tf.float32), gaussian_nll(y_valid, mean, var)])
+        return losses, tf.concat([mean, var], axis=1)
 
     def reset(self, initial_weights, learning_rate: float, seed: int, initial_state=()):
         flat = np.concatenate([np.asarray(w, np.float32).reshape(-1) for w in initial_weights])
@@ -536,9 +471,8 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         ``objective`` = minimum validation NLL (standardized units) over the epochs,
         ``best_epoch`` its 1-based epoch, ``model_bytes`` the original-unit model with the weights
         of that epoch, ``valid_mean`` / ``valid_var`` its validation predictions (original units).
-        ``extra`` holds the effective batch size, the first epoch (0-based) that ran XLA-compiled
-        (``xla_from``, None if none did; :func:`uses_xla`), early-stopping and learning-rate facts,
-        the number of traces this training caused, and a timing breakdown in seconds.
+        ``extra`` holds the effective batch size, early-stopping and learning-rate facts, the
+        number of traces this training caused, and a timing breakdown in seconds.
 
     Examples
     --------
@@ -595,8 +529,8 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
 
         limit = None if time_limit is None or schedule is not None else t0 + float(time_limit)
         with _graph_optimizer_off():
-            reason, t_first, best_out, ended, xla_from = _run_epochs(trainer, tensors, book, max_epochs, history,
-                                                                     discarder, schedule, limit)
+            reason, t_first, best_out, ended = _run_epochs(trainer, tensors, book, max_epochs, history,
+                                                           discarder, schedule, limit)
         discarded = ended == "discarded"
         traces = trainer.traces - traces_before
         _checkin_trainer(key, trainer)  # reusable even after a failure: reset() starts it afresh
@@ -629,7 +563,6 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
             end_time=time.time(),
             extra={
                 "batch_size": batch_size,
-                "xla_from": xla_from,
                 "stopped_early": book.stopped_epoch is not None,
                 "discarded_at": len(history["loss"]) if discarded else None,
                 "out_of_time": ended == "out_of_time",
@@ -644,21 +577,10 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         return failure(f"{type(exc).__name__}: {exc}".strip())
 
 
-def uses_xla(n_rows: int, batch_size: int, epochs: int) -> bool:
-    """Whether ``epochs`` more epochs in batches of ``batch_size`` over ``n_rows`` rows are worth
-    compiling with XLA: at least :data:`XLA_MIN_STEPS` steps."""
-    return math.ceil(n_rows / batch_size) * epochs >= XLA_MIN_STEPS
-
-
 def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_epochs: int, history,
                 discarder=None, schedule=None, limit: float | None = None):
     """The epoch loop; with a ``schedule`` of learning rates, those epochs and the last one's weights.
     ``limit``: a ``perf_counter`` time that no further epoch may be expected to end after.
-
-    The epochs switch to the XLA-compiled path (:meth:`CompiledTrainer.run_epoch`; the same
-    variables, so the training goes on where it was) once the epochs until the next rung or the
-    end are worth compiling (:func:`uses_xla`): at once without early discarding, else from a
-    rung that leaves enough epochs to the next.
 
     Returns
     -------
@@ -671,24 +593,17 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
     ended : str or None
         ``"discarded"`` when the discarder stopped the training at a rung, ``"out_of_time"`` when
         ``limit`` did, else None.
-    xla_from : int or None
-        The first (0-based) epoch that ran XLA-compiled.
     """
     t_first = time.perf_counter()
-    best_out, xla_from = None, None
+    best_out = None
     rungs = set(discarder.rungs(max_epochs)) if discarder is not None else set()
-    n_rows, batch_size = int(tensors[0].shape[0]), int(tensors[-1])
     for epoch in range(max_epochs):
-        if xla_from is None:
-            decision_at = min([r for r in rungs if r > epoch] + [max_epochs])
-            if uses_xla(n_rows, batch_size, decision_at - epoch):
-                xla_from = epoch
         epoch_start = time.perf_counter()
         if schedule is not None:
             book.lr = schedule[epoch]
             trainer.set_learning_rate(book.lr)
         lr_used = book.lr
-        losses, valid_out = trainer.run_epoch(*tensors, xla=xla_from is not None)
+        losses, valid_out = trainer.run_epoch(*tensors)
         loss, val_loss = (float(v) for v in losses.numpy())
         if epoch == 0:
             t_first = time.perf_counter()
@@ -698,7 +613,7 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
         if not (math.isfinite(loss) and math.isfinite(val_loss)):
             what = "training" if not math.isfinite(loss) else "validation"
             return (f"non-finite {what} loss at epoch {epoch + 1} (loss={loss}, val_loss={val_loss})", t_first,
-                    None, None, xla_from)
+                    None, None)
         decision = book.update(val_loss)
         if schedule is not None:
             trainer.snapshot()
@@ -712,11 +627,11 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
         if decision.stop:
             break
         if epoch + 1 in rungs and not discarder.should_continue(epoch + 1, book.best):
-            return None, t_first, best_out, "discarded", xla_from
+            return None, t_first, best_out, "discarded"
         now = time.perf_counter()
         if limit is not None and epoch + 1 < max_epochs and now + (now - epoch_start) > limit:
-            return None, t_first, best_out, "out_of_time", xla_from
-    return None, t_first, best_out, None, xla_from
+            return None, t_first, best_out, "out_of_time"
+    return None, t_first, best_out, None
 
 
 @contextlib.contextmanager

@@ -69,9 +69,9 @@ def main(argv=None):
         own = trainer.__dict__.get("run_epoch")  # the previous trainer kept its tf.function there
         count = [0]
 
-        def one(*tensors, **kwargs):
+        def one(*tensors):
             t = time.process_time()
-            out = epoch(*tensors, **kwargs)
+            out = epoch(*tensors)
             out[0].numpy()
             spent["first epoch (trace, instantiate, run)" if count[0] == 0 else "later epochs"] += (
                 time.process_time() - t)

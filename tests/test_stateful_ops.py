@@ -244,25 +244,3 @@ def test_plan_trainer_and_keras_fit_reach_similar_losses_with_dropout_and_batch_
     theirs = [min(keras_fit(arch, space, data, epochs=30, seed=s, batch_size=32)["val_loss"]) for s in range(3)]
     assert abs(np.median(ours) - np.median(theirs)) < 0.3, (ours, theirs)
     assert max(ours + theirs) < 1.0  # both learned (a constant predictor scores ~1.4)
-
-
-def test_xla_epochs_keep_batch_norm_and_reproduce_their_dropout_masks(monkeypatch):
-    """Batch statistics, the last smaller batch and the moving statistics are the same arithmetic
-    when the epoch is XLA-compiled; dropout draws from XLA's own generator, reproducibly."""
-    from autodeuq import train as train_module
-
-    space = space_with(dropout=[0.0, 0.25], batch_norm=True)
-    data = make_data()  # 100 training rows: batches of 16, then one of 4
-    bn = cell(space, 16, "relu", [0], 0.0, True) + cell(space, 8, "tanh", [1, 0], 0.0, True)
-    runs = {}
-    for xla in (False, True):
-        monkeypatch.setattr(train_module, "XLA_MIN_STEPS", 0 if xla else 10**12)
-        runs[xla] = train(config(bn), space, data, seed=4, epochs=5)
-        assert runs[xla].ok and runs[xla].extra["xla_from"] == (0 if xla else None)
-    np.testing.assert_allclose(runs[True].history["val_loss"], runs[False].history["val_loss"], rtol=1e-4)
-    mean, _ = predict(model_from_bytes(runs[True].model_bytes), data.x_valid)  # saved moving statistics
-    np.testing.assert_allclose(mean, runs[True].valid_mean, rtol=1e-4, atol=1e-4)
-
-    dropped = cell(space, 16, "relu", [0], 0.25, False) + cell(space, 8, "tanh", [1, 0], 0.0, False)
-    a, b, c = (train(config(dropped), space, data, seed=s, epochs=3) for s in (1, 1, 2))
-    assert a.extra["xla_from"] == 0 and a.history == b.history and a.history != c.history

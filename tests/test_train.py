@@ -333,74 +333,6 @@ def test_trainer_cache_is_bounded(space, data):
     assert len(train_mod._CACHE) == train_mod.TRAINER_CACHE_SIZE
 
 
-# --------------------------------------------------------------------------- XLA-compiled epochs
-def test_xla_is_used_from_a_budget_of_xla_min_steps(monkeypatch):
-    monkeypatch.setattr(train_mod, "XLA_MIN_STEPS", 1000)
-    assert train_mod.uses_xla(100, 10, 100) and not train_mod.uses_xla(100, 10, 99)
-    # the last, smaller batch is a step: 11 steps per epoch
-    assert train_mod.uses_xla(101, 10, 91) and not train_mod.uses_xla(101, 10, 90)
-    assert not train_mod.uses_xla(100, 100, 999)
-
-
-def xla_and_plain(monkeypatch, cfg, space, data, **kwargs):
-    results = []
-    for xla in (True, False):
-        monkeypatch.setattr(train_mod, "XLA_MIN_STEPS", 0 if xla else 10**12)
-        results.append(train(cfg, space, data, **kwargs))
-        assert results[-1].ok and results[-1].extra["xla_from"] == (0 if xla else None)
-    return results
-
-
-@pytest.mark.parametrize("batch_size", [7, 10])  # 80 training rows: a last batch of 3 rows, or none
-def test_xla_epochs_compute_what_the_plain_ones_do(monkeypatch, space, data, batch_size):
-    compiled, plain = xla_and_plain(monkeypatch, config(space, batch_size=batch_size), space, data,
-                                    seed=2, epochs=6)
-    for key in ("loss", "val_loss"):
-        np.testing.assert_allclose(compiled.history[key], plain.history[key], rtol=1e-4)
-    np.testing.assert_allclose(compiled.valid_mean, plain.valid_mean, rtol=1e-4, atol=1e-4)
-    # the saved model is the best epoch's, as on the plain path
-    mean, var = predict(model_from_bytes(compiled.model_bytes), data.x_valid)
-    np.testing.assert_allclose(mean, compiled.valid_mean, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(var, compiled.valid_var, rtol=1e-3)
-
-
-def test_with_rungs_xla_starts_where_enough_epochs_remain_before_the_next(monkeypatch, space, data):
-    """80 rows in batches of 8: 10 steps an epoch. Rungs 1, 3, 9, 27 of 40 epochs: from epoch 3
-    (0-based), six epochs run before the next rung, 60 steps, the first stretch of at least 50."""
-    monkeypatch.setattr(train_mod, "XLA_MIN_STEPS", 50)
-    cfg = config(space, batch_size=8, p_es=30, p_lr=20)
-    switched = train(cfg, space, data, seed=1, epochs=40, discarder=StubDiscarder())
-    monkeypatch.setattr(train_mod, "XLA_MIN_STEPS", 10**12)
-    plain = train(cfg, space, data, seed=1, epochs=40, discarder=StubDiscarder())
-    assert switched.extra["xla_from"] == 3 and plain.extra["xla_from"] is None
-    assert switched.epochs == plain.epochs == 40  # the training went on where it was
-    np.testing.assert_allclose(switched.history["val_loss"], plain.history["val_loss"], rtol=1e-4, atol=1e-4)
-    # without rungs, the whole budget counts: compiled from the start
-    monkeypatch.setattr(train_mod, "XLA_MIN_STEPS", 400)
-    assert train(cfg, space, data, seed=1, epochs=40).extra["xla_from"] == 0
-
-
-def test_xla_training_is_reproducible_and_reuses_its_compilation(monkeypatch, space, data):
-    monkeypatch.setattr(train_mod, "XLA_MIN_STEPS", 0)
-    cfg = config(space, optimizer="nadam", lr=0.003, batch_size=9)
-    clear_trainer_cache()
-    a = train(cfg, space, data, seed=5, epochs=4)
-    b = train(cfg, space, data, seed=5, epochs=4)
-    c = train(cfg, space, data, seed=6, epochs=4)
-    assert a.extra["xla_from"] == 0 and a.extra["traces"] == 1 and b.extra["traces"] == 0
-    assert a.history == b.history and c.history != a.history
-
-
-def test_a_trainer_keeps_a_bounded_number_of_xla_compilations(monkeypatch, space, data):
-    monkeypatch.setattr(train_mod, "XLA_MIN_STEPS", 0)
-    monkeypatch.setattr(train_mod, "XLA_SHAPES_KEPT", 2)
-    clear_trainer_cache()
-    for batch_size in (5, 6, 7, 5):
-        assert train(config(space, batch_size=batch_size), space, data, epochs=1).ok
-    (trainer,) = train_mod._CACHE.values()
-    assert [key[-1] for key in trainer._xla_epochs] == [7, 5]  # the batch sizes used last
-
-
 # --------------------------------------------------------------------------- early discarding
 class StubDiscarder:
     """Says stop at ``stop_at``; records when and with what loss it was consulted."""
@@ -454,9 +386,9 @@ def test_time_limit_ends_training_before_an_epoch_that_would_pass_it(space, data
 
     run_epoch = train_module.CompiledTrainer.run_epoch
 
-    def one_second_epoch(self, *args, **kwargs):
+    def one_second_epoch(self, *args):
         clock["now"] += 1.0
-        return run_epoch(self, *args, **kwargs)
+        return run_epoch(self, *args)
 
     monkeypatch.setattr(train_module, "time", Clock)
     monkeypatch.setattr(train_module.CompiledTrainer, "run_epoch", one_second_epoch)
