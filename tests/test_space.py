@@ -105,11 +105,13 @@ def test_widths_follow_the_row_count_when_the_space_bounds_units_per_row():
     widths = {cell.units for _ in range(50) for cell, _ in yacht.cells(yacht.sample(rng)["arch"])}
     assert max(w for w in widths if w is not None) == 112
     assert yacht.for_rows(222).to_dict() == yacht.to_dict()  # adapting twice changes nothing
-    assert yacht.describe_sizes() == "widths 16-112, batch sizes 1-256"
+    assert yacht.describe_sizes() == "widths 16-112, batch sizes 4-256"
     assert space.for_rows(10).units == [16]  # narrower than the narrowest width: that one stays
     assert space.for_rows(480).units[-1] == 240
     assert space.for_rows(481) is space  # 240.5 asks for 256, the whole range
-    both = SearchSpace({**spec, "max_steps_per_epoch": 100}).for_rows(300)
+    from_one = copy.deepcopy(spec)
+    from_one["training"]["batch_size"]["low"] = 1
+    both = SearchSpace({**from_one, "max_steps_per_epoch": 100}).for_rows(300)
     assert max(both.units) == 160 and both.to_dict()["training"]["batch_size"]["low"] == 3
     assert "batch sizes and widths for 300 rows" in both.source
     listed = SearchSpace(spec_with(("architecture", "units"), [64, 8, 32, 16]) | {"max_units_per_row": 1})
