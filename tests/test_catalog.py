@@ -588,3 +588,22 @@ def test_a_version_1_catalog_is_migrated_by_its_next_writer(tmp_path):
     third = writer.submit(writer.space.sample(np.random.default_rng(2)))
     writer.close()
     assert third > second  # ids are never reused across the migration
+
+
+def test_a_higher_batch_size_floor_resumes_where_the_rows_already_raised_it(tmp_path):
+    """The tabular space's batch sizes start at 4 now (1 before): a run whose rows raised the low
+    end to 4 or more anyway resumes; one that searched from below 4 is another space."""
+    rows = len(make_dataset().x_train)  # 20
+
+    def tabular(low, max_steps):
+        spec = load_space("tabular").to_dict()
+        spec["training"]["batch_size"]["low"] = low
+        return SearchSpace({**spec, "max_steps_per_epoch": max_steps}).for_rows(rows)
+
+    raised = tmp_path / "raised"  # 20 rows / 5 steps: from 4 either way
+    Catalog.create_or_resume(raised, tabular(1, 5), make_dataset(), {}, seed=0).close()
+    Catalog.create_or_resume(raised, tabular(4, 5), make_dataset(), {}, seed=0).close()
+    below = tmp_path / "below"  # 20 rows / 10 steps: from 2 before, from 4 now
+    Catalog.create_or_resume(below, tabular(1, 10), make_dataset(), {}, seed=0).close()
+    with pytest.raises(CatalogError, match=r"training\.batch_size\.low: 2 in the catalog, 4 now"):
+        Catalog.create_or_resume(below, tabular(4, 10), make_dataset(), {}, seed=0)
