@@ -91,6 +91,11 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         2024): every evaluation of the search trains 1 epoch, then the 10 configurations of
         lowest validation loss are trained to the full budget as catalog entries of their own
         (see :mod:`autodeuq.discard`).
+    sha_min_epochs, sha_reduction : int, default=1 and 3
+        The rungs of successive halving (``"sha"``, or ``"auto"`` when it becomes ``"sha"``):
+        epochs ``sha_min_epochs * sha_reduction**k``, where a training continues only if its
+        validation loss is among the best ``1 / sha_reduction`` recorded there. A later first rung
+        (3 or 9) ranks configurations on more than one epoch of training.
     timeout : float, optional
         Wall-clock limit of ``fit`` in seconds: the search stops early enough to leave the
         ensemble step a tenth of it (30 s to 5 min; :func:`autodeuq.pipeline.search_timeout`).
@@ -157,7 +162,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                  selector="greedy", selection_score="mixture", selection_stop="size", diversity="none",
                  calibrate="auto", selection_bags=0, early_discarding="auto", timeout=None, verbose=False,
                  categorical="onehot", impute="mean", drop=None, id_column=None, refit="auto",
-                 eval_budget=None, selection_objective="deprecated"):
+                 eval_budget=None, sha_min_epochs=1, sha_reduction=3, selection_objective="deprecated"):
         self.space = space
         self.search = search
         self.max_evals = max_evals
@@ -183,6 +188,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.id_column = id_column
         self.refit = refit
         self.eval_budget = eval_budget
+        self.sha_min_epochs = sha_min_epochs
+        self.sha_reduction = sha_reduction
         self.selection_objective = selection_objective
 
     def fit(self, X, y, X_valid=None, y_valid=None):
@@ -261,7 +268,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             space, dataset, self.run_dir_, search=self.search, max_evals=self.max_evals,
             timeout=search_timeout(self.timeout),
             seed=seed, epochs=self.epochs, early_discarding=self.early_discarding, evaluator=self.evaluator,
-            workers=self.workers, eval_budget=self.eval_budget, progress=bool(self.verbose))
+            sha_min_epochs=self.sha_min_epochs, sha_reduction=self.sha_reduction, workers=self.workers,
+            eval_budget=self.eval_budget, progress=bool(self.verbose))
         if summary.interrupted:
             # Ctrl-C (or SIGTERM) is the caller's: no ensemble of whatever happened to finish.
             interrupt = Terminated if summary.stopped_by == "terminated" else KeyboardInterrupt
@@ -304,7 +312,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         check_search_parameters(search=self.search, max_evals=self.max_evals, epochs=self.epochs, seed=self.seed,
                                 timeout=self.timeout, eval_budget=self.eval_budget, evaluator=self.evaluator,
                                 workers=self.workers,
-                                valid_fraction=self.valid_fraction, early_discarding=self.early_discarding)
+                                valid_fraction=self.valid_fraction, early_discarding=self.early_discarding,
+                                sha_min_epochs=self.sha_min_epochs, sha_reduction=self.sha_reduction)
         check_ensemble_parameters(ensemble_size=self.ensemble_size, selector=self.selector, selection_score=score,
                                   selection_stop=self.selection_stop, diversity=self.diversity,
                                   selection_bags=self.selection_bags, calibrate=self.calibrate, refit=self.refit)

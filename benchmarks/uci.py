@@ -23,6 +23,8 @@ Methods (``--methods``):
   scores (``info.rescored.previous``).
 * ``autodeuq-sha``: the same with early discarding by asynchronous successive halving (rungs at
   epochs 1, 3, 9, 27, 81; the best third continue), catalogs ``<dataset>-split<i>-sha``.
+  ``--sha-min-epochs N`` moves the first rung to epoch N (rungs N, 3N, 9N, ...; catalogs
+  ``<dataset>-split<i>-sha-min<N>``); keep its records apart with ``--results``.
 * ``autodeuq-iepoch``: the same with i-Epoch (Egele 2024): every search evaluation trains 1
   epoch, then the 10 configurations of lowest validation loss are trained to the full budget;
   catalogs ``<dataset>-split<i>-iepoch``.
@@ -266,13 +268,16 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
     from autodeuq.catalog import Catalog
 
     suffix = "" if early_discarding == "none" else f"-{early_discarding}"
+    if early_discarding == "sha" and args.sha_min_epochs != 1:
+        suffix += f"-min{args.sha_min_epochs}"
     run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}{suffix}" if run_dir is None else Path(run_dir)
     resumed_entries = catalog_entries(run_dir) or 0
     model = AutoDEUQRegressor(space=args.space, search="agebo", max_evals=args.max_evals,
                               ensemble_size=args.ensemble_size, workers=args.workers, run_dir=run_dir,
                               seed=data.split, epochs=args.epochs, evaluator=args.evaluator,
                               early_discarding=early_discarding, refit=REFIT_CHOICES[args.refit],
-                              calibrate=args.calibrate, eval_budget=args.eval_budget)
+                              calibrate=args.calibrate, eval_budget=args.eval_budget,
+                              sha_min_epochs=args.sha_min_epochs)
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
     means, variances = model.ensemble_.components(data.x_test)
     with Catalog(run_dir) as catalog:  # what the run searched and trained, as recorded
@@ -287,6 +292,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
             "refitted": model.ensemble_.refitted_ids, "selection_bags": model.selection_bags,
             "calibrate": args.calibrate, "std_scale": _std_scale(model.ensemble_),
             "resumed_entries": resumed_entries, "eval_budget": args.eval_budget,
+            "sha_min_epochs": args.sha_min_epochs if early_discarding == "sha" else None,
             "out_of_time": int(model.search_summary_.n_out_of_time),
             "space": str(args.space), "space_sizes": space_sizes,
             "settings": rescore_settings(args, data.sizes)}
@@ -369,6 +375,8 @@ def rescore_one(previous: dict, data, args) -> dict:
     if entries != previous["info"]["catalog_entries"]:
         raise RuntimeError(f"{run_dir}: {entries} catalog entries, the record had "
                            f"{previous['info']['catalog_entries']}; a rescore would train")
+    # The catalog's own first rung: resuming it with another would be refused.
+    args = argparse.Namespace(**{**vars(args), "sha_min_epochs": previous["info"].get("sha_min_epochs") or 1})
     t0 = time.time()
     means, variances, weights, info = RUNNERS[previous["method"]](data, args, run_dir=run_dir)
     elapsed = time.time() - t0
@@ -656,6 +664,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="autodeuq: concurrent evaluations on Ray")
     p.add_argument("--eval-budget", type=float, default=None,
                    help="autodeuq: seconds each training may take (the estimator's eval_budget; default: none)")
+    p.add_argument("--sha-min-epochs", type=int, default=1, metavar="N",
+                   help="autodeuq-sha: epoch of the first rung (default: 1; the estimator's sha_min_epochs)")
     p.add_argument("--de-lr", type=float, default=DE_LR,
                    help=f"deep-ensembles: Adam learning rate (default: {DE_LR}; the paper states {DE_PAPER_LR})")
     p.add_argument("--refit", choices=tuple(REFIT_CHOICES), default="auto",

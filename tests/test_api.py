@@ -153,13 +153,27 @@ def test_selection_options_are_checked_before_the_search_and_reach_the_ensemble(
     assert ens.calibration["method"] == "scale" and len(ens.calibration["scale"]) == 1
 
 
+def test_successive_halving_settings_reach_the_search(tmp_path):
+    from autodeuq.catalog import Catalog
+
+    X = np.random.default_rng(6).uniform(-1, 1, (45, 1))
+    model = AutoDEUQRegressor(**{**TINY, "max_evals": 5, "epochs": 8}, early_discarding="sha", sha_min_epochs=2,
+                              run_dir=tmp_path / "run").fit(X, np.sin(3 * X[:, 0]))
+    with Catalog(model.run_dir_) as catalog:
+        assert catalog.meta["search"]["early_discarding"] == {"policy": "sha", "min_epochs": 2, "reduction": 3}
+        frame = catalog.to_dataframe()
+    # rungs at epochs 2 and 6 (1 and 3 with the default first rung)
+    stopped = frame.loc[frame["status"] == "discarded", "epochs"]
+    assert len(stopped) >= 1 and set(stopped) <= {2, 6}
+
+
 BAD_PARAMETERS = [
     ("space", 3), ("search", "grid"), ("max_evals", 0), ("ensemble_size", 2.5), ("workers", 0), ("run_dir", 5),
     ("seed", -1), ("epochs", 0), ("evaluator", "dask"), ("valid_fraction", 1.5), ("selector", "best"),
     ("selection_score", "crps"), ("selection_stop", "never"), ("diversity", "colour"), ("calibrate", "isotonic"),
     ("selection_bags", -1), ("early_discarding", "hyperband"), ("timeout", 0), ("verbose", "yes"),
     ("categorical", "label"), ("impute", "zero"), ("drop", "note"), ("id_column", 3),
-    ("refit", "yes"), ("eval_budget", -5),
+    ("refit", "yes"), ("eval_budget", -5), ("sha_min_epochs", 0), ("sha_reduction", 1),
 ]
 
 
