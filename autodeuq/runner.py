@@ -512,6 +512,9 @@ class _SearchSession:
                 finished = evaluator.wait(timeout=wait_for) if evaluator.n_running else []
                 if finished:
                     self.learn(finished)
+                    if sigterm.received:
+                        # Code between the handler and here swallowed its Terminated: stop all the same.
+                        raise Terminated("SIGTERM")
                     if self.failing_alike():
                         self.stopped_by = "failing"
                         evaluator.cancel_all()

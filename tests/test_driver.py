@@ -373,6 +373,41 @@ def test_sigterm_stops_the_search_like_ctrl_c(tmp_path, evaluator):
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
+class SigtermInside(Fake):
+    """Evaluation ``at`` sends this process SIGTERM; ``swallow`` says what becomes of the
+    :class:`~autodeuq.runner.Terminated` it raises there: ``"import"`` turns it into the
+    ``ImportError`` that pybind11 makes of an exception raised while a module initializes,
+    ``"all"`` catches it and trains on."""
+
+    def __init__(self, n_valid, at, swallow):
+        super().__init__(n_valid)
+        self.at, self.swallow = at, swallow
+
+    def __call__(self, eval_id, config):
+        if eval_id == self.at:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # the handler raises within this
+            except KeyboardInterrupt as exc:
+                if self.swallow == "import":
+                    raise ImportError("initialization failed") from exc
+        return super().__call__(eval_id, config)
+
+
+@pytest.mark.parametrize("swallow", ["import", "all"])
+def test_a_sigterm_that_an_evaluation_turns_into_an_error_or_swallows_still_stops_the_search(tmp_path, setup,
+                                                                                              swallow):
+    space, data = setup
+    summary = run_search(space, data, SerialEvaluator(SigtermInside(len(data.y_valid), 2, swallow)),
+                         tmp_path / "run", search="random", max_evals=10, progress=False)
+    assert summary.interrupted and summary.stopped_by == "terminated"
+    frame = Catalog(tmp_path / "run").to_dataframe().set_index("id")
+    assert (frame["status"] == "failed").sum() == 0
+    # The evaluation the signal cut short is trained again on resume; one that finished is kept.
+    assert frame.loc[2, "status"] == ("running" if swallow == "import" else "done")
+    assert len(frame) == 2 and frame.loc[1, "status"] == "done"  # ids count from 1
+
+
 def test_fit_reraises_ctrl_c_and_leaves_the_run_resumable(tmp_path, monkeypatch):
     from autodeuq import AutoDEUQRegressor
     from autodeuq.evaluator import TrainingObjective

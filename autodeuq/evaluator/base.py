@@ -107,11 +107,21 @@ def evaluation_seed(seed: int, eval_id: int) -> int:
 
 
 def guarded(objective: Objective, eval_id: int, config: dict) -> TrainResult:
-    """Run the objective; any exception becomes a failure result instead of propagating."""
+    """Run the objective; any exception becomes a failure result instead of propagating.
+
+    Except an interrupt: Ctrl-C or SIGTERM (a ``KeyboardInterrupt``) propagates, also when a
+    native module turned it into another error on its way out. pybind11 reports an exception
+    raised while an extension module initializes as an ``ImportError`` caused by it, so a
+    SIGTERM during TensorFlow's first import would otherwise read as a failed evaluation (and
+    leave an import that fails again in every later one).
+    """
     start = time.time()
     try:
         result = objective(eval_id, config)
     except Exception as exc:  # noqa: BLE001 - a failing evaluation must never stop the search
+        interrupt = _interrupt_behind(exc)
+        if interrupt is not None:
+            raise type(interrupt)(*interrupt.args) from exc
         result = TrainResult.failure(f"{type(exc).__name__}: {exc}", wall_time=time.time() - start)
     if not isinstance(result, TrainResult):
         result = TrainResult.failure(f"objective returned {type(result).__name__}, not TrainResult")
@@ -119,6 +129,17 @@ def guarded(objective: Objective, eval_id: int, config: dict) -> TrainResult:
     result.start_time = result.start_time or start
     result.end_time = result.end_time or time.time()
     return result
+
+
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The ``KeyboardInterrupt`` in the cause or context chain of ``exc``, if any."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 class TrainingObjective:
