@@ -86,16 +86,20 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         ``"auto"``: ``"sha"`` when the training and validation rows number more than 1000, else
         ``"none"`` (:data:`autodeuq.data.SMALL_DATA_ROWS`). ``"none"``: every configuration is
         trained to its own early stop. ``"sha"``: asynchronous successive halving (Li et al.
-        2020) with rungs at epochs 1, 3, 9, 27, 81: a training continues past a rung only if its
-        validation loss is among the best third recorded there. ``"iepoch"``: i-Epoch (Egele
+        2020) with rungs at epochs 1, 3, 9, 27, 81 (3, 9, 27, 81 on up to 1000 rows; see
+        ``sha_min_epochs``): a training continues past a rung only if its validation loss is
+        among the best third recorded there. ``"iepoch"``: i-Epoch (Egele
         2024): every evaluation of the search trains 1 epoch, then the 10 configurations of
         lowest validation loss are trained to the full budget as catalog entries of their own
         (see :mod:`autodeuq.discard`).
-    sha_min_epochs, sha_reduction : int, default=1 and 3
+    sha_min_epochs : int or "auto", default="auto"
+    sha_reduction : int, default=3
         The rungs of successive halving (``"sha"``, or ``"auto"`` when it becomes ``"sha"``):
         epochs ``sha_min_epochs * sha_reduction**k``, where a training continues only if its
-        validation loss is among the best ``1 / sha_reduction`` recorded there. A later first rung
-        (3 or 9) ranks configurations on more than one epoch of training.
+        validation loss is among the best ``1 / sha_reduction`` recorded there. ``"auto"``: the
+        first rung is epoch 3 when the training and validation rows number at most 1000, where one
+        epoch was measured to rank configurations poorly, else epoch 1 (a resumed catalog keeps its
+        own; :mod:`autodeuq.discard`).
     timeout : float, optional
         Wall-clock limit of ``fit`` in seconds: the search stops early enough to leave the
         ensemble step a tenth of it (30 s to 5 min; :func:`autodeuq.pipeline.search_timeout`).
@@ -162,7 +166,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                  selector="greedy", selection_score="mixture", selection_stop="size", diversity="none",
                  calibrate="auto", selection_bags=0, early_discarding="auto", timeout=None, verbose=False,
                  categorical="onehot", impute="mean", drop=None, id_column=None, refit="auto",
-                 eval_budget=None, sha_min_epochs=1, sha_reduction=3, selection_objective="deprecated"):
+                 eval_budget=None, sha_min_epochs="auto", sha_reduction=3, selection_objective="deprecated"):
         self.space = space
         self.search = search
         self.max_evals = max_evals

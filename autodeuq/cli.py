@@ -44,6 +44,16 @@ OPTIONS = {"size": "--size", "ensemble_size": "--size", "address": "--ray-addres
            "bags": "--selection-bags", "manifest": "--out"}
 
 
+def _auto_or_int(text: str):
+    """An option's value that is ``auto`` or an integer (checked later, with its parameter)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be auto or an integer, got {text!r}") from None
+
+
 def option(parameter: str) -> str:
     """The command-line option that sets a library parameter."""
     return OPTIONS.get(parameter, "--" + parameter.replace("_", "-"))
@@ -136,8 +146,9 @@ def _add_search_args(p):
                         "(min x reduction^k) only if its validation loss is among the best 1/reduction recorded "
                         "there. iepoch: every evaluation of the search trains --iepoch-epochs epochs, then the "
                         "--iepoch-top-k best configurations are trained to the full budget (default: auto)")
-    g.add_argument("--sha-min-epochs", type=int, default=1, metavar="E", help="first rung of --early-discarding sha "
-                   "(default: 1)")
+    g.add_argument("--sha-min-epochs", type=_auto_or_int, default="auto", metavar="E",
+                   help=f"first rung of --early-discarding sha; auto: 3 up to {SMALL_DATA_ROWS} training + validation "
+                        "rows, else 1 (a resumed run keeps its catalog's) (default: auto)")
     g.add_argument("--sha-reduction", type=int, default=3, metavar="R",
                    help="reduction factor of --early-discarding sha, >= 2 (default: 3)")
     g.add_argument("--iepoch-epochs", type=int, default=1, metavar="I",

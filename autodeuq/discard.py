@@ -38,7 +38,7 @@ from typing import Iterable, Sequence
 from autodeuq import data
 from autodeuq.errors import ParameterError
 
-__all__ = ["SuccessiveHalving", "IEpoch", "rung_epochs", "POLICIES", "resolve_policy"]
+__all__ = ["SuccessiveHalving", "IEpoch", "rung_epochs", "POLICIES", "resolve_policy", "resolve_min_epochs"]
 
 #: Early-discarding policies by name (``none`` trains every configuration to its own early stop;
 #: ``auto`` is ``sha`` on tables that are not small, else ``none``).
@@ -75,6 +75,24 @@ def resolve_policy(policy: str, n_rows: int) -> tuple[str, str]:
                        f"(auto: above {limit})")
     return "none", (f"early discarding off: {n_rows} training and validation rows "
                     f"(auto: successive halving above {limit})")
+
+
+# ``sha_min_epochs="auto"`` puts successive halving's first rung at epoch 3 on small tables and at
+# epoch 1 above. Measured on the standard UCI splits (100 AgEBO evaluations, batch sizes from 4),
+# against the full search, first rung 1 / first rung 3: yacht +0.26 / +0.04, boston +0.06 / +0.02,
+# energy +0.18 / +0.20 (5 splits each), concrete +0.05 / +0.01 (10 splits); the later rung scored
+# lower on 15 of 25 splits, for 2.6-7.1x fewer epochs than the full search instead of 4.6-18x. On
+# kin8nm and protein, the first rung at epoch 1 scored within 0.03 of the full search.
+AUTO_FIRST_RUNG = {True: 3, False: 1}  # by data.is_small
+
+
+def resolve_min_epochs(min_epochs, n_rows: int) -> int:
+    """The first rung that ``min_epochs`` stands for on ``n_rows`` training and validation rows.
+
+    >>> resolve_min_epochs("auto", 500), resolve_min_epochs("auto", 5000), resolve_min_epochs(9, 500)
+    (3, 1, 9)
+    """
+    return AUTO_FIRST_RUNG[data.is_small(n_rows)] if min_epochs == "auto" else min_epochs
 
 
 def rung_epochs(max_epochs: int, min_epochs: int = 1, reduction: int = 3) -> list[int]:

@@ -69,7 +69,7 @@ def _one_of(name, value, allowed):
 
 def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=0, timeout=None, eval_timeout=None,
                             eval_budget=None, evaluator="ray", workers=None, cpus_per_eval=None, gpus_per_eval=None,
-                            valid_fraction=1 / 3, early_discarding="auto", sha_min_epochs=1, sha_reduction=3,
+                            valid_fraction=1 / 3, early_discarding="auto", sha_min_epochs="auto", sha_reduction=3,
                             iepoch_epochs=1, iepoch_top_k=10) -> None:
     """Refuse, before any work, a search parameter that would fail later or make every evaluation fail.
 
@@ -98,10 +98,13 @@ def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=
     if isinstance(valid_fraction, bool) or not isinstance(valid_fraction, numbers.Real) or not 0 < valid_fraction < 1:
         raise ParameterError("valid_fraction", "must be a number strictly between 0 and 1", valid_fraction)
     _one_of("early_discarding", early_discarding, POLICIES)
-    _integer("sha_min_epochs", sha_min_epochs, 1)
+    if sha_min_epochs != "auto" and (isinstance(sha_min_epochs, bool) or not isinstance(sha_min_epochs, numbers.Integral)
+                                     or sha_min_epochs < 1):
+        raise ParameterError("sha_min_epochs", 'must be "auto" or an integer >= 1', sha_min_epochs)
     _integer("sha_reduction", sha_reduction, 2)
     # "auto" may become successive halving: its settings are checked as well.
-    discarder("sha" if early_discarding == "auto" else early_discarding, sha_min_epochs=sha_min_epochs,
+    discarder("sha" if early_discarding == "auto" else early_discarding,
+              sha_min_epochs=1 if sha_min_epochs == "auto" else sha_min_epochs,
               sha_reduction=sha_reduction, iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
     if early_discarding == "iepoch" and epochs is not None and iepoch_epochs >= epochs:
         raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({epochs})", iepoch_epochs)
@@ -122,6 +125,26 @@ def discarder(early_discarding="none", *, sha_min_epochs=1, sha_reduction=3, iep
     if early_discarding == "auto":
         raise ValueError('early_discarding="auto" depends on the data: resolve it first (discarding_policy)')
     return None
+
+
+def first_rung(sha_min_epochs, dataset, run_dir, *, new_run=False) -> tuple[int, str | None]:
+    """The first rung of successive halving that ``sha_min_epochs`` stands for on ``dataset``
+    (see :func:`autodeuq.discard.resolve_min_epochs`; ``"auto"`` keeps the first rung of a
+    catalog being resumed), and a line for the user when ``"auto"`` chose a rung other than 1."""
+    from autodeuq.data import SMALL_DATA_ROWS
+    from autodeuq.discard import resolve_min_epochs
+    from autodeuq.runner import recorded_rule
+
+    if sha_min_epochs == "auto" and not new_run:
+        recorded = recorded_rule(run_dir) or {}
+        if recorded.get("policy") == "sha":
+            return int(recorded["min_epochs"]), None
+    rows = len(dataset.x_train) + len(dataset.x_valid)
+    epochs = resolve_min_epochs(sha_min_epochs, rows)
+    if sha_min_epochs != "auto" or epochs == 1:
+        return epochs, None
+    return epochs, (f"successive halving: first rung at epoch {epochs}, {rows} training and validation rows "
+                    f"(auto: epoch {epochs} up to {SMALL_DATA_ROWS})")
 
 
 def discarding_policy(early_discarding, dataset, run_dir, *, new_run=False) -> tuple[str, str | None]:
@@ -165,7 +188,8 @@ def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_s
 
 def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "agebo",
                  search_options: dict | None = None, max_evals: int = 100, timeout: float | None = None,
-                 seed: int = 0, epochs: int | None = None, early_discarding: str = "auto", sha_min_epochs: int = 1,
+                 seed: int = 0, epochs: int | None = None, early_discarding: str = "auto",
+                 sha_min_epochs: int | str = "auto",
                  sha_reduction: int = 3, iepoch_epochs: int = 1, iepoch_top_k: int = 10, evaluator: str = "ray",
                  workers: int | None = None, cpus_per_eval: float | None = None, gpus_per_eval: float | None = None,
                  ray_address: str | None = None, eval_timeout: float | None = None,
@@ -191,7 +215,9 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         ``"auto"``: ``"sha"`` when the dataset's training and validation rows number more than
         :data:`autodeuq.data.SMALL_DATA_ROWS`, else ``"none"``; a resumed run keeps the policy its
         catalog was searched with. ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at
-        ``sha_min_epochs * sha_reduction**k`` epochs (:class:`autodeuq.discard.SuccessiveHalving`).
+        ``sha_min_epochs * sha_reduction**k`` epochs (:class:`autodeuq.discard.SuccessiveHalving`);
+        ``sha_min_epochs="auto"`` is epoch 3 on small tables and 1 above (or the first rung of the
+        catalog being resumed; :func:`first_rung`).
         ``"iepoch"``: every search evaluation trains ``iepoch_epochs`` epochs, then the
         ``iepoch_top_k`` best configurations are trained to the full budget, in this call
         (Egele 2024; :class:`autodeuq.discard.IEpoch`); with a ``timeout`` the search phase
@@ -239,6 +265,10 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
     early_discarding, news = discarding_policy(early_discarding, dataset, run_dir, new_run=new_run)
     if news and log is not None:
         log(news)
+    if early_discarding == "sha":
+        sha_min_epochs, why = first_rung(sha_min_epochs, dataset, run_dir, new_run=new_run)
+        if why and log is not None:
+            log(why)
     rule = discarder(early_discarding, sha_min_epochs=sha_min_epochs, sha_reduction=sha_reduction,
                      iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
     objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=epochs,

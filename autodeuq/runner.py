@@ -186,9 +186,10 @@ def sigterm_interrupts():
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
-def recorded_policy(run_dir) -> str | None:
-    """The early-discarding policy (``"none"``, ``"sha"``, ``"iepoch"``) that the catalog in
-    ``run_dir`` was searched with; None when there is no catalog or it has no finished entry."""
+def recorded_rule(run_dir) -> dict | None:
+    """The early-discarding rule that the catalog in ``run_dir`` was searched with, as
+    ``describe()`` gives it (``{"policy": "none"}`` without one); None when there is no catalog
+    or it has no finished entry."""
     try:
         with Catalog(run_dir) as catalog:
             if not catalog.n_finished:
@@ -196,7 +197,14 @@ def recorded_policy(run_dir) -> str | None:
             rule = (catalog.meta.get("search") or {}).get("early_discarding")
     except CatalogError:
         return None
-    return "none" if rule is None else rule.get("policy")
+    return {"policy": "none"} if rule is None else rule
+
+
+def recorded_policy(run_dir) -> str | None:
+    """The early-discarding policy (``"none"``, ``"sha"``, ``"iepoch"``) that the catalog in
+    ``run_dir`` was searched with; None when there is no catalog or it has no finished entry."""
+    rule = recorded_rule(run_dir)
+    return None if rule is None else rule.get("policy")
 
 
 def _check_resume(run_dir, space, epochs, discarder) -> None:

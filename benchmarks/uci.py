@@ -23,8 +23,10 @@ Methods (``--methods``):
   scores (``info.rescored.previous``).
 * ``autodeuq-sha``: the same with early discarding by asynchronous successive halving (rungs at
   epochs 1, 3, 9, 27, 81; the best third continue), catalogs ``<dataset>-split<i>-sha``.
-  ``--sha-min-epochs N`` moves the first rung to epoch N (rungs N, 3N, 9N, ...; catalogs
-  ``<dataset>-split<i>-sha-min<N>``); keep its records apart with ``--results``.
+  The first rung is the estimator's ``sha_min_epochs="auto"`` (epoch 3 up to 1000 training +
+  validation rows, else 1; a resumed catalog keeps its own); ``--sha-min-epochs N`` puts it at
+  epoch N (rungs N, 3N, 9N, ...; catalogs ``<dataset>-split<i>-sha-min<N>``): keep those records
+  apart with ``--results``.
 * ``autodeuq-iepoch``: the same with i-Epoch (Egele 2024): every search evaluation trains 1
   epoch, then the 10 configurations of lowest validation loss are trained to the full budget;
   catalogs ``<dataset>-split<i>-iepoch``.
@@ -268,7 +270,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
     from autodeuq.catalog import Catalog
 
     suffix = "" if early_discarding == "none" else f"-{early_discarding}"
-    if early_discarding == "sha" and args.sha_min_epochs != 1:
+    if early_discarding == "sha" and args.sha_min_epochs != "auto":
         suffix += f"-min{args.sha_min_epochs}"
     run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}{suffix}" if run_dir is None else Path(run_dir)
     resumed_entries = catalog_entries(run_dir) or 0
@@ -283,6 +285,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
     with Catalog(run_dir) as catalog:  # what the run searched and trained, as recorded
         frame, full_trainings = catalog.to_dataframe(), len(catalog.full_trainings())
         space_sizes = catalog.space.describe_sizes()
+        rule = (catalog.meta.get("search") or {}).get("early_discarding") or {}
     info = {"epochs": int(frame["epochs"].fillna(0).sum()), "catalog_entries": int(len(frame)),
             "failed": int(model.search_summary_.n_failed), "members": model.ensemble_.member_ids,
             "discarded": int(model.search_summary_.n_discarded), "early_discarding": early_discarding,
@@ -292,7 +295,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
             "refitted": model.ensemble_.refitted_ids, "selection_bags": model.selection_bags,
             "calibrate": args.calibrate, "std_scale": _std_scale(model.ensemble_),
             "resumed_entries": resumed_entries, "eval_budget": args.eval_budget,
-            "sha_min_epochs": args.sha_min_epochs if early_discarding == "sha" else None,
+            "sha_min_epochs": rule.get("min_epochs"),
             "out_of_time": int(model.search_summary_.n_out_of_time),
             "space": str(args.space), "space_sizes": space_sizes,
             "settings": rescore_settings(args, data.sizes)}
@@ -375,8 +378,7 @@ def rescore_one(previous: dict, data, args) -> dict:
     if entries != previous["info"]["catalog_entries"]:
         raise RuntimeError(f"{run_dir}: {entries} catalog entries, the record had "
                            f"{previous['info']['catalog_entries']}; a rescore would train")
-    # The catalog's own first rung: resuming it with another would be refused.
-    args = argparse.Namespace(**{**vars(args), "sha_min_epochs": previous["info"].get("sha_min_epochs") or 1})
+    args = argparse.Namespace(**{**vars(args), "sha_min_epochs": "auto"})  # "auto" resumes the catalog's own
     t0 = time.time()
     means, variances, weights, info = RUNNERS[previous["method"]](data, args, run_dir=run_dir)
     elapsed = time.time() - t0
@@ -664,8 +666,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="autodeuq: concurrent evaluations on Ray")
     p.add_argument("--eval-budget", type=float, default=None,
                    help="autodeuq: seconds each training may take (the estimator's eval_budget; default: none)")
-    p.add_argument("--sha-min-epochs", type=int, default=1, metavar="N",
-                   help="autodeuq-sha: epoch of the first rung (default: 1; the estimator's sha_min_epochs)")
+    p.add_argument("--sha-min-epochs", type=lambda v: v if v == "auto" else int(v), default="auto", metavar="N",
+                   help="autodeuq-sha: epoch of the first rung (default: auto, the estimator's sha_min_epochs)")
     p.add_argument("--de-lr", type=float, default=DE_LR,
                    help=f"deep-ensembles: Adam learning rate (default: {DE_LR}; the paper states {DE_PAPER_LR})")
     p.add_argument("--refit", choices=tuple(REFIT_CHOICES), default="auto",

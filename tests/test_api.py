@@ -153,18 +153,20 @@ def test_selection_options_are_checked_before_the_search_and_reach_the_ensemble(
     assert ens.calibration["method"] == "scale" and len(ens.calibration["scale"]) == 1
 
 
-def test_successive_halving_settings_reach_the_search(tmp_path):
+@pytest.mark.parametrize("first, rungs", [(2, {2, 6}), ("auto", {3})])
+def test_successive_halving_settings_reach_the_search(tmp_path, first, rungs):
     from autodeuq.catalog import Catalog
 
     X = np.random.default_rng(6).uniform(-1, 1, (45, 1))
-    model = AutoDEUQRegressor(**{**TINY, "max_evals": 5, "epochs": 8}, early_discarding="sha", sha_min_epochs=2,
+    model = AutoDEUQRegressor(**{**TINY, "max_evals": 5, "epochs": 8}, early_discarding="sha", sha_min_epochs=first,
                               run_dir=tmp_path / "run").fit(X, np.sin(3 * X[:, 0]))
     with Catalog(model.run_dir_) as catalog:
-        assert catalog.meta["search"]["early_discarding"] == {"policy": "sha", "min_epochs": 2, "reduction": 3}
+        recorded = catalog.meta["search"]["early_discarding"]
         frame = catalog.to_dataframe()
-    # rungs at epochs 2 and 6 (1 and 3 with the default first rung)
+    # "auto" on 45 rows (a small table): the first rung at epoch 3, the next at 9 (beyond the 8 epochs)
+    assert recorded == {"policy": "sha", "min_epochs": min(rungs), "reduction": 3}
     stopped = frame.loc[frame["status"] == "discarded", "epochs"]
-    assert len(stopped) >= 1 and set(stopped) <= {2, 6}
+    assert len(stopped) >= 1 and set(stopped) <= rungs
 
 
 BAD_PARAMETERS = [
@@ -173,7 +175,7 @@ BAD_PARAMETERS = [
     ("selection_score", "crps"), ("selection_stop", "never"), ("diversity", "colour"), ("calibrate", "isotonic"),
     ("selection_bags", -1), ("early_discarding", "hyperband"), ("timeout", 0), ("verbose", "yes"),
     ("categorical", "label"), ("impute", "zero"), ("drop", "note"), ("id_column", 3),
-    ("refit", "yes"), ("eval_budget", -5), ("sha_min_epochs", 0), ("sha_reduction", 1),
+    ("refit", "yes"), ("eval_budget", -5), ("sha_min_epochs", "soon"), ("sha_reduction", 1),
 ]
 
 

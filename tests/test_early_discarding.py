@@ -100,8 +100,18 @@ def test_cli_early_discarding_option(tmp_path, capsys):
                  "--no-progress"])
     assert code == 0
     meta = Catalog(tmp_path / "r").meta
-    assert meta["search"]["early_discarding"] == {"policy": "sha", "min_epochs": 1, "reduction": 2}
+    # --sha-min-epochs auto: toy-sine is a small table, so the first rung is epoch 3
+    assert meta["search"]["early_discarding"] == {"policy": "sha", "min_epochs": 3, "reduction": 2}
+    assert "successive halving: first rung at epoch 3" in capsys.readouterr().out
+    assert main(["search", "--dataset", "toy-sine", "--evaluator", "serial", "--search", "random", "--max-evals", "2",
+                 "--epochs", "4", "--early-discarding", "sha", "--sha-min-epochs", "1", "--run-dir",
+                 str(tmp_path / "r1"), "--no-progress"]) == 0
+    assert Catalog(tmp_path / "r1").meta["search"]["early_discarding"]["min_epochs"] == 1
     capsys.readouterr()
+    assert main(["search", "--dataset", "toy-sine", "--early-discarding", "sha", "--sha-min-epochs", "0",
+                 "--run-dir", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith('--sha-min-epochs must be "auto" or an integer >= 1, got 0')
     assert main(["search", "--dataset", "toy-sine", "--evaluator", "serial", "--early-discarding", "sha",
                  "--sha-reduction", "1", "--run-dir", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -149,3 +159,33 @@ def test_auto_policy_follows_the_data_and_a_resumed_catalog(tmp_path, setup, mon
     # ... while asking for successive halving by name on it is refused, as before.
     with pytest.raises(CatalogError, match="no early discarding"):
         fill(tmp_path / "small", early_discarding="sha", max_evals=5)
+
+
+def test_auto_first_rung_follows_the_data_and_a_resumed_catalog(tmp_path, setup, monkeypatch):
+    from autodeuq import data as data_module
+    from autodeuq import pipeline
+
+    space, data = setup
+    lines = []
+
+    def fill(run, max_evals=3, **kw):
+        return pipeline.fill_catalog(space, data, run, search="random", max_evals=max_evals, epochs=4,
+                                     evaluator="serial", early_discarding="sha", progress=False, log=lines.append,
+                                     **kw)
+
+    def first(run):
+        return Catalog(run).meta["search"]["early_discarding"]["min_epochs"]
+
+    fill(tmp_path / "auto")  # toy-sine is a small table
+    assert first(tmp_path / "auto") == 3 and any("first rung at epoch 3" in line for line in lines)
+    fill(tmp_path / "one", sha_min_epochs=1)
+    # "auto" resumes a catalog with the first rung it was searched with; another one is refused
+    lines.clear()
+    fill(tmp_path / "one", max_evals=4)
+    assert first(tmp_path / "one") == 1 and Catalog(tmp_path / "one").n_finished == 4
+    assert not any("first rung" in line for line in lines)
+    with pytest.raises(CatalogError, match="min_epochs 1"):
+        fill(tmp_path / "one", sha_min_epochs=2, max_evals=5)
+    monkeypatch.setattr(data_module, "SMALL_DATA_ROWS", len(data.x_train) + len(data.x_valid) - 1)
+    fill(tmp_path / "large")
+    assert first(tmp_path / "large") == 1
