@@ -520,6 +520,8 @@ def write_report(records: list[dict], path: Path) -> str:
                 r = by.get((m, d, i))
                 if r is None:
                     continue
+                if m == "autodeuq-sha":  # records from before the first rung was recorded ran with 1
+                    policy = f"successive halving, first rung {r['info'].get('sha_min_epochs') or 1}"
                 fewer = "" if m == "autodeuq" else f"{base['epochs'] / max(r['epochs'], 1):.1f}×"
                 diff = "" if m == "autodeuq" else f"{r['nll'] - base['nll']:+.3f}"
                 wall = "resumed" if _resumed(r) else f"{r['wall_s']:.0f} s"
