@@ -22,9 +22,9 @@ Methods (``--methods``):
   defaults: the table then shows what the package does today, and each record keeps its earlier
   scores (``info.rescored.previous``).
 * ``autodeuq-sha``: the same with early discarding by asynchronous successive halving (rungs at
-  epochs 1, 3, 9, 27, 81; the best third continue), catalogs ``<dataset>-split<i>-sha``.
-  The first rung is the estimator's ``sha_min_epochs="auto"`` (epoch 3 up to 1000 training +
-  validation rows, else 1; a resumed catalog keeps its own); ``--sha-min-epochs N`` puts it at
+  epochs 1, 3, 9, 27, 81, or 3, 9, 27, 81; the best third continue), catalogs
+  ``<dataset>-split<i>-sha``. The first rung is the estimator's ``sha_min_epochs="auto"`` (epoch 3
+  up to 1000 training + validation rows, else 1; a resumed catalog keeps its own); ``--sha-min-epochs N`` puts it at
   epoch N (rungs N, 3N, 9N, ...; catalogs ``<dataset>-split<i>-sha-min<N>``): keep those records
   apart with ``--results``.
 * ``autodeuq-iepoch``: the same with i-Epoch (Egele 2024): every search evaluation trains 1
