@@ -98,11 +98,12 @@ def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=
     if isinstance(valid_fraction, bool) or not isinstance(valid_fraction, numbers.Real) or not 0 < valid_fraction < 1:
         raise ParameterError("valid_fraction", "must be a number strictly between 0 and 1", valid_fraction)
     _one_of("early_discarding", early_discarding, POLICIES)
-    integer = isinstance(sha_min_epochs, numbers.Integral) and not isinstance(sha_min_epochs, bool)
-    if sha_min_epochs != "auto" and not (integer and sha_min_epochs >= 1):
-        raise ParameterError("sha_min_epochs", 'must be "auto" or an integer >= 1', sha_min_epochs)
-    _integer("sha_reduction", sha_reduction, 2)
     # "auto" may become successive halving: its settings are checked as well.
+    if early_discarding in ("auto", "sha"):
+        integer = isinstance(sha_min_epochs, numbers.Integral) and not isinstance(sha_min_epochs, bool)
+        if sha_min_epochs != "auto" and not (integer and sha_min_epochs >= 1):
+            raise ParameterError("sha_min_epochs", 'must be "auto" or an integer >= 1', sha_min_epochs)
+        _integer("sha_reduction", sha_reduction, 2)
     discarder("sha" if early_discarding == "auto" else early_discarding,
               sha_min_epochs=1 if sha_min_epochs == "auto" else sha_min_epochs,
               sha_reduction=sha_reduction, iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)

@@ -25,7 +25,9 @@ def test_check_search_parameters_names_the_bad_one(name, value):
 
 
 def test_sha_settings_are_checked_only_with_sha():
-    pipeline.check_search_parameters(early_discarding="none", sha_reduction=1)
+    pipeline.check_search_parameters(early_discarding="none", sha_reduction=1, sha_min_epochs=0)
+    with pytest.raises(ParameterError, match='^sha_min_epochs must be "auto" or an integer >= 1, got 0'):
+        pipeline.check_search_parameters(sha_min_epochs=0)  # early_discarding "auto" may become "sha"
     with pytest.raises(ParameterError, match="reduction must be an integer >= 2, got 1"):
         pipeline.check_search_parameters(early_discarding="sha", sha_reduction=1)
 

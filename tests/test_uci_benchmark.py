@@ -220,9 +220,11 @@ def test_report_compares_early_discarding_on_the_splits_run_both_ways(tmp_path):
     md = uci.write_report(records, tmp_path / "uci.md")
     rows = [line for line in md.splitlines() if line.startswith("| concrete | ")]
     assert rows[-3:] == ["| concrete | 0 | none | 8331 |  | 2.930 |  | 10 s |",
-                         "| concrete | 0 | successive halving | 678 | 12.3× | 2.960 | +0.030 | 10 s |",
+                         "| concrete | 0 | successive halving, first rung 1 | 678 | 12.3× | 2.960 | +0.030 | 10 s |",
                          "| concrete | 0 | i-Epoch | 833 | 10.0× | 2.910 | -0.020 | 10 s |"]
     assert not any(line.startswith("| concrete | 1 |") for line in rows)  # run one way only
+    records[1]["info"]["sha_min_epochs"] = 3  # recorded since the first rung may be 3 ("auto"); before, always 1
+    assert "| concrete | 0 | successive halving, first rung 3 | 678 |" in uci.write_report(records, tmp_path / "uci.md")
     # 2.93 < 3.04 (NGBoost's mean) but not < 2.86 (the thesis); the SHA mean 2.93 likewise.
     assert ("- AutoDEUQ (1 dataset so far): mean test NLL below NGBoost on 1 of 1, AutoDEUQ (thesis) on 0 of 1. "
             "Above AutoDEUQ (thesis) on concrete by 0.070.") in md
