@@ -49,8 +49,8 @@ POLICIES = ("auto", "none", "sha", "iepoch")
 # on small ones. Measured on the standard UCI splits (100 AgEBO evaluations, ensembles of 5
 # refitted members, 5 splits): on yacht, boston, energy and concrete (277-927 rows) the full
 # search had the lower test NLL on 14 of 20 splits and the lower mean on all but concrete (one
-# test point of one split); on kin8nm (7373 rows) successive halving cost nothing while training
-# 6x fewer epochs. On small tables the loss after one or three epochs ranks configurations poorly.
+# test point of one split); on kin8nm (7373 rows) successive halving cost +0.025 nats (splits 0-2)
+# while training 5-13x fewer epochs. On small tables the loss after one or three epochs ranks configurations poorly.
 # With the tabular space's widths adapted to the rows (yacht and boston searched again both ways)
 # the full search still had the lower test NLL on 13 of 20 splits, and the lower mean on boston and
 # energy but not on yacht (by 0.04) or concrete. With its batch sizes from 4, concrete's full search
@@ -82,8 +82,9 @@ def resolve_policy(policy: str, n_rows: int) -> tuple[str, str]:
 # epoch 1 above. Measured on the standard UCI splits (100 AgEBO evaluations, batch sizes from 4),
 # against the full search, first rung 1 / first rung 3: yacht +0.26 / +0.04, boston +0.06 / +0.02,
 # energy +0.18 / +0.20 (5 splits each), concrete +0.05 / +0.01 (10 splits); the later rung scored
-# lower on 15 of 25 splits, for 2.6-7.1x fewer epochs than the full search instead of 4.6-18x. On
-# kin8nm and protein, the first rung at epoch 1 scored within 0.03 of the full search.
+# lower on 15 of 25 splits, for 2.6-7.1x fewer epochs than the full search instead of 4.6-18x.
+# Above 1000 rows the later rung helped kin8nm (splits 0-2: +0.009 against +0.025) and hurt
+# protein (splits 0-1: +0.044 against -0.031): epoch 1 stays.
 AUTO_FIRST_RUNG = {True: 3, False: 1}  # by data.is_small
 
 
