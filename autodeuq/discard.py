@@ -49,7 +49,7 @@ POLICIES = ("auto", "none", "sha", "iepoch")
 # on small ones. Measured on the standard UCI splits (100 AgEBO evaluations, ensembles of 5
 # refitted members, 5 splits): on yacht, boston, energy and concrete (277-927 rows) the full
 # search had the lower test NLL on 14 of 20 splits and the lower mean on all but concrete (one
-# test point of one split); on kin8nm (7373 rows) successive halving cost +0.025 nats (splits 0-2)
+# test point of one split); on kin8nm (7373 rows) successive halving cost +0.024 nats (5 splits)
 # while training 5-13x fewer epochs. On small tables the loss after one or three epochs ranks configurations poorly.
 # With the tabular space's widths adapted to the rows (yacht and boston searched again both ways)
 # the full search still had the lower test NLL on 13 of 20 splits, and the lower mean on boston and
@@ -83,7 +83,7 @@ def resolve_policy(policy: str, n_rows: int) -> tuple[str, str]:
 # against the full search, first rung 1 / first rung 3: yacht +0.26 / +0.04, boston +0.06 / +0.02,
 # energy +0.18 / +0.20 (5 splits each), concrete +0.05 / +0.01 (10 splits); the later rung scored
 # lower on 15 of 25 splits, for 2.6-7.1x fewer epochs than the full search instead of 4.6-18x.
-# Above 1000 rows the later rung helped kin8nm (splits 0-2: +0.009 against +0.025) and hurt
+# Above 1000 rows the later rung helped kin8nm a little (5 splits: +0.016 against +0.024) and hurt
 # protein (splits 0-1: +0.044 against -0.031): epoch 1 stays.
 AUTO_FIRST_RUNG = {True: 3, False: 1}  # by data.is_small
 
