@@ -128,18 +128,16 @@ def discarder(early_discarding="none", *, sha_min_epochs=1, sha_reduction=3, iep
     return None
 
 
-def first_rung(sha_min_epochs, dataset, run_dir, *, new_run=False) -> tuple[int, str | None]:
+def first_rung(sha_min_epochs, dataset, recorded=None) -> tuple[int, str | None]:
     """The first rung of successive halving that ``sha_min_epochs`` stands for on ``dataset``
-    (see :func:`autodeuq.discard.resolve_min_epochs`; ``"auto"`` keeps the first rung of a
-    catalog being resumed), and a line for the user when ``"auto"`` chose a rung other than 1."""
+    (see :func:`autodeuq.discard.resolve_min_epochs`; ``"auto"`` keeps the first rung of the
+    ``recorded`` rule of a catalog being resumed, :func:`autodeuq.runner.recorded_rule`), and a
+    line for the user when ``"auto"`` chose a rung other than 1."""
     from autodeuq.data import SMALL_DATA_ROWS
     from autodeuq.discard import resolve_min_epochs
-    from autodeuq.runner import recorded_rule
 
-    if sha_min_epochs == "auto" and not new_run:
-        recorded = recorded_rule(run_dir) or {}
-        if recorded.get("policy") == "sha":
-            return int(recorded["min_epochs"]), None
+    if sha_min_epochs == "auto" and (recorded or {}).get("policy") == "sha":
+        return int(recorded["min_epochs"]), None
     rows = len(dataset.x_train) + len(dataset.x_valid)
     epochs = resolve_min_epochs(sha_min_epochs, rows)
     if sha_min_epochs != "auto" or epochs == 1:
@@ -148,17 +146,15 @@ def first_rung(sha_min_epochs, dataset, run_dir, *, new_run=False) -> tuple[int,
                     f"(auto: epoch {epochs} up to {SMALL_DATA_ROWS})")
 
 
-def discarding_policy(early_discarding, dataset, run_dir, *, new_run=False) -> tuple[str, str | None]:
+def discarding_policy(early_discarding, dataset, recorded=None) -> tuple[str, str | None]:
     """The policy that ``early_discarding`` stands for on ``dataset`` (see
-    :func:`autodeuq.discard.resolve_policy`; ``"auto"`` keeps the policy of a catalog being
-    resumed), and a line for the user when ``"auto"`` turned successive halving on (else None)."""
+    :func:`autodeuq.discard.resolve_policy`; ``"auto"`` keeps the policy of the ``recorded`` rule
+    of a catalog being resumed, :func:`autodeuq.runner.recorded_rule`), and a line for the user
+    when ``"auto"`` turned successive halving on (else None)."""
     from autodeuq.discard import resolve_policy
-    from autodeuq.runner import recorded_policy
 
-    if early_discarding == "auto" and not new_run:
-        recorded = recorded_policy(run_dir)
-        if recorded is not None:
-            return recorded, None
+    if early_discarding == "auto" and recorded is not None:
+        return recorded["policy"], None
     policy, why = resolve_policy(early_discarding, len(dataset.x_train) + len(dataset.x_valid))
     return policy, (why if early_discarding == "auto" and policy != "none" else None)
 
@@ -251,7 +247,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
     """
     from autodeuq import evaluator as evaluators
     from autodeuq.evaluator.base import evaluation_threads
-    from autodeuq.runner import run_search
+    from autodeuq.runner import recorded_rule, run_search
 
     deadline = None if timeout is None else time.monotonic() + timeout
     check_search_parameters(search=search, max_evals=max_evals, epochs=epochs, seed=seed, timeout=timeout,
@@ -263,11 +259,13 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({epochs or space.epochs})",
                              iepoch_epochs)
     seed = 0 if seed is None else int(seed)
-    early_discarding, news = discarding_policy(early_discarding, dataset, run_dir, new_run=new_run)
+    # The rule a resumed catalog was searched with, read once: "auto" settings keep it.
+    recorded = None if new_run or early_discarding not in ("auto", "sha") else recorded_rule(run_dir)
+    early_discarding, news = discarding_policy(early_discarding, dataset, recorded)
     if news and log is not None:
         log(news)
     if early_discarding == "sha":
-        sha_min_epochs, why = first_rung(sha_min_epochs, dataset, run_dir, new_run=new_run)
+        sha_min_epochs, why = first_rung(sha_min_epochs, dataset, recorded)
         if why and log is not None:
             log(why)
     rule = discarder(early_discarding, sha_min_epochs=sha_min_epochs, sha_reduction=sha_reduction,

@@ -200,13 +200,6 @@ def recorded_rule(run_dir) -> dict | None:
     return {"policy": "none"} if rule is None else rule
 
 
-def recorded_policy(run_dir) -> str | None:
-    """The early-discarding policy (``"none"``, ``"sha"``, ``"iepoch"``) that the catalog in
-    ``run_dir`` was searched with; None when there is no catalog or it has no finished entry."""
-    rule = recorded_rule(run_dir)
-    return None if rule is None else rule.get("policy")
-
-
 def _check_resume(run_dir, space, epochs, discarder) -> None:
     """Refuse to resume a run with another epoch budget or early-discarding rule: its entries
     would not be comparable. Reads the catalog's recorded search options once."""
