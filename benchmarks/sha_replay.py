@@ -36,15 +36,9 @@ if str(REPO) not in sys.path:
 
 from autodeuq.catalog import Catalog  # noqa: E402
 from autodeuq.discard import SuccessiveHalving  # noqa: E402
+from benchmarks.iepoch_fidelity import spearman  # noqa: E402
 
-SCHEDULES, MAX_EPOCHS, TRUE_TOP, RANK_EPOCHS = ("1:3", "3:3", "9:3", "3:2"), 100, 5, (1, 3, 9, 27)
-
-
-def spearman(a, b) -> float:
-    """Rank correlation (average ranks for ties)."""
-    from scipy.stats import rankdata
-
-    return float(np.corrcoef(rankdata(a), rankdata(b))[0, 1])
+SCHEDULES, TRUE_TOP, RANK_EPOCHS = ("1:3", "3:3", "9:3", "3:2"), 5, (1, 3, 9, 27)
 
 
 def running_best(history) -> np.ndarray:
@@ -53,13 +47,14 @@ def running_best(history) -> np.ndarray:
     return np.minimum.accumulate(losses)
 
 
-def stopping_epochs(entries, rule: SuccessiveHalving) -> list[int]:
-    """The epoch at which ``rule`` stops each training, replaying rung events in time order."""
+def stopping_epochs(entries, rule: SuccessiveHalving, max_epochs: int = 100) -> list[int]:
+    """The epoch at which ``rule`` stops each training of an epoch budget ``max_epochs``, replaying
+    rung events in time order."""
     events = []
     for index, entry in enumerate(entries):
         n = len(entry["best"])
         per_epoch = (entry["end_time"] - entry["start_time"]) / n
-        events += [(entry["start_time"] + epoch * per_epoch, index, epoch) for epoch in rule.rungs(MAX_EPOCHS)
+        events += [(entry["start_time"] + epoch * per_epoch, index, epoch) for epoch in rule.rungs(max_epochs)
                    if epoch < n]
     stop = [len(entry["best"]) for entry in entries]
     for _, index, epoch in sorted(events):
@@ -72,6 +67,7 @@ def replay(run_dir: Path, schedules=SCHEDULES) -> dict:
     """The rank correlations of one catalog, and what each schedule ``first:reduction`` keeps of it."""
     with Catalog(run_dir) as cat:
         entries = [cat.entry(i) for i in cat.model_ids()]
+        max_epochs = cat.space.epochs
     for entry in entries:
         entry["best"] = running_best(entry["history"]["val_loss"])
     final = np.array([entry["objective"] for entry in entries])
@@ -82,7 +78,7 @@ def replay(run_dir: Path, schedules=SCHEDULES) -> dict:
                         for k in RANK_EPOCHS]}
     for schedule in schedules:
         first, reduction = (int(part) for part in schedule.split(":"))
-        stop = stopping_epochs(entries, SuccessiveHalving(first, reduction))
+        stop = stopping_epochs(entries, SuccessiveHalving(first, reduction), max_epochs)
         ran_out = [i for i, entry in enumerate(entries) if stop[i] == len(entry["best"])]
         out["schedules"][(first, reduction)] = {
             "epochs": sum(stop), "fewer": spent / sum(stop), "hits": sum(i in ran_out for i in top),
