@@ -49,7 +49,7 @@ POLICIES = ("auto", "none", "sha", "iepoch")
 # on small ones. Measured on the standard UCI splits (100 AgEBO evaluations, ensembles of 5
 # refitted members, 5 splits): on yacht, boston, energy and concrete (277-927 rows) the full
 # search had the lower test NLL on 14 of 20 splits and the lower mean on all but concrete (one
-# test point of one split); on kin8nm (7373 rows) successive halving cost +0.024 nats (5 splits)
+# test point of one split); on kin8nm (7373 rows) successive halving cost +0.022 nats (10 splits)
 # while training 5-13x fewer epochs. On small tables the loss after one or three epochs ranks configurations poorly.
 # With the tabular space's widths adapted to the rows (yacht and boston searched again both ways)
 # the full search still had the lower test NLL on 13 of 20 splits, and the lower mean on boston and
