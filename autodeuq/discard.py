@@ -83,10 +83,11 @@ def resolve_policy(policy: str, n_rows: int) -> tuple[str, str]:
 # against the full search, first rung 1 / first rung 3: yacht +0.26 / +0.04, boston +0.06 / +0.02,
 # energy +0.18 / +0.20 (5 splits each), concrete +0.05 / +0.01 (10 splits); the later rung scored
 # lower on 15 of 25 splits, for 2.6-7.1x fewer epochs than the full search instead of 4.6-18x.
-# Above 1000 rows (kin8nm, power, naval, protein; 5 splits each) the later rung scored lower on 11 of
-# 20 splits, for up to 3x the epochs, and its mean was no better beyond its standard error on any
-# (rung 3 minus rung 1: kin8nm -0.008, power -0.003, protein +0.016, naval +0.22 with one collapsed
-# search): epoch 1 stays. Replayed on the full searches' catalogs (benchmarks/sha_replay.py), the
+# Above 1000 rows (kin8nm 10 splits; power, naval, protein 5 each) the later rung scored lower on 14
+# of 25 splits, for up to 3x the epochs, and its mean was no better beyond its standard error on any
+# (rung 3 minus rung 1: kin8nm -0.006, power -0.003, protein +0.016, naval +0.22 with one collapsed
+# search). Against the full search neither rung keeps both kin8nm and protein within 0.02 nats
+# (rung 3: +0.016 / +0.030, rung 1: +0.022 / +0.014): epoch 1 stays. Replayed on the full searches' catalogs (benchmarks/sha_replay.py), the
 # loss after the first epochs ranks configurations poorly on every table (kin8nm worst), so every
 # first rung trades saved epochs for nats.
 AUTO_FIRST_RUNG = {True: 3, False: 1}  # by data.is_small
