@@ -87,9 +87,10 @@ def resolve_policy(policy: str, n_rows: int) -> tuple[str, str]:
 # of 25 splits, for up to 3x the epochs, and its mean was no better beyond its standard error on any
 # (rung 3 minus rung 1: kin8nm -0.006, power -0.003, protein +0.016, naval +0.22 with one collapsed
 # search). Against the full search neither rung keeps both kin8nm and protein within 0.02 nats
-# (rung 3: +0.016 / +0.030, rung 1: +0.022 / +0.014): epoch 1 stays. Replayed on the full searches' catalogs (benchmarks/sha_replay.py), the
-# loss after the first epochs ranks configurations poorly on every table (kin8nm worst), so every
-# first rung trades saved epochs for nats.
+# (rung 3: +0.016 / +0.030, rung 1: +0.022 / +0.014): epoch 1 stays. Replayed on the full
+# searches' catalogs (benchmarks/sha_replay.py), the loss after the first epochs ranks
+# configurations poorly on every table (kin8nm worst), so every first rung trades saved epochs
+# for nats.
 AUTO_FIRST_RUNG = {True: 3, False: 1}  # by data.is_small
 
 
