@@ -89,8 +89,8 @@ def resolve_policy(policy: str, n_rows: int) -> tuple[str, str]:
 # search). Against the full search neither rung keeps both kin8nm and protein within 0.02 nats
 # (rung 3: +0.016 / +0.030, rung 1: +0.022 / +0.014): epoch 1 stays. Replayed on the full
 # searches' catalogs (benchmarks/sha_replay.py), the loss after the first epochs ranks
-# configurations poorly on every table (kin8nm worst), so every first rung trades saved epochs
-# for nats.
+# configurations poorly on every table (kin8nm and boston worst), so every first rung trades
+# saved epochs for nats.
 AUTO_FIRST_RUNG = {True: 3, False: 1}  # by data.is_small
 
 
