@@ -100,6 +100,12 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         first rung is epoch 3 when the training and validation rows number at most 1000, where one
         epoch was measured to rank configurations poorly, else epoch 1 (a resumed catalog keeps its
         own; :mod:`autodeuq.discard`).
+    sha_rungs : {"auto", "epochs", "steps"}, default="auto"
+        What the rungs of successive halving count. ``"steps"``: optimizer steps, those of as many
+        epochs with the space's smallest batch size, so a training with batches ``k`` times larger
+        reaches each rung after ``k`` times the epochs, and trainings are compared after the same
+        number of updates. ``"epochs"``: epochs, whatever the batch size. ``"auto"``: ``"epochs"``
+        (a resumed catalog keeps its own).
     timeout : float, optional
         Wall-clock limit of ``fit`` in seconds: the search stops early enough to leave the
         ensemble step a tenth of it (30 s to 5 min; :func:`autodeuq.pipeline.search_timeout`).
@@ -166,7 +172,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                  selector="greedy", selection_score="mixture", selection_stop="size", diversity="none",
                  calibrate="auto", selection_bags=0, early_discarding="auto", timeout=None, verbose=False,
                  categorical="onehot", impute="mean", drop=None, id_column=None, refit="auto",
-                 eval_budget=None, sha_min_epochs="auto", sha_reduction=3, selection_objective="deprecated"):
+                 eval_budget=None, sha_min_epochs="auto", sha_reduction=3, sha_rungs="auto",
+                 selection_objective="deprecated"):
         self.space = space
         self.search = search
         self.max_evals = max_evals
@@ -194,6 +201,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.eval_budget = eval_budget
         self.sha_min_epochs = sha_min_epochs
         self.sha_reduction = sha_reduction
+        self.sha_rungs = sha_rungs
         self.selection_objective = selection_objective
 
     def fit(self, X, y, X_valid=None, y_valid=None):
@@ -272,7 +280,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             space, dataset, self.run_dir_, search=self.search, max_evals=self.max_evals,
             timeout=search_timeout(self.timeout),
             seed=seed, epochs=self.epochs, early_discarding=self.early_discarding, evaluator=self.evaluator,
-            sha_min_epochs=self.sha_min_epochs, sha_reduction=self.sha_reduction, workers=self.workers,
+            sha_min_epochs=self.sha_min_epochs, sha_reduction=self.sha_reduction, sha_rungs=self.sha_rungs,
+            workers=self.workers,
             eval_budget=self.eval_budget, progress=bool(self.verbose))
         if summary.interrupted:
             # Ctrl-C (or SIGTERM) is the caller's: no ensemble of whatever happened to finish.
@@ -317,7 +326,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                                 timeout=self.timeout, eval_budget=self.eval_budget, evaluator=self.evaluator,
                                 workers=self.workers,
                                 valid_fraction=self.valid_fraction, early_discarding=self.early_discarding,
-                                sha_min_epochs=self.sha_min_epochs, sha_reduction=self.sha_reduction)
+                                sha_min_epochs=self.sha_min_epochs, sha_reduction=self.sha_reduction,
+                                sha_rungs=self.sha_rungs)
         check_ensemble_parameters(ensemble_size=self.ensemble_size, selector=self.selector, selection_score=score,
                                   selection_stop=self.selection_stop, diversity=self.diversity,
                                   selection_bags=self.selection_bags, calibrate=self.calibrate, refit=self.refit)

@@ -904,18 +904,27 @@ class Catalog:
                  else None)
                 for r in rows]
 
-    def validation_loss_histories(self) -> list[list[float]]:
+    def validation_loss_histories(self, batch_sizes: bool = False) -> list:
         """Per-epoch validation losses of the finished entries, in the order they were recorded
-        (what an early-discarding rule replays to continue a run; see :mod:`autodeuq.discard`)."""
+        (what an early-discarding rule replays to continue a run; see :mod:`autodeuq.discard`).
+
+        With ``batch_sizes``, ``(losses, batch size)`` pairs: the batch size the training used
+        (``extra["batch_size"]``, which the row count may have capped), else None.
+        """
         rows = self._query(
-            "SELECT id, history_json FROM evaluations WHERE status IN (?, ?, ?) ORDER BY finish_order, id",
-            (Status.DONE, Status.DISCARDED, Status.FAILED),
+            "SELECT id, history_json, extra_json FROM evaluations WHERE status IN (?, ?, ?) "
+            "ORDER BY finish_order, id", (Status.DONE, Status.DISCARDED, Status.FAILED),
         )
         out = []
         for r in rows:
             history = _decode_json(r["history_json"] or "{}", self._where(r), "history_json")
             losses = history.get("val_loss", []) if isinstance(history, dict) else []
-            out.append([float(v) if isinstance(v, (int, float)) else math.nan for v in losses])
+            losses = [float(v) if isinstance(v, (int, float)) else math.nan for v in losses]
+            if batch_sizes:
+                extra = _decode_json(r["extra_json"] or "{}", self._where(r), "extra_json")
+                batch = extra.get("batch_size") if isinstance(extra, dict) else None
+                losses = (losses, int(batch) if isinstance(batch, int) and not isinstance(batch, bool) else None)
+            out.append(losses)
         return out
 
     def full_trainings(self) -> dict[int, int]:

@@ -151,6 +151,10 @@ def _add_search_args(p):
                         "rows, else 1 (a resumed run keeps its catalog's) (default: auto)")
     g.add_argument("--sha-reduction", type=int, default=3, metavar="R",
                    help="reduction factor of --early-discarding sha, >= 2 (default: 3)")
+    g.add_argument("--sha-rungs", choices=discard.RUNG_UNITS, default="auto",
+                   help="what the rungs of --early-discarding sha count: epochs, or steps (the optimizer steps of "
+                        "as many epochs with the space's smallest batch size, so larger batches are judged after "
+                        "more epochs); auto: epochs (a resumed run keeps its catalog's) (default: auto)")
     g.add_argument("--iepoch-epochs", type=int, default=1, metavar="I",
                    help="epochs of each search evaluation under --early-discarding iepoch, >= 1 and below the "
                         "epoch budget (default: 1)")
@@ -344,7 +348,7 @@ def _check_search_args(args):
                             workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
                             valid_fraction=args.valid_fraction, early_discarding=args.early_discarding,
                             sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction,
-                            iepoch_epochs=args.iepoch_epochs, iepoch_top_k=args.iepoch_top_k)
+                            sha_rungs=args.sha_rungs, iepoch_epochs=args.iepoch_epochs, iepoch_top_k=args.iepoch_top_k)
     repeated = sorted({t for t in args.target or [] if args.target.count(t) > 1})
     if repeated:
         raise CLIError(f"--target {repeated[0]} is given more than once; name each target column once")
@@ -372,8 +376,8 @@ def cmd_search(args, *, timeout=None):
         summary = fill_catalog(
             space, dataset, run_dir, search=args.search, search_options=search_options, max_evals=args.max_evals,
             timeout=timeout or args.timeout, seed=args.seed, epochs=args.epochs, early_discarding=args.early_discarding,
-            sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction, iepoch_epochs=args.iepoch_epochs,
-            iepoch_top_k=args.iepoch_top_k, evaluator=args.evaluator,
+            sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction, sha_rungs=args.sha_rungs,
+            iepoch_epochs=args.iepoch_epochs, iepoch_top_k=args.iepoch_top_k, evaluator=args.evaluator,
             workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
             ray_address=args.ray_address, eval_timeout=args.eval_timeout, eval_budget=args.eval_budget,
             new_run=args.new_run,

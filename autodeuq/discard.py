@@ -12,6 +12,14 @@ The loss reported at a rung is the best validation loss reached by that epoch: t
 a training is its minimum validation loss, and a rung compares what each training would report
 if stopped there.
 
+Rungs count epochs by default. With ``reference_batch`` set they count optimizer steps instead:
+rung ``m`` is the number of steps of ``m`` epochs with batches of ``reference_batch`` rows, which a
+training with batches of ``b`` rows reaches at epoch ``ceil(m * b / reference_batch)``. Trainings of
+different batch sizes are then compared after the same number of updates, not after the same
+number of passes over the data, where small batches have an edge (``reference_batch`` the
+smallest batch size searched: those trainings keep the epoch rungs, larger batches are judged
+later). The records stay keyed by ``m``.
+
 The records are state shared by every concurrent training of a search. :class:`SuccessiveHalving`
 holds them in-process (serial evaluation, tests); :meth:`SuccessiveHalving.shared_on_ray` moves
 them into a Ray actor that every worker consults at its rungs (a few calls per training). A
@@ -38,7 +46,8 @@ from typing import Iterable, Sequence
 from autodeuq import data
 from autodeuq.errors import ParameterError
 
-__all__ = ["SuccessiveHalving", "IEpoch", "rung_epochs", "POLICIES", "resolve_policy", "resolve_min_epochs"]
+__all__ = ["SuccessiveHalving", "IEpoch", "rung_epochs", "rung_schedule", "POLICIES", "RUNG_UNITS", "resolve_policy",
+           "resolve_min_epochs"]
 
 #: Early-discarding policies by name (``none`` trains every configuration to its own early stop;
 #: ``auto`` is ``sha`` on tables that are not small, else ``none``).
@@ -93,6 +102,11 @@ def resolve_policy(policy: str, n_rows: int) -> tuple[str, str]:
 # saved epochs for nats.
 AUTO_FIRST_RUNG = {True: 3, False: 1}  # by data.is_small
 
+#: Units of successive halving's rungs (``sha_rungs``): ``epochs``, or ``steps`` (optimizer steps of as many
+#: epochs with the smallest batch size searched, see :class:`SuccessiveHalving`); ``auto`` is :data:`AUTO_RUNG_UNIT`.
+RUNG_UNITS = ("auto", "epochs", "steps")
+AUTO_RUNG_UNIT = "epochs"
+
 
 def resolve_min_epochs(min_epochs, n_rows: int) -> int:
     """The first rung that ``min_epochs`` stands for on ``n_rows`` training and validation rows.
@@ -120,6 +134,34 @@ def rung_epochs(max_epochs: int, min_epochs: int = 1, reduction: int = 3) -> lis
     return rungs
 
 
+def rung_schedule(max_epochs: int, min_epochs: int = 1, reduction: int = 3, batch_size: int | None = None,
+                  reference_batch: int | None = None) -> dict[int, list[int]]:
+    """``{epoch: [rungs]}``: the epochs below ``max_epochs`` at which a training with batches of
+    ``batch_size`` rows reaches rungs ``min_epochs * reduction**k``, counted in epochs or, with a
+    ``reference_batch``, in the optimizer steps of as many epochs with that batch size.
+
+    Examples
+    --------
+    >>> rung_schedule(100)
+    {1: [1], 3: [3], 9: [9], 27: [27], 81: [81]}
+    >>> rung_schedule(100, batch_size=64, reference_batch=16)
+    {4: [1], 12: [3], 36: [9]}
+    >>> rung_schedule(10, batch_size=4, reference_batch=16)
+    {1: [1, 3], 3: [9], 7: [27]}
+    """
+    counted = reference_batch is not None
+    if counted and (batch_size is None or batch_size < 1):
+        raise ValueError(f"rungs counted in steps need the training's batch size, got {batch_size!r}")
+    schedule: dict[int, list[int]] = {}
+    rung = int(min_epochs)
+    while True:
+        epoch = -(-rung * int(batch_size) // int(reference_batch)) if counted else rung
+        if epoch >= max_epochs:
+            return schedule
+        schedule.setdefault(epoch, []).append(rung)
+        rung *= int(reduction)
+
+
 class SuccessiveHalving:
     """Asynchronous successive halving: the rung schedule and the shared rung records.
 
@@ -129,6 +171,9 @@ class SuccessiveHalving:
         First rung.
     reduction : int, default=3
         Reduction factor ``r``: rungs are ``r`` times apart and the best ``1/r`` continue.
+    reference_batch : int, optional
+        Count the rungs in optimizer steps: rung ``m`` is reached after the steps of ``m`` epochs
+        with batches of this many rows (see the module docstring). Default: in epochs.
 
     Examples
     --------
@@ -137,12 +182,16 @@ class SuccessiveHalving:
     [True, True, False, True]
     """
 
-    def __init__(self, min_epochs: int = 1, reduction: int = 3):
+    def __init__(self, min_epochs: int = 1, reduction: int = 3, reference_batch: int | None = None):
         if int(min_epochs) != min_epochs or min_epochs < 1:
             raise ParameterError("min_epochs", "must be an integer >= 1", min_epochs)
         if int(reduction) != reduction or reduction < 2:
             raise ParameterError("reduction", "must be an integer >= 2", reduction)
+        if reference_batch is not None and (isinstance(reference_batch, bool) or int(reference_batch) != reference_batch
+                                            or reference_batch < 1):
+            raise ParameterError("reference_batch", "must be an integer >= 1", reference_batch)
         self.min_epochs, self.reduction = int(min_epochs), int(reduction)
+        self.reference_batch = None if reference_batch is None else int(reference_batch)
         self._records: dict[int, list[float]] = defaultdict(list)
         self._lock = threading.Lock()
 
@@ -158,34 +207,45 @@ class SuccessiveHalving:
         self._lock = threading.Lock()
 
     def describe(self) -> dict:
-        return {"policy": "sha", "min_epochs": self.min_epochs, "reduction": self.reduction}
+        return _describe(self)
 
-    def rungs(self, max_epochs: int) -> list[int]:
-        """Rung epochs of a training with ``max_epochs`` epochs."""
-        return rung_epochs(max_epochs, self.min_epochs, self.reduction)
+    def rungs(self, max_epochs: int, batch_size: int | None = None) -> list[int]:
+        """Epochs at which a training with ``max_epochs`` epochs (and batches of ``batch_size`` rows,
+        needed when the rungs count steps) reaches a rung."""
+        return list(self.schedule(max_epochs, batch_size))
 
-    def should_continue(self, epoch: int, loss: float) -> bool:
-        """Record ``loss`` at rung ``epoch`` and say whether the training goes on past it."""
+    def schedule(self, max_epochs: int, batch_size: int | None = None) -> dict[int, list[int]]:
+        """``{epoch: [rungs reached at that epoch]}`` of such a training (:func:`rung_schedule`)."""
+        return rung_schedule(max_epochs, self.min_epochs, self.reduction, batch_size, self.reference_batch)
+
+    def should_continue(self, rung: int, loss: float) -> bool:
+        """Record ``loss`` at ``rung`` and say whether the training goes on past it."""
         loss = float(loss) if math.isfinite(loss) else math.inf
         with self._lock:
-            records = self._records[int(epoch)]
+            records = self._records[int(rung)]
             records.append(loss)
             keep = len(records) // self.reduction
             if keep == 0:
                 return True
             return loss <= sorted(records)[keep - 1]
 
-    def replay(self, histories: Iterable[Sequence[float]]) -> None:
-        """Record the rung losses of finished trainings (validation-loss histories, per epoch)."""
+    def replay(self, histories: Iterable[Sequence[float]], batch_sizes: Sequence[int | None] | None = None) -> None:
+        """Record the rung losses of finished trainings (validation-loss histories, per epoch, and
+        their batch sizes when the rungs count steps)."""
+        histories = list(histories)
+        if batch_sizes is None:
+            batch_sizes = [None] * len(histories)
         with self._lock:
-            for history in histories:
+            for history, batch_size in zip(histories, batch_sizes, strict=True):
+                if self.reference_batch is not None and batch_size is None:
+                    continue  # a failure before its first epoch: nothing it reported
                 best = math.inf
-                rungs = set(self.rungs(len(history) + 1))
+                schedule = self.schedule(len(history) + 1, batch_size)
                 for epoch, loss in enumerate(history, start=1):
                     if math.isfinite(loss):
                         best = min(best, float(loss))
-                    if epoch in rungs:
-                        self._records[epoch].append(best)
+                    for rung in schedule.get(epoch, ()):
+                        self._records[rung].append(best)
 
     def load_records(self, records: dict[int, Sequence[float]]) -> None:
         """Add losses to the records, rung by rung (as returned by :meth:`records`)."""
@@ -213,26 +273,26 @@ class RaySuccessiveHalving:
     def __init__(self, local: SuccessiveHalving):
         import ray
 
-        self.min_epochs, self.reduction = local.min_epochs, local.reduction
+        self.min_epochs, self.reduction, self.reference_batch = local.min_epochs, local.reduction, local.reference_batch
         actor = ray.remote(num_cpus=0)(SuccessiveHalving)
-        self._actor = actor.remote(local.min_epochs, local.reduction)
+        self._actor = actor.remote(local.min_epochs, local.reduction, local.reference_batch)
         ray.get(self._actor.load_records.remote(local.records()))
 
     def describe(self) -> dict:
-        return {"policy": "sha", "min_epochs": self.min_epochs, "reduction": self.reduction}
+        return _describe(self)
 
-    def rungs(self, max_epochs: int) -> list[int]:
-        return rung_epochs(max_epochs, self.min_epochs, self.reduction)
+    rungs = SuccessiveHalving.rungs
+    schedule = SuccessiveHalving.schedule
 
-    def should_continue(self, epoch: int, loss: float) -> bool:
+    def should_continue(self, rung: int, loss: float) -> bool:
         import ray
 
-        return ray.get(self._actor.should_continue.remote(epoch, loss))
+        return ray.get(self._actor.should_continue.remote(rung, loss))
 
-    def replay(self, histories) -> None:
+    def replay(self, histories, batch_sizes=None) -> None:
         import ray
 
-        ray.get(self._actor.replay.remote([list(h) for h in histories]))
+        ray.get(self._actor.replay.remote([list(h) for h in histories], batch_sizes))
 
     def records(self) -> dict[int, list[float]]:
         import ray
@@ -241,6 +301,14 @@ class RaySuccessiveHalving:
 
     def promotions(self, candidates) -> list[int]:
         return []
+
+
+def _describe(rule) -> dict:
+    """What a successive-halving rule records in its catalog (a resume must match it)."""
+    described = {"policy": "sha", "min_epochs": rule.min_epochs, "reduction": rule.reduction}
+    if rule.reference_batch is not None:
+        described["reference_batch"] = rule.reference_batch
+    return described
 
 
 class IEpoch:
@@ -284,15 +352,19 @@ class IEpoch:
     def describe(self) -> dict:
         return {"policy": "iepoch", "epochs": self.epochs, "top_k": self.top_k}
 
-    def rungs(self, max_epochs: int) -> list[int]:
+    def rungs(self, max_epochs: int, batch_size: int | None = None) -> list[int]:
         """The one epoch at which a search-phase training stops (none when it is the whole budget)."""
-        return [self.epochs] if self.epochs < max_epochs else []
+        return list(self.schedule(max_epochs, batch_size))
 
-    def should_continue(self, epoch: int, loss: float) -> bool:
+    def schedule(self, max_epochs: int, batch_size: int | None = None) -> dict[int, list[int]]:
+        """``{epochs: [epochs]}``, or nothing when the cap is the whole budget."""
+        return {self.epochs: [self.epochs]} if self.epochs < max_epochs else {}
+
+    def should_continue(self, rung: int, loss: float) -> bool:
         """Never: a search-phase training ends at its epoch cap."""
         return False
 
-    def replay(self, histories) -> None:
+    def replay(self, histories, batch_sizes=None) -> None:
         """Nothing to rebuild: the decisions depend on no earlier training."""
 
     def promotions(self, candidates) -> list[int]:

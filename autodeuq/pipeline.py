@@ -70,7 +70,7 @@ def _one_of(name, value, allowed):
 def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=0, timeout=None, eval_timeout=None,
                             eval_budget=None, evaluator="ray", workers=None, cpus_per_eval=None, gpus_per_eval=None,
                             valid_fraction=1 / 3, early_discarding="auto", sha_min_epochs="auto", sha_reduction=3,
-                            iepoch_epochs=1, iepoch_top_k=10) -> None:
+                            sha_rungs="auto", iepoch_epochs=1, iepoch_top_k=10) -> None:
     """Refuse, before any work, a search parameter that would fail later or make every evaluation fail.
 
     ``None`` means "not given" wherever it is allowed (``seed`` None is 0).
@@ -80,7 +80,7 @@ def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=
     ParameterError
         Naming the first bad parameter, what it must be and the value given.
     """
-    from autodeuq.discard import POLICIES
+    from autodeuq.discard import POLICIES, RUNG_UNITS
     from autodeuq.evaluator import EVALUATORS
     from autodeuq.search import ABLATIONS, SEARCHERS
 
@@ -104,6 +104,7 @@ def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=
         if sha_min_epochs != "auto" and not (integer and sha_min_epochs >= 1):
             raise ParameterError("sha_min_epochs", 'must be "auto" or an integer >= 1', sha_min_epochs)
         _integer("sha_reduction", sha_reduction, 2)
+        _one_of("sha_rungs", sha_rungs, RUNG_UNITS)
     discarder("sha" if early_discarding == "auto" else early_discarding,
               sha_min_epochs=1 if sha_min_epochs == "auto" else sha_min_epochs,
               sha_reduction=sha_reduction, iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
@@ -111,8 +112,10 @@ def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=
         raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({epochs})", iepoch_epochs)
 
 
-def discarder(early_discarding="none", *, sha_min_epochs=1, sha_reduction=3, iepoch_epochs=1, iepoch_top_k=10):
-    """The early-discarding rule named ``early_discarding`` with its settings (None for ``"none"``).
+def discarder(early_discarding="none", *, sha_min_epochs=1, sha_reduction=3, sha_reference_batch=None,
+              iepoch_epochs=1, iepoch_top_k=10):
+    """The early-discarding rule named ``early_discarding`` with its settings (None for ``"none"``);
+    ``sha_reference_batch`` counts the rungs of successive halving in optimizer steps.
 
     >>> discarder("iepoch", iepoch_top_k=20).describe()
     {'policy': 'iepoch', 'epochs': 1, 'top_k': 20}
@@ -120,7 +123,8 @@ def discarder(early_discarding="none", *, sha_min_epochs=1, sha_reduction=3, iep
     from autodeuq.discard import IEpoch, SuccessiveHalving
 
     if early_discarding == "sha":
-        return SuccessiveHalving(min_epochs=sha_min_epochs, reduction=sha_reduction)
+        return SuccessiveHalving(min_epochs=sha_min_epochs, reduction=sha_reduction,
+                                 reference_batch=sha_reference_batch)
     if early_discarding == "iepoch":
         return IEpoch(epochs=iepoch_epochs, top_k=iepoch_top_k)
     if early_discarding == "auto":
@@ -144,6 +148,19 @@ def first_rung(sha_min_epochs, dataset, recorded=None) -> tuple[int, str | None]
         return epochs, None
     return epochs, (f"successive halving: first rung at epoch {epochs}, {rows} training and validation rows "
                     f"(auto: epoch {epochs} up to {SMALL_DATA_ROWS})")
+
+
+def rung_unit(sha_rungs, space, recorded=None) -> int | None:
+    """The reference batch size of successive halving's rungs that ``sha_rungs`` stands for: the
+    smallest batch size of ``space`` (already sized for the data) with ``"steps"``, None (rungs in
+    epochs) with ``"epochs"``; ``"auto"`` keeps the unit of the ``recorded`` rule of a catalog being
+    resumed, else :data:`autodeuq.discard.AUTO_RUNG_UNIT`."""
+    from autodeuq.discard import AUTO_RUNG_UNIT
+
+    if sha_rungs == "auto" and (recorded or {}).get("policy") == "sha":
+        return recorded.get("reference_batch")
+    unit = AUTO_RUNG_UNIT if sha_rungs == "auto" else sha_rungs
+    return space.batch_size_min if unit == "steps" else None
 
 
 def discarding_policy(early_discarding, dataset, recorded=None) -> tuple[str, str | None]:
@@ -186,7 +203,7 @@ def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_s
 def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "agebo",
                  search_options: dict | None = None, max_evals: int = 100, timeout: float | None = None,
                  seed: int = 0, epochs: int | None = None, early_discarding: str = "auto",
-                 sha_min_epochs: int | str = "auto",
+                 sha_min_epochs: int | str = "auto", sha_rungs: str = "auto",
                  sha_reduction: int = 3, iepoch_epochs: int = 1, iepoch_top_k: int = 10, evaluator: str = "ray",
                  workers: int | None = None, cpus_per_eval: float | None = None, gpus_per_eval: float | None = None,
                  ray_address: str | None = None, eval_timeout: float | None = None,
@@ -214,7 +231,10 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         catalog was searched with. ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at
         ``sha_min_epochs * sha_reduction**k`` epochs (:class:`autodeuq.discard.SuccessiveHalving`);
         ``sha_min_epochs="auto"`` is epoch 3 on small tables and 1 above (or the first rung of the
-        catalog being resumed; :func:`first_rung`).
+        catalog being resumed; :func:`first_rung`). ``sha_rungs="steps"`` counts the rungs in
+        optimizer steps, those of as many epochs with the space's smallest batch size, so that a
+        training with larger batches reaches each rung after more epochs; ``"epochs"`` counts
+        epochs; ``"auto"`` is ``"epochs"`` (or the unit of the catalog being resumed; :func:`rung_unit`).
         ``"iepoch"``: every search evaluation trains ``iepoch_epochs`` epochs, then the
         ``iepoch_top_k`` best configurations are trained to the full budget, in this call
         (Egele 2024; :class:`autodeuq.discard.IEpoch`); with a ``timeout`` the search phase
@@ -254,7 +274,8 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
                             eval_timeout=eval_timeout, eval_budget=eval_budget, evaluator=evaluator, workers=workers,
                             cpus_per_eval=cpus_per_eval, gpus_per_eval=gpus_per_eval,
                             early_discarding=early_discarding, sha_min_epochs=sha_min_epochs,
-                            sha_reduction=sha_reduction, iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
+                            sha_reduction=sha_reduction, sha_rungs=sha_rungs, iepoch_epochs=iepoch_epochs,
+                            iepoch_top_k=iepoch_top_k)
     if early_discarding == "iepoch" and iepoch_epochs >= (epochs or space.epochs):
         raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({epochs or space.epochs})",
                              iepoch_epochs)
@@ -264,12 +285,14 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
     early_discarding, news = discarding_policy(early_discarding, dataset, recorded)
     if news and log is not None:
         log(news)
+    reference_batch = None
     if early_discarding == "sha":
         sha_min_epochs, why = first_rung(sha_min_epochs, dataset, recorded)
         if why and log is not None:
             log(why)
+        reference_batch = rung_unit(sha_rungs, space, recorded)
     rule = discarder(early_discarding, sha_min_epochs=sha_min_epochs, sha_reduction=sha_reduction,
-                     iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
+                     sha_reference_batch=reference_batch, iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
     objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=epochs,
                                              threads=evaluation_threads(cpus_per_eval), discarder=rule,
                                              time_limit=eval_budget)

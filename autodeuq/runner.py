@@ -318,7 +318,8 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
         if history:
             searcher.tell(history)
             if discarder is not None:  # a resumed run's rungs keep what its finished trainings reported
-                discarder.replay(writer.validation_loss_histories())
+                histories = writer.validation_loss_histories(batch_sizes=True)
+                discarder.replay([h for h, _ in histories], [b for _, b in histories])
         full = writer.full_trainings()
         finished_full = sum(writer.entry(i)["status"] != Status.RUNNING for i in full)
         # With a second phase (i-Epoch), the search phase leaves the full trainings their share of the time.

@@ -149,6 +149,7 @@ class SearchSpace:
                 or not 0 < self.max_units_per_row < float("inf")):
             self._fail("top level.max_units_per_row", f"expected a positive number, got {self.max_units_per_row!r}")
         self.configspace = self._training_space(spec.get("training"))
+        self.batch_size_min = int(self.configspace["batch_size"].lower)
         self.batch_size_max = int(self.configspace["batch_size"].upper)
 
     def _positive_int(self, d, key, where, default=None):

@@ -451,8 +451,9 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
     threads : int, optional
         Passed to :func:`configure_threads` (only effective before TensorFlow starts).
     discarder : SuccessiveHalving, optional
-        Early discarding (:mod:`autodeuq.discard`): at each of its rung epochs the training
-        reports its best validation loss so far and stops if told to; the result is then
+        Early discarding (:mod:`autodeuq.discard`): at each of its rungs (epochs, or optimizer
+        steps of this training's batch size) the training reports its best validation loss so far
+        and stops if told to; the result is then
         ``"discarded"``, with the model and predictions of its best epoch so far.
     schedule : sequence of float, optional
         A refit: train exactly ``len(schedule)`` epochs, epoch ``k`` with learning rate
@@ -530,7 +531,7 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         limit = None if time_limit is None or schedule is not None else t0 + float(time_limit)
         with _graph_optimizer_off():
             reason, t_first, best_out, ended = _run_epochs(trainer, tensors, book, max_epochs, history,
-                                                           discarder, schedule, limit)
+                                                           discarder, schedule, limit, batch_size)
         discarded = ended == "discarded"
         traces = trainer.traces - traces_before
         _checkin_trainer(key, trainer)  # reusable even after a failure: reset() starts it afresh
@@ -578,9 +579,10 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
 
 
 def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_epochs: int, history,
-                discarder=None, schedule=None, limit: float | None = None):
+                discarder=None, schedule=None, limit: float | None = None, batch_size: int | None = None):
     """The epoch loop; with a ``schedule`` of learning rates, those epochs and the last one's weights.
-    ``limit``: a ``perf_counter`` time that no further epoch may be expected to end after.
+    ``limit``: a ``perf_counter`` time that no further epoch may be expected to end after;
+    ``batch_size``: the training's, for a discarder whose rungs count optimizer steps.
 
     Returns
     -------
@@ -596,7 +598,7 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
     """
     t_first = time.perf_counter()
     best_out = None
-    rungs = set(discarder.rungs(max_epochs)) if discarder is not None else set()
+    rungs = discarder.schedule(max_epochs, batch_size) if discarder is not None else {}
     for epoch in range(max_epochs):
         epoch_start = time.perf_counter()
         if schedule is not None:
@@ -626,7 +628,7 @@ def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_ep
             trainer.set_learning_rate(decision.new_lr)
         if decision.stop:
             break
-        if epoch + 1 in rungs and not discarder.should_continue(epoch + 1, book.best):
+        if any(not discarder.should_continue(rung, book.best) for rung in rungs.get(epoch + 1, ())):
             return None, t_first, best_out, "discarded"
         now = time.perf_counter()
         if limit is not None and epoch + 1 < max_epochs and now + (now - epoch_start) > limit:

@@ -25,8 +25,9 @@ Methods (``--methods``):
   epochs 1, 3, 9, 27, 81, or 3, 9, 27, 81; the best third continue), catalogs
   ``<dataset>-split<i>-sha``. The first rung is the estimator's ``sha_min_epochs="auto"`` (epoch 3
   up to 1000 training + validation rows, else 1; a resumed catalog keeps its own); ``--sha-min-epochs N`` puts it at
-  epoch N (rungs N, 3N, 9N, ...; catalogs ``<dataset>-split<i>-sha-min<N>``): keep those records
-  apart with ``--results``.
+  epoch N (rungs N, 3N, 9N, ...; catalogs ``<dataset>-split<i>-sha-min<N>``), and
+  ``--sha-rungs steps`` counts the rungs in optimizer steps (catalogs ``...-sha-steps``): keep those
+  records apart with ``--results``.
 * ``autodeuq-iepoch``: the same with i-Epoch (Egele 2024): every search evaluation trains 1
   epoch, then the 10 configurations of lowest validation loss are trained to the full budget;
   catalogs ``<dataset>-split<i>-iepoch``.
@@ -272,6 +273,8 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
     suffix = "" if early_discarding == "none" else f"-{early_discarding}"
     if early_discarding == "sha" and args.sha_min_epochs != "auto":
         suffix += f"-min{args.sha_min_epochs}"
+    if early_discarding == "sha" and args.sha_rungs == "steps":
+        suffix += "-steps"
     run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}{suffix}" if run_dir is None else Path(run_dir)
     resumed_entries = catalog_entries(run_dir) or 0
     model = AutoDEUQRegressor(space=args.space, search="agebo", max_evals=args.max_evals,
@@ -279,7 +282,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
                               seed=data.split, epochs=args.epochs, evaluator=args.evaluator,
                               early_discarding=early_discarding, refit=REFIT_CHOICES[args.refit],
                               calibrate=args.calibrate, eval_budget=args.eval_budget,
-                              sha_min_epochs=args.sha_min_epochs)
+                              sha_min_epochs=args.sha_min_epochs, sha_rungs=args.sha_rungs)
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
     means, variances = model.ensemble_.components(data.x_test)
     with Catalog(run_dir) as catalog:  # what the run searched and trained, as recorded
@@ -296,6 +299,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
             "calibrate": args.calibrate, "std_scale": _std_scale(model.ensemble_),
             "resumed_entries": resumed_entries, "eval_budget": args.eval_budget,
             "sha_min_epochs": rule.get("min_epochs"),
+            "sha_reference_batch": rule.get("reference_batch"),
             "out_of_time": int(model.search_summary_.n_out_of_time),
             "space": str(args.space), "space_sizes": space_sizes,
             "settings": rescore_settings(args, data.sizes)}
@@ -378,7 +382,7 @@ def rescore_one(previous: dict, data, args) -> dict:
     if entries != previous["info"]["catalog_entries"]:
         raise RuntimeError(f"{run_dir}: {entries} catalog entries, the record had "
                            f"{previous['info']['catalog_entries']}; a rescore would train")
-    args = argparse.Namespace(**{**vars(args), "sha_min_epochs": "auto"})  # "auto" resumes the catalog's own
+    args = argparse.Namespace(**{**vars(args), "sha_min_epochs": "auto", "sha_rungs": "auto"})  # the catalog's own
     t0 = time.time()
     means, variances, weights, info = RUNNERS[previous["method"]](data, args, run_dir=run_dir)
     elapsed = time.time() - t0
@@ -522,6 +526,8 @@ def write_report(records: list[dict], path: Path) -> str:
                     continue
                 if m == "autodeuq-sha":  # records from before the first rung was recorded ran with 1
                     policy = f"successive halving, first rung {r['info'].get('sha_min_epochs') or 1}"
+                    if r["info"].get("sha_reference_batch"):
+                        policy += f", rungs in steps of batches of {r['info']['sha_reference_batch']}"
                 fewer = "" if m == "autodeuq" else f"{base['epochs'] / max(r['epochs'], 1):.1f}×"
                 diff = "" if m == "autodeuq" else f"{r['nll'] - base['nll']:+.3f}"
                 wall = "resumed" if _resumed(r) else f"{r['wall_s']:.0f} s"
@@ -670,6 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="autodeuq: seconds each training may take (the estimator's eval_budget; default: none)")
     p.add_argument("--sha-min-epochs", type=lambda v: v if v == "auto" else int(v), default="auto", metavar="N",
                    help="autodeuq-sha: epoch of the first rung (default: auto, the estimator's sha_min_epochs)")
+    p.add_argument("--sha-rungs", choices=("auto", "epochs", "steps"), default="auto",
+                   help="autodeuq-sha: what the rungs count (default: auto, the estimator's sha_rungs)")
     p.add_argument("--de-lr", type=float, default=DE_LR,
                    help=f"deep-ensembles: Adam learning rate (default: {DE_LR}; the paper states {DE_PAPER_LR})")
     p.add_argument("--refit", choices=tuple(REFIT_CHOICES), default="auto",

@@ -529,7 +529,9 @@ def test_discarded_entries_keep_their_model_count_as_finished_and_teach_the_sear
     done_id = writer.submit(space.sample(rng))
     writer.record(done_id, fake_result(1, n_valid))
     gone_id = writer.submit(space.sample(rng))
-    writer.record(gone_id, discarded_result(2, n_valid, loss=-5.0))
+    gone = discarded_result(2, n_valid, loss=-5.0)
+    gone.extra = {**(gone.extra or {}), "batch_size": 24}
+    writer.record(gone_id, gone)
     failed_id = writer.submit(space.sample(rng))
     writer.record(failed_id, TrainResult.failure("boom"))
     writer.close()
@@ -543,6 +545,8 @@ def test_discarded_entries_keep_their_model_count_as_finished_and_teach_the_sear
     assert cat.model_path(gone_id).read_bytes() == discarded_result(2, n_valid).model_bytes
     assert [objective for _, objective in cat.history()] == [fake_result(1, n_valid).objective, -5.0, None]
     assert cat.validation_loss_histories() == [[1.1, 0.6], [1.2, 0.9, -5.0], []]
+    # the batch size a training used, for rungs counted in steps (none recorded: None)
+    assert [b for _, b in cat.validation_loss_histories(batch_sizes=True)] == [None, 24, None]
     # The Status enum stores plain strings: the index and results.csv read as before.
     with sqlite3.connect(tmp_path / "run" / "catalog.sqlite") as conn:
         stored = conn.execute("SELECT status, typeof(status) FROM evaluations ORDER BY id").fetchall()

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from autodeuq.discard import SuccessiveHalving, rung_epochs
+from autodeuq.discard import SuccessiveHalving, rung_epochs, rung_schedule
 
 
 def test_rung_schedule_is_geometric_below_the_budget():
@@ -15,6 +15,33 @@ def test_rung_schedule_is_geometric_below_the_budget():
     assert rung_epochs(10, min_epochs=2, reduction=2) == [2, 4, 8]
     assert rung_epochs(1) == []
     assert SuccessiveHalving(min_epochs=5, reduction=4).rungs(200) == [5, 20, 80]
+
+
+def test_rungs_counted_in_steps_move_with_the_batch_size():
+    # rung m: the steps of m epochs with batches of 16 rows, so epoch ceil(m * b / 16) with batches of b
+    assert rung_schedule(100, batch_size=16, reference_batch=16) == {m: [m] for m in rung_epochs(100)}
+    assert rung_schedule(100, batch_size=40, reference_batch=16) == {3: [1], 8: [3], 23: [9], 68: [27]}
+    assert rung_schedule(30, batch_size=256, reference_batch=16) == {16: [1]}
+    # smaller batches than the reference reach several rungs in one epoch; they are asked in order
+    assert rung_schedule(10, batch_size=2, reference_batch=16) == {1: [1, 3], 2: [9], 4: [27]}
+    sha = SuccessiveHalving(min_epochs=2, reduction=2, reference_batch=10)
+    assert sha.schedule(20, batch_size=25) == {5: [2], 10: [4]} and sha.rungs(20, batch_size=25) == [5, 10]
+    assert sha.describe() == {"policy": "sha", "min_epochs": 2, "reduction": 2, "reference_batch": 10}
+    assert "reference_batch" not in SuccessiveHalving().describe()  # epochs: the rule recorded as before
+    with pytest.raises(ValueError, match="batch size"):
+        sha.schedule(20)
+
+
+def test_rung_records_in_steps_are_keyed_by_rung_whatever_the_epoch():
+    sha = SuccessiveHalving(reduction=3, reference_batch=8)
+    # batch 8 reports rungs 1 and 3 at epochs 1 and 3; batch 24 reports rung 1 at epoch 3
+    sha.replay([[0.9, 0.8, 0.7, 0.6], [1.0, 0.5, 0.4, 0.3], [0.2]], batch_sizes=[8, 24, None])
+    assert sha.records() == {1: [0.9, 0.4], 3: [0.7]}  # the third failed before reporting anything
+    again = pickle.loads(pickle.dumps(sha))
+    assert again.reference_batch == 8 and again.records() == sha.records()
+    assert not again.should_continue(1, 0.95)  # third record at rung 1, not among the best third
+    with pytest.raises(ValueError):
+        sha.replay([[0.1]], batch_sizes=[8, 8])
 
 
 def reference_decision(earlier, loss, r):
@@ -85,7 +112,8 @@ def test_replay_rebuilds_the_records_of_finished_trainings():
     assert again.should_continue(1, 0.4) and not again.should_continue(1, 2.0)
 
 
-@pytest.mark.parametrize("kwargs", [{"min_epochs": 0}, {"reduction": 1}, {"reduction": 2.5}])
+@pytest.mark.parametrize("kwargs", [{"min_epochs": 0}, {"reduction": 1}, {"reduction": 2.5}, {"reference_batch": 0},
+                                    {"reference_batch": 1.5}, {"reference_batch": True}])
 def test_invalid_parameters(kwargs):
     with pytest.raises(ValueError):
         SuccessiveHalving(**kwargs)

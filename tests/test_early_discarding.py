@@ -189,3 +189,51 @@ def test_auto_first_rung_follows_the_data_and_a_resumed_catalog(tmp_path, setup,
     monkeypatch.setattr(data_module, "SMALL_DATA_ROWS", len(data.x_train) + len(data.x_valid) - 1)
     fill(tmp_path / "large")
     assert first(tmp_path / "large") == 1
+
+
+def test_rungs_in_steps_use_the_smallest_batch_searched_and_resume(tmp_path, setup):
+    from autodeuq import pipeline
+    from autodeuq.discard import rung_schedule
+    from autodeuq.space import SearchSpace
+
+    space, data = setup
+    spec = copy.deepcopy(space.spec)
+    spec["training"]["batch_size"] = {"low": 8, "high": 64, "log": True}
+    space = SearchSpace(spec)
+    run = tmp_path / "run"
+
+    def fill(max_evals, **kw):
+        return pipeline.fill_catalog(space, data, run, search="random", max_evals=max_evals, epochs=12,
+                                     evaluator="serial", early_discarding="sha", sha_min_epochs=1,
+                                     sha_reduction=2, progress=False, **kw)
+
+    fill(10, sha_rungs="steps")
+    cat = Catalog(run)
+    assert cat.meta["search"]["early_discarding"] == {"policy": "sha", "min_epochs": 1, "reduction": 2,
+                                                     "reference_batch": 8}
+    frame = cat.to_dataframe()
+    discarded = [cat.entry(i) for i in frame.loc[frame["status"] == "discarded", "id"]]
+    assert discarded  # each stopped at an epoch where its own batch size reaches a rung
+    for entry in discarded:
+        assert entry["epochs"] in rung_schedule(12, 1, 2, entry["extra"]["batch_size"], 8)
+    assert any(entry["extra"]["batch_size"] > 8 for entry in discarded)
+    # "auto" resumes the catalog with its unit; epochs are refused
+    fill(12)
+    assert Catalog(run).n_finished == 12 and "reference_batch" in Catalog(run).meta["search"]["early_discarding"]
+    with pytest.raises(CatalogError, match="reference_batch 8"):
+        fill(13, sha_rungs="epochs")
+    with pytest.raises(ValueError, match="sha_rungs"):
+        fill(13, sha_rungs="updates")
+
+
+def test_cli_sha_rungs_option(tmp_path, capsys):
+    from autodeuq.cli import main
+
+    assert main(["search", "--dataset", "toy-sine", "--evaluator", "serial", "--search", "random", "--max-evals", "2",
+                 "--epochs", "3", "--early-discarding", "sha", "--sha-rungs", "steps", "--run-dir",
+                 str(tmp_path / "r"), "--no-progress"]) == 0
+    assert Catalog(tmp_path / "r").meta["search"]["early_discarding"]["reference_batch"] == 1  # toy: batches 1-32
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["search", "--dataset", "toy-sine", "--sha-rungs", "updates", "--run-dir", str(tmp_path / "bad")])
+    assert "--sha-rungs" in capsys.readouterr().err and not (tmp_path / "bad").exists()

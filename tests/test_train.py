@@ -337,17 +337,19 @@ def test_trainer_cache_is_bounded(space, data):
 class StubDiscarder:
     """Says stop at ``stop_at``; records when and with what loss it was consulted."""
 
-    def __init__(self, stop_at=None, reduction=3):
-        from autodeuq.discard import rung_epochs
+    def __init__(self, stop_at=None, reduction=3, reference_batch=None):
+        from autodeuq.discard import rung_schedule
 
-        self.stop_at, self.calls, self._rungs = stop_at, [], lambda m: rung_epochs(m, 1, reduction)
+        self.stop_at, self.calls, self.batch_sizes = stop_at, [], []
+        self._schedule = lambda m, b: rung_schedule(m, 1, reduction, b, reference_batch)
 
-    def rungs(self, max_epochs):
-        return self._rungs(max_epochs)
+    def schedule(self, max_epochs, batch_size=None):
+        self.batch_sizes.append(batch_size)
+        return self._schedule(max_epochs, batch_size)
 
-    def should_continue(self, epoch, loss):
-        self.calls.append((epoch, loss))
-        return epoch != self.stop_at
+    def should_continue(self, rung, loss):
+        self.calls.append((rung, loss))
+        return rung != self.stop_at
 
 
 def test_discarded_training_stops_at_its_rung_with_its_best_model(space, data):
@@ -362,6 +364,18 @@ def test_discarded_training_stops_at_its_rung_with_its_best_model(space, data):
     assert res.extra["discarded_at"] == 3
     mean, _ = predict(model_from_bytes(res.model_bytes), data.x_valid)
     np.testing.assert_allclose(mean, res.valid_mean, rtol=1e-5, atol=1e-5)
+
+
+def test_rungs_counted_in_steps_come_later_for_larger_batches(space, data):
+    # batches of 32 rows against a reference of 8: rung m at epoch 4 m; the discarder hears rung 3
+    # (its records' key) once 12 epochs have run, with the best loss of those 12 epochs
+    stub = StubDiscarder(stop_at=3, reference_batch=8)
+    res = train(config(space, lr=0.01, batch_size=32, p_es=30), space, data, seed=1, epochs=40, discarder=stub)
+    assert stub.batch_sizes == [32]
+    assert res.status == "discarded" and res.epochs == 12 and res.extra["discarded_at"] == 12
+    assert [r for r, _ in stub.calls] == [1, 3]
+    assert stub.calls[0][1] == pytest.approx(min(res.history["val_loss"][:4]), rel=1e-6)
+    assert stub.calls[1][1] == pytest.approx(min(res.history["val_loss"]), rel=1e-6)
 
 
 def test_promoted_training_runs_to_its_end_and_is_done(space, data):
