@@ -102,10 +102,10 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         own; :mod:`autodeuq.discard`).
     sha_rungs : {"auto", "epochs", "steps"}, default="auto"
         What the rungs of successive halving count. ``"steps"``: optimizer steps, those of as many
-        epochs with the space's smallest batch size, so a training with batches ``k`` times larger
-        reaches each rung after ``k`` times the epochs, and trainings are compared after the same
-        number of updates. ``"epochs"``: epochs, whatever the batch size. ``"auto"``: ``"epochs"``
-        (a resumed catalog keeps its own).
+        epochs with the middle batch size of the space (the geometric mean of its range), so a
+        training with batches ``k`` times larger reaches each rung after ``k`` times the epochs,
+        and trainings are compared after the same number of updates. ``"epochs"``: epochs,
+        whatever the batch size. ``"auto"``: ``"epochs"`` (a resumed catalog keeps its own).
     timeout : float, optional
         Wall-clock limit of ``fit`` in seconds: the search stops early enough to leave the
         ensemble step a tenth of it (30 s to 5 min; :func:`autodeuq.pipeline.search_timeout`).

@@ -153,8 +153,9 @@ def _add_search_args(p):
                    help="reduction factor of --early-discarding sha, >= 2 (default: 3)")
     g.add_argument("--sha-rungs", choices=discard.RUNG_UNITS, default="auto",
                    help="what the rungs of --early-discarding sha count: epochs, or steps (the optimizer steps of "
-                        "as many epochs with the space's smallest batch size, so larger batches are judged after "
-                        "more epochs); auto: epochs (a resumed run keeps its catalog's) (default: auto)")
+                        "as many epochs with the space's middle batch size (geometric mean), so larger batches are "
+                        "judged after more epochs, smaller ones after fewer); auto: epochs (a resumed run keeps "
+                        "its catalog's) (default: auto)")
     g.add_argument("--iepoch-epochs", type=int, default=1, metavar="I",
                    help="epochs of each search evaluation under --early-discarding iepoch, >= 1 and below the "
                         "epoch budget (default: 1)")

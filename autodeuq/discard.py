@@ -16,9 +16,9 @@ Rungs count epochs by default. With ``reference_batch`` set they count optimizer
 rung ``m`` is the number of steps of ``m`` epochs with batches of ``reference_batch`` rows, which a
 training with batches of ``b`` rows reaches at epoch ``ceil(m * b / reference_batch)``. Trainings of
 different batch sizes are then compared after the same number of updates, not after the same
-number of passes over the data, where small batches have an edge (``reference_batch`` the
-smallest batch size searched: those trainings keep the epoch rungs, larger batches are judged
-later). The records stay keyed by ``m``.
+number of passes over the data, where small batches have an edge. ``sha_rungs="steps"`` takes
+the geometric middle of the batch sizes searched (:func:`middle_batch`): smaller batches are
+judged after fewer epochs (down to one), larger ones after more. The records stay keyed by ``m``.
 
 The records are state shared by every concurrent training of a search. :class:`SuccessiveHalving`
 holds them in-process (serial evaluation, tests); :meth:`SuccessiveHalving.shared_on_ray` moves
@@ -46,8 +46,8 @@ from typing import Iterable, Sequence
 from autodeuq import data
 from autodeuq.errors import ParameterError
 
-__all__ = ["SuccessiveHalving", "IEpoch", "rung_epochs", "rung_schedule", "POLICIES", "RUNG_UNITS", "resolve_policy",
-           "resolve_min_epochs"]
+__all__ = ["SuccessiveHalving", "IEpoch", "rung_epochs", "rung_schedule", "middle_batch", "POLICIES", "RUNG_UNITS",
+           "resolve_policy", "resolve_min_epochs"]
 
 #: Early-discarding policies by name (``none`` trains every configuration to its own early stop;
 #: ``auto`` is ``sha`` on tables that are not small, else ``none``).
@@ -103,7 +103,7 @@ def resolve_policy(policy: str, n_rows: int) -> tuple[str, str]:
 AUTO_FIRST_RUNG = {True: 3, False: 1}  # by data.is_small
 
 #: Units of successive halving's rungs (``sha_rungs``): ``epochs``, or ``steps`` (optimizer steps of as many
-#: epochs with the smallest batch size searched, see :class:`SuccessiveHalving`); ``auto`` is :data:`AUTO_RUNG_UNIT`.
+#: epochs with the middle batch size searched, :func:`middle_batch`); ``auto`` is :data:`AUTO_RUNG_UNIT`.
 RUNG_UNITS = ("auto", "epochs", "steps")
 AUTO_RUNG_UNIT = "epochs"
 
@@ -132,6 +132,16 @@ def rung_epochs(max_epochs: int, min_epochs: int = 1, reduction: int = 3) -> lis
         rungs.append(epoch)
         epoch *= int(reduction)
     return rungs
+
+
+def middle_batch(low: int, high: int) -> int:
+    """The geometric middle of the batch sizes ``low``-``high``, rounded: the reference batch size
+    of rungs counted in steps.
+
+    >>> middle_batch(12, 256), middle_batch(66, 256), middle_batch(4, 4)
+    (55, 130, 4)
+    """
+    return max(1, round(math.sqrt(int(low) * int(high))))
 
 
 def rung_schedule(max_epochs: int, min_epochs: int = 1, reduction: int = 3, batch_size: int | None = None,

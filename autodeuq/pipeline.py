@@ -151,16 +151,17 @@ def first_rung(sha_min_epochs, dataset, recorded=None) -> tuple[int, str | None]
 
 
 def rung_unit(sha_rungs, space, recorded=None) -> int | None:
-    """The reference batch size of successive halving's rungs that ``sha_rungs`` stands for: the
-    smallest batch size of ``space`` (already sized for the data) with ``"steps"``, None (rungs in
-    epochs) with ``"epochs"``; ``"auto"`` keeps the unit of the ``recorded`` rule of a catalog being
-    resumed, else :data:`autodeuq.discard.AUTO_RUNG_UNIT`."""
-    from autodeuq.discard import AUTO_RUNG_UNIT
+    """The reference batch size of successive halving's rungs that ``sha_rungs`` stands for: with
+    ``"steps"``, the geometric middle of the batch sizes of ``space`` (already sized for the data;
+    :func:`autodeuq.discard.middle_batch`), None (rungs in epochs) with ``"epochs"``; ``"auto"``
+    keeps the unit of the ``recorded`` rule of a catalog being resumed, else
+    :data:`autodeuq.discard.AUTO_RUNG_UNIT`."""
+    from autodeuq.discard import AUTO_RUNG_UNIT, middle_batch
 
     if sha_rungs == "auto" and (recorded or {}).get("policy") == "sha":
         return recorded.get("reference_batch")
     unit = AUTO_RUNG_UNIT if sha_rungs == "auto" else sha_rungs
-    return space.batch_size_min if unit == "steps" else None
+    return middle_batch(space.batch_size_min, space.batch_size_max) if unit == "steps" else None
 
 
 def discarding_policy(early_discarding, dataset, recorded=None) -> tuple[str, str | None]:
@@ -232,8 +233,9 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         ``sha_min_epochs * sha_reduction**k`` epochs (:class:`autodeuq.discard.SuccessiveHalving`);
         ``sha_min_epochs="auto"`` is epoch 3 on small tables and 1 above (or the first rung of the
         catalog being resumed; :func:`first_rung`). ``sha_rungs="steps"`` counts the rungs in
-        optimizer steps, those of as many epochs with the space's smallest batch size, so that a
-        training with larger batches reaches each rung after more epochs; ``"epochs"`` counts
+        optimizer steps, those of as many epochs with the middle batch size of the space (geometric
+        mean of its range), so that a training with larger batches reaches each rung after more
+        epochs and one with smaller batches after fewer; ``"epochs"`` counts
         epochs; ``"auto"`` is ``"epochs"`` (or the unit of the catalog being resumed; :func:`rung_unit`).
         ``"iepoch"``: every search evaluation trains ``iepoch_epochs`` epochs, then the
         ``iepoch_top_k`` best configurations are trained to the full budget, in this call

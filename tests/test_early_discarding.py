@@ -191,7 +191,7 @@ def test_auto_first_rung_follows_the_data_and_a_resumed_catalog(tmp_path, setup,
     assert first(tmp_path / "large") == 1
 
 
-def test_rungs_in_steps_use_the_smallest_batch_searched_and_resume(tmp_path, setup):
+def test_rungs_in_steps_use_the_middle_batch_searched_and_resume(tmp_path, setup):
     from autodeuq import pipeline
     from autodeuq.discard import rung_schedule
     from autodeuq.space import SearchSpace
@@ -210,17 +210,16 @@ def test_rungs_in_steps_use_the_smallest_batch_searched_and_resume(tmp_path, set
     fill(10, sha_rungs="steps")
     cat = Catalog(run)
     assert cat.meta["search"]["early_discarding"] == {"policy": "sha", "min_epochs": 1, "reduction": 2,
-                                                     "reference_batch": 8}
+                                                     "reference_batch": 23}  # sqrt(8 * 64)
     frame = cat.to_dataframe()
     discarded = [cat.entry(i) for i in frame.loc[frame["status"] == "discarded", "id"]]
     assert discarded  # each stopped at an epoch where its own batch size reaches a rung
     for entry in discarded:
-        assert entry["epochs"] in rung_schedule(12, 1, 2, entry["extra"]["batch_size"], 8)
-    assert any(entry["extra"]["batch_size"] > 8 for entry in discarded)
+        assert entry["epochs"] in rung_schedule(12, 1, 2, entry["extra"]["batch_size"], 23)
     # "auto" resumes the catalog with its unit; epochs are refused
     fill(12)
     assert Catalog(run).n_finished == 12 and "reference_batch" in Catalog(run).meta["search"]["early_discarding"]
-    with pytest.raises(CatalogError, match="reference_batch 8"):
+    with pytest.raises(CatalogError, match="reference_batch 23"):
         fill(13, sha_rungs="epochs")
     with pytest.raises(ValueError, match="sha_rungs"):
         fill(13, sha_rungs="updates")
@@ -232,7 +231,7 @@ def test_cli_sha_rungs_option(tmp_path, capsys):
     assert main(["search", "--dataset", "toy-sine", "--evaluator", "serial", "--search", "random", "--max-evals", "2",
                  "--epochs", "3", "--early-discarding", "sha", "--sha-rungs", "steps", "--run-dir",
                  str(tmp_path / "r"), "--no-progress"]) == 0
-    assert Catalog(tmp_path / "r").meta["search"]["early_discarding"]["reference_batch"] == 1  # toy: batches 1-32
+    assert Catalog(tmp_path / "r").meta["search"]["early_discarding"]["reference_batch"] == 6  # toy: batches 1-32
     capsys.readouterr()
     with pytest.raises(SystemExit):
         main(["search", "--dataset", "toy-sine", "--sha-rungs", "updates", "--run-dir", str(tmp_path / "bad")])
