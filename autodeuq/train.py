@@ -451,10 +451,10 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
     threads : int, optional
         Passed to :func:`configure_threads` (only effective before TensorFlow starts).
     discarder : SuccessiveHalving, optional
-        Early discarding (:mod:`autodeuq.discard`): at each of its rungs (epochs, or optimizer
-        steps of this training's batch size) the training reports its best validation loss so far
-        and stops if told to; the result is then
-        ``"discarded"``, with the model and predictions of its best epoch so far.
+        Early discarding (:mod:`autodeuq.discard`): at each of its rungs (counted in epochs, or in
+        optimizer steps, which this training's batch size turns into epochs) the training reports
+        its best validation loss so far and stops if told to; the result is then ``"discarded"``,
+        with the model and predictions of its best epoch so far.
     schedule : sequence of float, optional
         A refit: train exactly ``len(schedule)`` epochs, epoch ``k`` with learning rate
         ``schedule[k]`` (e.g. the rates an earlier training used up to its best epoch), without
