@@ -175,7 +175,7 @@ BAD_PARAMETERS = [
     ("selection_score", "crps"), ("selection_stop", "never"), ("diversity", "colour"), ("calibrate", "isotonic"),
     ("selection_bags", -1), ("early_discarding", "hyperband"), ("timeout", 0), ("verbose", "yes"),
     ("categorical", "label"), ("impute", "zero"), ("drop", "note"), ("id_column", 3),
-    ("refit", "yes"), ("eval_budget", -5), ("sha_min_epochs", "soon"), ("sha_reduction", 1),
+    ("refit", "yes"), ("eval_budget", -5), ("sha_min_epochs", "soon"), ("sha_reduction", 1), ("sha_rungs", "updates"),
 ]
 
 

@@ -23,6 +23,7 @@ def test_every_choice_list_is_its_registry():
         "dataset": list(BUILTIN_DATASETS), "categorical": list(CATEGORICAL), "impute": list(IMPUTE),
         "search": list(search.SEARCHERS) + list(search.ABLATIONS), "surrogate": list(search.SURROGATES),
         "acq": list(search.ACQUISITIONS), "early_discarding": list(discard.POLICIES),
+        "sha_rungs": list(discard.RUNG_UNITS),
         "evaluator": list(evaluator.EVALUATORS), "selector": list(options.METHODS),
         "selection_score": list(options.SCORES), "former_objective": list(options.SCORES),
         "selection_stop": list(options.STOPS), "diversity": list(options.DIVERSITY),
