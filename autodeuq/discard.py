@@ -132,11 +132,7 @@ def rung_epochs(max_epochs: int, min_epochs: int = 1, reduction: int = 3) -> lis
     >>> rung_epochs(100, min_epochs=2, reduction=2)
     [2, 4, 8, 16, 32, 64]
     """
-    rungs, epoch = [], int(min_epochs)
-    while epoch < max_epochs:
-        rungs.append(epoch)
-        epoch *= int(reduction)
-    return rungs
+    return list(rung_schedule(max_epochs, min_epochs, reduction))
 
 
 def middle_batch(low: int, high: int) -> int:

@@ -235,8 +235,8 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         catalog being resumed; :func:`first_rung`). ``sha_rungs="steps"`` counts the rungs in
         optimizer steps, those of as many epochs with the middle batch size of the space (geometric
         mean of its range), so that a training with larger batches reaches each rung after more
-        epochs and one with smaller batches after fewer; ``"epochs"`` counts
-        epochs; ``"auto"`` is ``"epochs"`` (or the unit of the catalog being resumed; :func:`rung_unit`).
+        epochs and one with smaller batches after fewer; ``"epochs"`` counts epochs; ``"auto"`` is
+        ``"epochs"`` (or the unit of the catalog being resumed; :func:`rung_unit`).
         ``"iepoch"``: every search evaluation trains ``iepoch_epochs`` epochs, then the
         ``iepoch_top_k`` best configurations are trained to the full budget, in this call
         (Egele 2024; :class:`autodeuq.discard.IEpoch`); with a ``timeout`` the search phase
