@@ -15,7 +15,7 @@ reduction factor, ``--schedules 1:3 3:3``), the script reports:
   catalog's ``objective``), against the catalog's best.
 
 It also gives Spearman's rank correlation between the best validation loss by each rung epoch and
-the final one. This replays the same configurations: a real search with successive halving steers
+the final one (with ``--first N``, also among the first N trainings submitted alone). This replays the same configurations: a real search with successive halving steers
 its searcher by the losses at the stopping points and so visits others (the configurations that
 start fast). Usage::
 
@@ -63,8 +63,18 @@ def stopping_epochs(entries, rule: SuccessiveHalving, max_epochs: int = 100) -> 
     return stop
 
 
-def replay(run_dir: Path, schedules=SCHEDULES) -> dict:
-    """The rank correlations of one catalog, and what each schedule ``first:reduction`` keeps of it."""
+def rank_correlations(entries) -> list[float]:
+    """Spearman's correlation between the best loss by each of :data:`RANK_EPOCHS` and the final one."""
+    final = [entry["objective"] for entry in entries]
+    return [spearman([e["best"][min(k, len(e["best"])) - 1] for e in entries], final) for k in RANK_EPOCHS]
+
+
+def replay(run_dir: Path, schedules=SCHEDULES, first_trainings: int = 0) -> dict:
+    """The rank correlations of one catalog, and what each schedule ``first:reduction`` keeps of it.
+
+    With ``first_trainings`` > 0, also the rank correlations among the catalog's first trainings
+    (in the order they were submitted: the searcher's random start when it is at most
+    ``n_initial``)."""
     with Catalog(run_dir) as cat:
         entries = [cat.entry(i) for i in cat.model_ids()]
         max_epochs = cat.space.epochs
@@ -74,8 +84,9 @@ def replay(run_dir: Path, schedules=SCHEDULES) -> dict:
     spent = sum(len(entry["best"]) for entry in entries)
     top = np.argsort(final, kind="stable")[:TRUE_TOP]
     out = {"name": run_dir.name, "trainings": len(entries), "schedules": {},
-           "spearman": [spearman([e["best"][min(k, len(e["best"])) - 1] for e in entries], final)
-                        for k in RANK_EPOCHS]}
+           "spearman": rank_correlations(entries)}
+    if first_trainings:
+        out["spearman_first"] = rank_correlations(sorted(entries, key=lambda e: e["id"])[:first_trainings])
     for schedule in schedules:
         first, reduction = (int(part) for part in schedule.split(":"))
         stop = stopping_epochs(entries, SuccessiveHalving(first, reduction), max_epochs)
@@ -97,12 +108,20 @@ def main(argv=None) -> int:
     p.add_argument("run_dirs", nargs="+", type=Path, help="catalogs searched without early discarding")
     p.add_argument("--schedules", nargs="+", default=list(SCHEDULES), metavar="FIRST:REDUCTION",
                    help=f"first rung and reduction factor of each replay (default: {' '.join(SCHEDULES)})")
+    p.add_argument("--first", type=int, default=0, metavar="N",
+                   help="also give the rank correlations among the first N trainings submitted")
     args = p.parse_args(argv)
-    results = [replay(run_dir, args.schedules) for run_dir in args.run_dirs]
+    results = [replay(run_dir, args.schedules, args.first) for run_dir in args.run_dirs]
     print("| catalog | trainings | " + " | ".join(f"Spearman, epoch {k}" for k in RANK_EPOCHS) + " |")
     print("|---" * (2 + len(RANK_EPOCHS)) + "|")
     for r in results:
         print(f"| {r['name']} | {r['trainings']} | " + " | ".join(f"{v:.2f}" for v in r["spearman"]) + " |")
+    if args.first:
+        print("\n| catalog | " + " | ".join(f"epoch {k}: first {args.first} / all" for k in RANK_EPOCHS) + " |")
+        print("|---" * (1 + len(RANK_EPOCHS)) + "|")
+        for r in results:
+            pairs = zip(r["spearman_first"], r["spearman"])
+            print(f"| {r['name']} | " + " | ".join(f"{a:.2f} / {b:.2f}" for a, b in pairs) + " |")
     print(f"\n| catalog | first rung, reduction | epochs | top-{TRUE_TOP} run to their end (where each stops) "
           "| best final loss run to its end / catalog's best |")
     print("|---" * 5 + "|")

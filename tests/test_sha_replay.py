@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from autodeuq.discard import SuccessiveHalving
-from benchmarks.sha_replay import running_best, stopping_epochs
+from benchmarks.sha_replay import rank_correlations, running_best, stopping_epochs
 
 
 def training(start, loss, epochs=10):
@@ -31,3 +31,11 @@ def test_a_training_that_ends_before_a_rung_is_not_recorded_there():
     # B stops on its own after 2 epochs, before the rung at epoch 3: the rung then holds A alone.
     entries = [training(0.0, 1.0), training(0.0, 0.1, epochs=2), training(1.0, 2.0)]
     assert stopping_epochs(entries, SuccessiveHalving(3, 2)) == [10, 2, 3]
+
+
+def test_rank_correlations_compare_the_best_loss_by_each_epoch_with_the_final_one():
+    # Three trainings whose epoch-1 order is the reverse of their final order, and whose order
+    # settles from epoch 3 on: -1 at epoch 1, +1 from epoch 3 (the rank epochs are 1, 3, 9, 27).
+    curves = [[3.0, 0.9, 0.1], [2.0, 0.5, 0.2], [1.0, 0.4, 0.3]]
+    entries = [{"best": running_best(c), "objective": c[-1]} for c in curves]
+    assert rank_correlations(entries) == [-1.0, 1.0, 1.0, 1.0]
