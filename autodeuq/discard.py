@@ -108,8 +108,10 @@ RUNG_UNITS = ("auto", "epochs", "steps")
 # ``auto`` counts epochs. Measured on kin8nm splits 0-9 (100 AgEBO evaluations, first rung 1), rungs
 # in steps of the middle batch size cost +0.019 nats against the full search (standard error 0.004)
 # for 2.9-8.6x fewer epochs: about what a first rung at epoch 3 counted in epochs costs (+0.017), and
-# the searches drifted to large batches instead of small ones. With the smallest batch size as the
-# reference (2 splits), the test NLL matched the full search's for only 1.7-2.1x fewer epochs.
+# the searches drifted to large batches instead of small ones; on protein splits 0-4 it cost +0.051
+# (standard error 0.014), more than epochs with the first rung at 1 or 3. With the smallest batch size
+# as the reference (kin8nm, 2 splits), the test NLL matched the full search's for only 1.7-2.1x fewer
+# epochs.
 AUTO_RUNG_UNIT = "epochs"
 
 
