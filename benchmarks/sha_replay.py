@@ -15,9 +15,9 @@ reduction factor, ``--schedules 1:3 3:3``), the script reports:
   catalog's ``objective``), against the catalog's best.
 
 It also gives Spearman's rank correlation between the best validation loss by each rung epoch and
-the final one (with ``--first N``, also among the first N trainings submitted alone). This replays the same configurations: a real search with successive halving steers
-its searcher by the losses at the stopping points and so visits others (the configurations that
-start fast). Usage::
+the final one (with ``--first N``, also among the first N trainings submitted alone). This replays
+the same configurations: a real search with successive halving steers its searcher by the losses
+at the stopping points and so visits others (the configurations that start fast). Usage::
 
     python benchmarks/sha_replay.py /work/runs/uci_floor/kin8nm-split1 /work/runs/uci_floor/concrete-split0
 """
