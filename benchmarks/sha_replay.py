@@ -73,7 +73,7 @@ def replay(run_dir: Path, schedules=SCHEDULES, first_trainings: int = 0) -> dict
     """The rank correlations of one catalog, and what each schedule ``first:reduction`` keeps of it.
 
     With ``first_trainings`` > 0, also the rank correlations among the catalog's first trainings
-    (in the order they were submitted: the searcher's random start when it is at most
+    (by id, the order they were submitted: the searcher's random start when it is at most
     ``n_initial``)."""
     with Catalog(run_dir) as cat:
         entries = [cat.entry(i) for i in cat.model_ids()]
@@ -86,7 +86,7 @@ def replay(run_dir: Path, schedules=SCHEDULES, first_trainings: int = 0) -> dict
     out = {"name": run_dir.name, "trainings": len(entries), "schedules": {},
            "spearman": rank_correlations(entries)}
     if first_trainings:
-        out["spearman_first"] = rank_correlations(sorted(entries, key=lambda e: e["id"])[:first_trainings])
+        out["spearman_first"] = rank_correlations(entries[:first_trainings])  # model_ids() is in id order
     for schedule in schedules:
         first, reduction = (int(part) for part in schedule.split(":"))
         stop = stopping_epochs(entries, SuccessiveHalving(first, reduction), max_epochs)

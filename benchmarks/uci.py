@@ -84,6 +84,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: import the check
 
 from autodeuq import metrics  # noqa: E402
 from autodeuq.data import DataError  # noqa: E402
+from autodeuq.discard import RUNG_UNITS  # noqa: E402
 from autodeuq.ensemble.options import CALIBRATIONS  # noqa: E402
 from autodeuq.fileio import atomic_write  # noqa: E402
 from benchmarks.uci_data import DATASETS, VALID_FRACTION, default_data_dir, load_split, n_splits  # noqa: E402
@@ -676,7 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="autodeuq: seconds each training may take (the estimator's eval_budget; default: none)")
     p.add_argument("--sha-min-epochs", type=lambda v: v if v == "auto" else int(v), default="auto", metavar="N",
                    help="autodeuq-sha: epoch of the first rung (default: auto, the estimator's sha_min_epochs)")
-    p.add_argument("--sha-rungs", choices=("auto", "epochs", "steps"), default="auto",
+    p.add_argument("--sha-rungs", choices=RUNG_UNITS, default="auto",
                    help="autodeuq-sha: what the rungs count (default: auto, the estimator's sha_rungs)")
     p.add_argument("--de-lr", type=float, default=DE_LR,
                    help=f"deep-ensembles: Adam learning rate (default: {DE_LR}; the paper states {DE_PAPER_LR})")
