@@ -44,7 +44,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         the fitted estimator keeps that directory, since the copy reads its models from it;
         its path is ``run_dir_``, to delete by hand then. See Notes for persistence.
     seed : int, optional
-        Seed of the validation split, the search and the trainings; ``None`` means 0.
+        Seed of the validation split, the search and the trainings, from 0 to 2**32 - 1; ``None``
+        means 0.
     epochs : int, optional
         Override of the space's epoch budget.
     evaluator : {"ray", "serial"}, default="ray"

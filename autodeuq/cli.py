@@ -41,7 +41,7 @@ class CLIError(AutoDEUQError):
 # Options not named after the library parameter they set (the others are ``--`` + its name, dashed).
 OPTIONS = {"size": "--size", "ensemble_size": "--size", "address": "--ray-address", "min_epochs": "--sha-min-epochs",
            "reduction": "--sha-reduction", "score": "--selection-score", "stop": "--selection-stop",
-           "bags": "--selection-bags", "manifest": "--out"}
+           "bags": "--selection-bags", "manifest": "--out", "level": "--interval"}
 
 
 def _auto_or_int(text: str):
@@ -72,6 +72,14 @@ def error_line(exc: AutoDEUQError) -> str:
 
 
 # ----------------------------------------------------------------------------- parsers
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one line, as autodeuq's own errors are: the
+    problem and where the options are described (argparse prints the whole usage first)."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
 def _add_data_args(p):
     from autodeuq.preprocess import CATEGORICAL, IMPUTE
 
@@ -163,7 +171,8 @@ def _add_search_args(p):
                    help="configurations trained to the full budget after the search under --early-discarding "
                         "iepoch, >= 1 (default: 10)")
     g.add_argument("--seed", type=int, default=0,
-                   help="seed (any integer >= 0) of the split, the searcher and the trainings (default: 0)")
+                   help="seed, an integer from 0 to 2**32 - 1, of the split, the searcher and the trainings "
+                        "(default: 0)")
     g.add_argument("--run-dir", default=None, metavar="DIR",
                    help="catalog directory; an existing one is resumed (default: runs/<dataset>-<search>)")
     g.add_argument("--new-run", action="store_true", help="refuse to resume: DIR must not hold a catalog yet")
@@ -226,7 +235,7 @@ def _add_ensemble_args(p, with_test=True):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="autodeuq",
         description="Automated deep ensembles with uncertainty quantification.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -458,11 +467,12 @@ def cmd_ensemble(args, run_dir=None, deadline=None):
 
 
 def _interval_levels(levels) -> list[tuple[float, str]]:
-    """(level, column suffix) of each ``--interval``, refused unless strictly inside (0, 1)."""
+    """(level, column suffix) of each ``--interval``, refused unless a probability in (0, 1 - 1e-9]."""
+    from autodeuq.metrics import check_level
+
     out = []
     for level in levels or []:
-        if not 0 < level < 1:
-            raise CLIError(f"--interval must be a probability strictly between 0 and 1 (e.g. 0.9), got {level:g}")
+        level = check_level(level)
         suffix = f"{100 * level:.10g}".replace(".", "_")  # 0.9 -> 90, 0.975 -> 97_5
         if suffix not in [s for _, s in out]:
             out.append((level, suffix))

@@ -29,6 +29,7 @@ __all__ = [
     "mixture_cdf",
     "mixture_quantile",
     "central_interval",
+    "check_level",
     "mixture_crps",
     "coverage",
     "calibration_curve",
@@ -352,6 +353,28 @@ def mixture_quantile(means, variances, weights, q, max_iter=100):
     return out[0] if scalar else out
 
 
+#: The widest central interval asked for: its tails, ``(1 - level) / 2``, must stay above zero in
+#: float64 arithmetic (at ``1 - 1e-16`` the upper quantile's probability rounds to 1).
+MAX_INTERVAL_LEVEL = 1 - 1e-9
+
+
+def check_level(level) -> float:
+    """``level`` as a float, refused unless a probability in ``(0, MAX_INTERVAL_LEVEL]``.
+
+    Raises
+    ------
+    ParameterError
+        Named ``level``.
+    """
+    from autodeuq.errors import ParameterError
+
+    if isinstance(level, bool) or not isinstance(level, (int, float, np.integer, np.floating)) \
+            or not 0 < level <= MAX_INTERVAL_LEVEL:
+        raise ParameterError("level", "must be a probability strictly between 0 and 1 (e.g. 0.9), at most 1 - 1e-9",
+                             level)
+    return float(level)
+
+
 def central_interval(means, variances, weights, level):
     """Central ``level`` prediction interval of a Gaussian mixture.
 
@@ -360,13 +383,19 @@ def central_interval(means, variances, weights, level):
     means, variances : array_like, shape (M, n, T)
     weights : array_like, shape (M,)
     level : float
-        Nominal probability mass of the interval, in (0, 1).
+        Nominal probability mass of the interval, in ``(0, MAX_INTERVAL_LEVEL]``.
 
     Returns
     -------
     lower, upper : ndarray, shape (n, T)
         The ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles.
+
+    Raises
+    ------
+    ParameterError
+        ``level`` outside ``(0, MAX_INTERVAL_LEVEL]`` (:func:`check_level`).
     """
+    level = check_level(level)
     bounds = mixture_quantile(means, variances, weights, [(1 - level) / 2, (1 + level) / 2])
     return bounds[0], bounds[1]
 

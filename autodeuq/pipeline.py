@@ -47,11 +47,26 @@ def ensemble_deadline(started: float, timeout: float | None) -> float | None:
     return None if timeout is None else started + timeout - min(REPORT_RESERVE_S, timeout / 10)
 
 
+#: Upper bounds of the numeric parameters. Past them a value is a slip of the keyboard, not a
+#: setting, and it would fail deep inside (a seed beyond SQLite's and NumPy's integer range, a CPU
+#: count Ray cannot schedule) or run until killed (a billion selection bags).
+MAXIMUM = {
+    "seed": 2**32 - 1,  # what numpy.random.seed and keras.utils.set_random_seed accept
+    "max_evals": 10**6, "epochs": 10**5, "workers": 10**5, "iepoch_epochs": 10**5, "iepoch_top_k": 10**6,
+    "sha_min_epochs": 10**5, "sha_reduction": 1000,
+    "timeout": 10 * 365 * 86400.0, "eval_timeout": 10 * 365 * 86400.0, "eval_budget": 10 * 365 * 86400.0,
+    "cpus_per_eval": 4096.0, "gpus_per_eval": 1024.0,
+    "ensemble_size": 1000, "selection_bags": 10**4,
+}
+
+
 def _integer(name, value, minimum, *, optional=False):
     if optional and value is None:
         return
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ParameterError(name, f"must be an integer >= {minimum}", value)
+    if name in MAXIMUM and value > MAXIMUM[name]:
+        raise ParameterError(name, f"must be an integer <= {MAXIMUM[name]}", value)
 
 
 def _positive(name, value, *, strict=True):
@@ -60,6 +75,8 @@ def _positive(name, value, *, strict=True):
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and (value > 0 if strict else value >= 0)
     if not ok:
         raise ParameterError(name, "must be > 0" if strict else "must be >= 0", value)
+    if not value <= MAXIMUM[name]:  # also infinity
+        raise ParameterError(name, f"must be a finite number <= {MAXIMUM[name]:g}", value)
 
 
 def _one_of(name, value, allowed):
@@ -103,8 +120,13 @@ def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=
         integer = isinstance(sha_min_epochs, numbers.Integral) and not isinstance(sha_min_epochs, bool)
         if sha_min_epochs != "auto" and not (integer and sha_min_epochs >= 1):
             raise ParameterError("sha_min_epochs", 'must be "auto" or an integer >= 1', sha_min_epochs)
+        if sha_min_epochs != "auto":
+            _integer("sha_min_epochs", sha_min_epochs, 1)
         _integer("sha_reduction", sha_reduction, 2)
         _one_of("sha_rungs", sha_rungs, RUNG_UNITS)
+    if early_discarding == "iepoch":
+        _integer("iepoch_epochs", iepoch_epochs, 1)
+        _integer("iepoch_top_k", iepoch_top_k, 1)
     discarder("sha" if early_discarding == "auto" else early_discarding,
               sha_min_epochs=1 if sha_min_epochs == "auto" else sha_min_epochs,
               sha_reduction=sha_reduction, iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)

@@ -109,11 +109,31 @@ def test_cli_parameter_errors_name_the_option_before_anything_runs(tmp_path, cap
                             (["--epochs", "0"], "--epochs must be an integer >= 1, got 0"),
                             (["--valid-fraction", "1.5"], "--valid-fraction must be a number strictly between 0 and 1"),
                             (["--early-discarding", "sha", "--sha-min-epochs", "0"], "--sha-min-epochs must be"),
-                            (["--workers", "0"], "--workers must be an integer >= 1, got 0")):
-        assert cli.main(base + extra) == 2
+                            (["--workers", "0"], "--workers must be an integer >= 1, got 0"),
+                            (["--seed", "99999999999999999999999"], "--seed must be an integer <= 4294967295"),
+                            (["--cpus-per-eval", "1e400"], "--cpus-per-eval must be a finite number <= 4096, got inf"),
+                            (["--cpus-per-eval", "1e23"], "--cpus-per-eval must be a finite number <= 4096"),
+                            (["--workers", "100000000000000000000000"], "--workers must be an integer <= 100000"),
+                            (["--timeout", "nan"], "--timeout must be > 0, got nan"),
+                            (["--eval-timeout", "inf"], "--eval-timeout must be a finite number"),
+                            (["--selection-bags", "100000000000000000000000"], None)):
+        if expected is None:  # an ensemble option: `run` checks it before the search
+            code = cli.main(["run"] + base[1:] + extra)
+            expected = "--selection-bags must be an integer <= 10000"
+        else:
+            code = cli.main(base + extra)
         err = capsys.readouterr().err
-        assert err.startswith(f"autodeuq: error: {expected}") and err.count("\n") == 1, (extra, err)
+        assert code == 2 and err.startswith(f"autodeuq: error: {expected}") and err.count("\n") == 1, (extra, err)
     assert not run.exists()
+
+
+@pytest.mark.parametrize("extra", [["--max-evals", "nan"], ["--workers", "1e23"], ["--seed", "x"], ["--bogus"]])
+def test_argparse_usage_errors_are_one_line(capsys, extra):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["search", "--dataset", "toy-sine"] + extra)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "usage:" not in err, err
+    assert re.fullmatch(r"autodeuq( search)?: error: .+ \(see: autodeuq( search)? --help\)\n", err), err
 
 
 @pytest.mark.parametrize("bug", [ZeroDivisionError("division by zero"), ValueError("a numpy shape mismatch")])

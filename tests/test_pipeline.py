@@ -14,6 +14,10 @@ BAD_SEARCH_PARAMETERS = [
     ("seed", 1.5), ("timeout", 0), ("timeout", "10"), ("eval_timeout", -1.0), ("evaluator", "dask"),
     ("workers", 0), ("cpus_per_eval", 0), ("gpus_per_eval", -1), ("valid_fraction", 0), ("valid_fraction", 1.0),
     ("early_discarding", "hyperband"), ("eval_budget", 0), ("eval_budget", -2.0),
+    # bounded above: past these a value fails deep inside (SQLite, Ray) or never ends
+    ("seed", 2**32), ("seed", 99999999999999999999999), ("max_evals", 10**7), ("workers", 10**23),
+    ("cpus_per_eval", 1e23), ("cpus_per_eval", float("inf")), ("gpus_per_eval", 1e9), ("timeout", float("inf")),
+    ("eval_timeout", 1e300), ("epochs", 10**9),
 ]
 
 
@@ -34,7 +38,8 @@ def test_sha_settings_are_checked_only_with_sha():
 
 @pytest.mark.parametrize("name, value", [("ensemble_size", 0), ("selector", "best"), ("selection_score", "crps"),
                                          ("selection_stop", "never"), ("diversity", "colour"),
-                                         ("selection_bags", -1), ("calibrate", "isotonic")])
+                                         ("selection_bags", -1), ("calibrate", "isotonic"),
+                                         ("selection_bags", 10**23), ("ensemble_size", 10**6)])
 def test_check_ensemble_parameters_names_the_bad_one(name, value):
     with pytest.raises(ParameterError, match=f"^{name} must ") as caught:
         pipeline.check_ensemble_parameters(**{name: value})

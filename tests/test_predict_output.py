@@ -12,6 +12,7 @@ from autodeuq import AutoDEUQRegressor, metrics
 from autodeuq.catalog import Catalog
 from autodeuq.cli import main
 from autodeuq.ensemble import load_ensemble
+from autodeuq.errors import AutoDEUQError
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,7 @@ def test_predict_without_interval_keeps_its_columns(run_dir, table, tmp_path):
     assert list(pd.read_csv(out).columns) == ["y_mean", "y_std", "y_aleatoric_std", "y_epistemic_std"]
 
 
-@pytest.mark.parametrize("level", ["90", "0", "1", "-0.5", "nan"])
+@pytest.mark.parametrize("level", ["90", "0", "1", "-0.5", "nan", "inf", "0.9999999999999999"])
 def test_bad_interval_levels_are_one_line_errors(run_dir, table, tmp_path, capsys, level):
     out = tmp_path / "pred.csv"
     code = main(["predict", "--ensemble", str(run_dir / "ensemble.json"), "--data", str(table), "--out", str(out),
@@ -90,8 +91,8 @@ def test_ensemble_interval_and_named_scales(run_dir):
     np.testing.assert_array_equal(lower, expected[0])
     np.testing.assert_array_equal(upper, expected[1])
     assert lower.shape == upper.shape == (15, 1) and np.all(lower < upper)
-    for bad in (0, 1, 1.5, -0.1, True, "0.9"):
-        with pytest.raises(ValueError, match="strictly between 0 and 1"):
+    for bad in (0, 1, 1.5, -0.1, True, "0.9", float("nan"), 0.9999999999999999):
+        with pytest.raises(AutoDEUQError, match="^level must be a probability strictly between 0 and 1"):
             ens.interval(x, bad)
     pred = ens.predict(x)
     np.testing.assert_array_equal(pred.aleatoric_std, np.sqrt(pred.aleatoric))

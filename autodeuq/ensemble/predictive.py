@@ -54,7 +54,7 @@ from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
 from autodeuq.ensemble.selection import select, select_bagged
 from autodeuq.errors import AutoDEUQError, ParameterError
 from autodeuq.fileio import WriteError, atomic_write, os_reason
-from autodeuq.metrics import central_interval, mixture_moments
+from autodeuq.metrics import central_interval, check_level, mixture_moments
 
 COVERAGE_LEVELS = (0.5, 0.9, 0.95)
 
@@ -690,12 +690,11 @@ class Ensemble:
 
         Raises
         ------
-        ValueError
-            ``level`` is not strictly between 0 and 1.
+        ParameterError
+            ``level`` is not a probability in ``(0, 1 - 1e-9]`` (a ``ValueError``).
         """
-        if isinstance(level, bool) or not isinstance(level, (int, float, np.floating)) or not 0 < level < 1:
-            raise ValueError(f"interval level must be a probability strictly between 0 and 1, got {level!r}")
-        return central_interval(*self.components(x, source=source), self.weights, float(level))
+        level = check_level(level)  # before any prediction
+        return central_interval(*self.components(x, source=source), self.weights, level)
 
     def distribution(self, x):
         """The weighted Gaussian mixture as a TFP ``MixtureSameFamily``, batch shape (n, n_targets)."""
