@@ -39,6 +39,20 @@ HP_NAMES = (
 # Widest Dense cell a space may ask for. Far beyond what tabular regression needs, yet it keeps a
 # typo (an extra zero or three) from allocating the list of every width before any training.
 MAX_UNITS = 16384
+# Largest value of each other size a space file sets. Far beyond any network or training this
+# method searches, they keep a typo (num_cells: 100000) from making a space whose first network
+# never finishes building, before a search starts.
+MAX_SIZES = {"num_cells": 64, "skip_window": 64, "epochs": 100_000, "max_steps_per_epoch": 10**7,
+             "batch_size": 2**20, "patience_reduce_lr": 100_000, "patience_early_stopping": 100_000}
+# Most weights of the largest network a space allows (every cell at its widest, every skip on):
+# 10**8 float32 weights are 400 MB, each optimizer slot as much again.
+MAX_NETWORK_WEIGHTS = 10**8
+# Largest learning rate a space may reach: beyond it every optimizer here diverges.
+MAX_LEARNING_RATE = 100.0
+# Longest list a space may give (of widths or dropout rates): more choices than that are a range.
+MAX_CHOICES = 1024
+# Largest space file read: the shipped ones are about 2 KB.
+MAX_SPACE_FILE_BYTES = 1 << 20
 # Smallest legal value of each integer hyperparameter: a batch holds at least one row; a patience
 # of 0 epochs is meaningful (act at the first epoch without improvement).
 HP_MINIMUM = {"batch_size": 1, "patience_reduce_lr": 0, "patience_early_stopping": 0}
@@ -126,12 +140,14 @@ class SearchSpace:
         self.num_cells = self._positive_int(arch, "num_cells", "architecture")
         self.skip_window = self._positive_int(arch, "skip_window", "architecture", default=3)
         self.units = self._units(arch.get("units"))
+        self._check_network_size()
         acts = arch.get("activations", list(ACTIVATIONS))
         if not isinstance(acts, list) or not acts:
             self._fail("architecture.activations", "expected a non-empty list of activation names")
         bad = [a for a in acts if not isinstance(a, str) or a not in ACTIVATIONS]
         if bad:
             self._fail("architecture.activations", f"unknown activation(s) {bad}; known: {list(ACTIVATIONS)}")
+        self._check_distinct("architecture.activations", acts)
         self.activations = list(acts)
         self.dropout = self._dropout(arch.get("dropout", [0.0]))
         self.batch_norm = arch.get("batch_norm", False)
@@ -156,7 +172,26 @@ class SearchSpace:
         value = d.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             self._fail(f"{where}.{key}", f"expected a positive integer, got {value!r}")
+        if value > MAX_SIZES[key]:
+            self._fail(f"{where}.{key}", f"{value} is above the largest supported, {MAX_SIZES[key]}")
         return value
+
+    def _check_distinct(self, where, values):
+        repeated = sorted({str(v) for v in values if values.count(v) > 1})
+        if repeated:
+            self._fail(where, f"{', '.join(repeated)} listed more than once")
+
+    def _check_network_size(self):
+        """Refuse a space whose largest network (every cell at its widest, every skip on) has more
+        than :data:`MAX_NETWORK_WEIGHTS` weights."""
+        widest = max(self.units)
+        fan_in = 1 + min(self.skip_window, self.num_cells)  # the Dense layer and each skip's projection
+        weights = self.num_cells * fan_in * widest * (widest + 1)
+        if weights > MAX_NETWORK_WEIGHTS:
+            self._fail("architecture", f"its largest network ({self.num_cells} cells of {widest} units, "
+                                       f"skip_window {self.skip_window}) has about {weights:.3g} weights, above the "
+                                       f"{MAX_NETWORK_WEIGHTS:.0e} supported; lower num_cells, skip_window or the "
+                                       f"widest units")
 
     def _units(self, units):
         if isinstance(units, dict):
@@ -175,6 +210,10 @@ class SearchSpace:
             if max(units) > MAX_UNITS:
                 self._fail("architecture.units",
                            f"width {max(units)} is above the largest supported width {MAX_UNITS}")
+            if len(units) > MAX_CHOICES:
+                self._fail("architecture.units", f"{len(units)} widths listed, more than {MAX_CHOICES}; give a "
+                                                 f"{{min, max, step}} range")
+            self._check_distinct("architecture.units", units)
             return list(units)
         self._fail("architecture.units", f"expected {{min, max, step}} or a list of positive integers, got {units!r}")
 
@@ -185,6 +224,8 @@ class SearchSpace:
             self._fail("architecture.dropout", f"expected a non-empty list of rates in [0, 1), got {rates!r}")
         if len(set(rates)) != len(rates):
             self._fail("architecture.dropout", f"a rate is listed twice in {rates!r}")
+        if len(rates) > MAX_CHOICES:
+            self._fail("architecture.dropout", f"{len(rates)} rates listed, more than {MAX_CHOICES}")
         return [float(r) for r in rates]
 
     def _training_space(self, training) -> CS.ConfigurationSpace:  # noqa: F821
@@ -208,6 +249,7 @@ class SearchSpace:
                 bad = [o for o in entry if not isinstance(o, str) or o not in OPTIMIZERS]
                 if bad:
                     self._fail(where, f"unknown optimizer(s) {bad}; known: {list(OPTIMIZERS)}")
+                self._check_distinct(where, entry)
                 cs.add(CS.Categorical(name, list(entry)))
                 continue
             if not isinstance(entry, dict) or "low" not in entry or "high" not in entry:
@@ -221,6 +263,9 @@ class SearchSpace:
             if not (0 < low < high if (log or is_float) else HP_MINIMUM[name] <= low < high):
                 bound = "0 <" if (log or is_float) else f"{HP_MINIMUM[name]} <="
                 self._fail(where, f"need {bound} low < high, got low={low}, high={high}")
+            highest = MAX_LEARNING_RATE if is_float else MAX_SIZES[name]
+            if high > highest:
+                self._fail(where, f"high={high} is above the largest supported, {highest:g}")
             kind = CS.Float if is_float else CS.Integer
             cs.add(kind(name, (low, high), log=log))
         return cs
@@ -575,7 +620,19 @@ def load_space(name_or_path: str | Path | dict | SearchSpace) -> SearchSpace:
         path = shipped[str(name_or_path)]
     elif not path.exists():
         raise SpaceError(f"{path}: search-space file not found")
-    text = path.read_text()
+    try:
+        if path.stat().st_size > MAX_SPACE_FILE_BYTES:
+            raise SpaceError(f"{path}: {path.stat().st_size} bytes, larger than a search-space file can be "
+                             f"({MAX_SPACE_FILE_BYTES} bytes)")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SpaceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise SpaceError(f"{path}: not UTF-8 text (byte {exc.start + 1}, line {line}); save the space file as "
+                         f"UTF-8") from None
     try:
         if path.suffix == ".json":
             spec = json.loads(text)

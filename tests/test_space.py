@@ -59,6 +59,41 @@ def test_absurd_layer_widths_are_refused(units):
     refused(spec_with(("architecture", "units"), units), "my.yaml", "architecture.units", "16384")
 
 
+@pytest.mark.parametrize("path, value, fragments", [
+    (("architecture", "num_cells"), 100000, ("architecture.num_cells", "100000", "64")),
+    (("architecture", "skip_window"), 10**6, ("architecture.skip_window", "64")),
+    (("epochs",), 10**9, ("top level.epochs", "100000")),
+    (("max_steps_per_epoch",), 10**12, ("top level.max_steps_per_epoch",)),
+    (("architecture", "units"), list(range(1, 2000)), ("architecture.units", "1999 widths", "1024")),
+    (("architecture", "units"), [8, 16, 8], ("architecture.units", "8 listed more than once")),
+    (("architecture", "activations"), ["relu"] * 5000, ("architecture.activations", "relu listed more than once")),
+    (("architecture", "dropout"), [i / 5000 for i in range(2000)], ("architecture.dropout", "2000 rates")),
+    (("training", "optimizer"), ["adam", "adam"], ("training.optimizer", "adam listed more than once")),
+    (("training", "batch_size"), {"low": 1, "high": 2**40}, ("training.batch_size", "above the largest")),
+    (("training", "patience_early_stopping"), {"low": 1, "high": 10**9}, ("training.patience_early_stopping",)),
+    (("training", "learning_rate"), {"low": 1e-4, "high": 1e6, "log": True}, ("training.learning_rate",)),
+    # each limit alone holds, the network they make together does not: 64 cells of 16384 units
+    (("architecture", "num_cells"), 64, ()),
+])
+def test_every_size_in_a_space_file_is_bounded(path, value, fragments):
+    spec = spec_with(path, value)
+    if not fragments:
+        spec["architecture"]["units"] = [16384]
+        fragments = ("architecture", "64 cells of 16384 units", "weights")
+    refused(spec, "my.yaml", *fragments)
+
+
+def test_a_space_file_that_is_not_utf8_is_one_error(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("# espace de recherche \u00e9t\u00e9\nname: x\n".encode("latin-1"))
+    with pytest.raises(SpaceError, match=r"latin1.yaml: not UTF-8 text \(byte 23, line 1\); save the space"):
+        load_space(path)
+    huge = tmp_path / "huge.yaml"
+    huge.write_bytes(b"#" * (2 << 20))
+    with pytest.raises(SpaceError, match="huge.yaml: 2097152 bytes, larger than a search-space file can be"):
+        load_space(huge)
+
+
 def test_shipped_spaces_load_by_name():
     for name in ("toy", "tabular"):
         assert load_space(name).name == name
