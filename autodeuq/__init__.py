@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "AutoDEUQError": "autodeuq.errors",
+    "AutoDEUQWarning": "autodeuq.errors",
     "ParameterError": "autodeuq.errors",
     "SearchError": "autodeuq.runner",
     "SpaceError": "autodeuq.space",

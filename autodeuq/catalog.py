@@ -72,7 +72,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .errors import AutoDEUQError
+from .errors import AutoDEUQError, CatalogWarning
 from .fileio import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, TEMP_SUFFIX, os_reason, replace_file
 from .result import MODEL_STATUSES, Status, TrainResult
 from .space import ROW_RULE_KEYS, SearchSpace, load_space
@@ -1088,7 +1088,7 @@ class Catalog:
             if not skip_missing:
                 raise CatalogError(f"cannot load the validation predictions of {len(skipped)} entr"
                                    f"{'y' if len(skipped) == 1 else 'ies'}: {listing}")
-            warnings.warn(f"skipped {len(skipped)} catalog entries: {listing}", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"skipped {len(skipped)} catalog entries: {listing}", CatalogWarning, stacklevel=2)
         shape = (0, *self._valid_targets.shape)
         return ValidationPredictions(
             loaded,
@@ -1284,7 +1284,7 @@ def _arrays_to_store(dataset) -> dict[str, bytes]:
             later = ("reports will not show it unless the test table is given again" if keys[0] == "x_test"
                      else "a refit of the ensemble's members will not be possible")
             warnings.warn(f"the {what} are too large to keep in the catalog ({MAX_ARRAY_BYTES} bytes at most); "
-                          f"{later}", RuntimeWarning, stacklevel=4)
+                          f"{later}", CatalogWarning, stacklevel=4)
             continue
         out.update(stored)
     return out
@@ -1426,7 +1426,7 @@ class CatalogWriter(Catalog):
         try:
             self._write_results_csv()
         except OSError as exc:  # the index holds the result; the export catches up next time
-            warnings.warn(f"could not rewrite {CSV_NAME}: {exc}", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"could not rewrite {CSV_NAME}: {exc}", CatalogWarning, stacklevel=3)
 
     # ----------------------------------------------------------------- driver API
     def submit(self, config: dict[str, Any], extra: dict[str, Any] | None = None) -> int:
@@ -1479,7 +1479,7 @@ class CatalogWriter(Catalog):
             if status in MODEL_STATUSES:
                 problem = self._result_problem(result)
                 if problem:
-                    warnings.warn(f"entry {entry_id}: recorded as failed: {problem}", RuntimeWarning, stacklevel=2)
+                    warnings.warn(f"entry {entry_id}: recorded as failed: {problem}", CatalogWarning, stacklevel=2)
                     status, reason = Status.FAILED, f"invalid result: {problem}"
             if status in MODEL_STATUSES:
                 npz = _npz_bytes(np.asarray(result.valid_mean, dtype=np.float64),

@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 
 from autodeuq.data import BUILTIN_DATASETS, SMALL_DATA_ROWS
-from autodeuq.errors import AutoDEUQError, ParameterError
+from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1  # an unexpected exception (a bug), as for any Python program that dies of one
@@ -430,17 +430,13 @@ def _refit_evaluator(args) -> dict:
 
 def cmd_ensemble(args, run_dir=None, deadline=None):
     """``autodeuq ensemble``; ``deadline``: the :func:`time.monotonic` time by which a run must end."""
-    from autodeuq.ensemble.predictive import EnsembleSizeWarning
-    from autodeuq.ensemble.refit import RefitTimeWarning
     from autodeuq.report import build_and_report
 
     _check_ensemble_args(args)
     run_dir = Path(run_dir or args.run_dir)
     out = Path(args.out) if args.out else run_dir / "ensemble.json"
     _check_out(out, "--out")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", EnsembleSizeWarning)
-        warnings.simplefilter("always", RefitTimeWarning)
+    with warnings.catch_warnings(record=True) as caught:  # shown after the report's lines
         try:
             report = build_and_report(run_dir, size=args.size, selector=args.selector, score=args.selection_score,
                                       test_file=getattr(args, "test", None), manifest=out,
@@ -450,10 +446,7 @@ def cmd_ensemble(args, run_dir=None, deadline=None):
         except OSError as exc:  # FileNotFoundError of a --test file included
             raise _os_error(exc) from None
     for warning in caught:
-        if issubclass(warning.category, (EnsembleSizeWarning, RefitTimeWarning)):
-            print(f"autodeuq: warning: {warning.message}", file=sys.stderr)
-        else:
-            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+        warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     print(report.table())
     print(report.refit)
     if report.ensemble.calibration is not None:
@@ -627,6 +620,14 @@ def cmd_run(args):
     cmd_ensemble(args, run_dir=run_dir, deadline=ensemble_deadline(started, args.timeout))
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):
+    """autodeuq's own warnings as one line on stderr; any other as Python shows it."""
+    if issubclass(category, AutoDEUQWarning):
+        print(f"autodeuq: warning: {message}", file=sys.stderr)
+    else:
+        _default(message, category, filename, lineno, file, line)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -639,7 +640,9 @@ def main(argv=None) -> int:
         signals = sigterm_interrupts()  # SIGTERM stops like Ctrl-C, exit status 143
     sigterm = None
     try:
-        with signals as sigterm:
+        with signals as sigterm, warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            warnings.simplefilter("always", AutoDEUQWarning)  # each, not the first of a kind per place
             handlers[args.command](args)
     except AutoDEUQError as exc:
         from autodeuq.runner import SearchError

@@ -8,7 +8,7 @@ input, ``RuntimeError`` for a run that cannot go on). An exception that is not a
 """
 from __future__ import annotations
 
-__all__ = ["AutoDEUQError", "ParameterError"]
+__all__ = ["AutoDEUQError", "AutoDEUQWarning", "CatalogWarning", "ParameterError"]
 
 
 class AutoDEUQError(Exception):
@@ -42,3 +42,16 @@ class ParameterError(AutoDEUQError, ValueError, TypeError):
 
     def __reduce__(self):
         return type(self), (self.parameter, self.requirement, self.value)
+
+
+class AutoDEUQWarning(UserWarning):
+    """A warning autodeuq gives on purpose: the message says what happened and what it means.
+
+    The command line prints each as one line (``autodeuq: warning: ...``), without the source
+    line Python's default display adds.
+    """
+
+
+class CatalogWarning(AutoDEUQWarning, RuntimeWarning):
+    """Something in the catalog could not be used or written as expected (entries skipped, arrays
+    too large to keep, the CSV export not rewritten); the message says which and what follows."""

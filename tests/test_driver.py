@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -443,12 +444,35 @@ def test_eval_timeout_counts_from_the_start_on_a_worker(tmp_path, setup, ray_loc
     from autodeuq.evaluator.ray import RayEvaluator
 
     space, data = setup
-    # Two slots, room for one task at a time: the second waits ~2 s in Ray's queue, then runs ~2 s.
-    evaluator = RayEvaluator(Fake(len(data.y_valid), sleep=2.0), workers=2, cpus_per_eval=2, eval_timeout=3.5)
+    # Another job holds the cluster's 2 CPUs for 2 s: the evaluation waits ~2 s in Ray's queue, then runs ~2 s.
+    blocker = ray_local.remote(num_cpus=2)(hold_cpus).remote(2.0)
+    evaluator = RayEvaluator(Fake(len(data.y_valid), sleep=2.0), workers=1, cpus_per_eval=2, eval_timeout=3.5)
     with evaluator:
-        summary = run_search(space, data, evaluator, tmp_path / "run", search="random", max_evals=2,
+        summary = run_search(space, data, evaluator, tmp_path / "run", search="random", max_evals=1,
                              progress=False)
-    assert summary.n_done == 2, Catalog(tmp_path / "run").to_dataframe()["reason"].tolist()
+    ray_local.get(blocker)
+    assert summary.n_done == 1, Catalog(tmp_path / "run").to_dataframe()["reason"].tolist()
+    entry = Catalog(tmp_path / "run").entry(1)
+    assert entry["end_time"] - entry["submit_time"] > 3.5  # it did wait
+
+
+def hold_cpus(seconds):
+    time.sleep(seconds)
+
+
+def test_more_workers_than_the_cluster_holds_run_what_it_holds_with_a_warning(setup, ray_local):
+    from autodeuq.evaluator.ray import ConcurrencyWarning, RayEvaluator
+
+    space, data = setup
+    with pytest.warns(ConcurrencyWarning, match="8 parallel evaluations asked, but the Ray cluster runs at most 2 "
+                                                "at once .*: running 2"):
+        evaluator = RayEvaluator(Fake(len(data.y_valid)), workers=8)
+    with evaluator:
+        assert evaluator.n_slots == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with RayEvaluator(Fake(len(data.y_valid)), workers=2) as evaluator:
+            assert evaluator.n_slots == 2
 
 
 def test_crashed_worker_keeps_utilization_and_times_sane(tmp_path, setup, ray_local):

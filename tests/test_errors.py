@@ -5,6 +5,7 @@ import pickle
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,21 @@ def test_search_error_exits_1_and_other_errors_2(monkeypatch, capsys):
         monkeypatch.setattr(cli, "cmd_catalog", failing)
         assert cli.main(["catalog", "--run-dir", "anywhere"]) == code
         assert capsys.readouterr().err == f"autodeuq: error: {error}\n"
+
+
+def test_autodeuq_warnings_are_one_line_each_on_the_command_line(monkeypatch, capsys):
+    from autodeuq.errors import AutoDEUQWarning, CatalogWarning
+
+    def warns(args):
+        for _ in range(2):  # the same place twice: shown twice
+            warnings.warn("skipped 2 catalog entries: entry 3: missing", CatalogWarning, stacklevel=2)
+
+    monkeypatch.setattr(cli, "cmd_catalog", warns)
+    assert cli.main(["catalog", "--run-dir", "anywhere"]) == 0
+    assert capsys.readouterr().err == "autodeuq: warning: skipped 2 catalog entries: entry 3: missing\n" * 2
+    assert issubclass(CatalogWarning, RuntimeWarning) and issubclass(CatalogWarning, AutoDEUQWarning)
+    from autodeuq.ensemble.predictive import EnsembleSizeWarning
+    from autodeuq.ensemble.refit import RefitTimeWarning
+    from autodeuq.evaluator.ray import ConcurrencyWarning
+
+    assert all(issubclass(w, AutoDEUQWarning) for w in (EnsembleSizeWarning, RefitTimeWarning, ConcurrencyWarning))

@@ -52,7 +52,7 @@ from autodeuq.deprecation import renamed_keywords
 from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage, resolve_calibration
 from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
 from autodeuq.ensemble.selection import select, select_bagged
-from autodeuq.errors import AutoDEUQError, ParameterError
+from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
 from autodeuq.fileio import WriteError, atomic_write, os_reason
 from autodeuq.metrics import central_interval, check_level, mixture_moments
 
@@ -78,7 +78,7 @@ class ManifestError(EnsembleError):
     """An ensemble manifest cannot be used: the message names the file and the entry at fault."""
 
 
-class EnsembleSizeWarning(UserWarning):
+class EnsembleSizeWarning(AutoDEUQWarning):
     """The ensemble has fewer distinct members than asked, or its weights make it effectively one
     model (effective size below :data:`ONE_MODEL_EFFECTIVE_SIZE`); the message says why."""
 

@@ -48,7 +48,7 @@ import numpy as np
 
 from autodeuq import data
 from autodeuq.ensemble.predictive import CatalogMembers, Ensemble
-from autodeuq.errors import AutoDEUQError, ParameterError
+from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
 from autodeuq.evaluator.base import TrainingObjective, evaluation_threads
 from autodeuq.metrics import gaussian_nll
 
@@ -57,7 +57,7 @@ class RefitError(AutoDEUQError, RuntimeError):
     """A member could not be refitted (the message names it and gives the training's reason)."""
 
 
-class RefitTimeWarning(UserWarning):
+class RefitTimeWarning(AutoDEUQWarning):
     """Members were not refitted because too little time was left under the run's time limit."""
 
 

@@ -9,15 +9,20 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from autodeuq.errors import AutoDEUQError, ParameterError
+from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
 from autodeuq.evaluator.base import Evaluator, check_eval_timeout, guarded
 from autodeuq.result import TrainResult
 
 RAY_CONNECT_TIMEOUT = 20.0
 """Seconds allowed to reach an existing Ray cluster's address before giving up."""
+
+
+class ConcurrencyWarning(AutoDEUQWarning):
+    """Fewer evaluations run at once than asked: the Ray cluster's resources hold no more."""
 
 
 class RayConnectionError(AutoDEUQError, RuntimeError):
@@ -291,7 +296,8 @@ class RayEvaluator(Evaluator):
     objective : callable
         ``objective(eval_id, config) -> TrainResult``; shipped once to the object store.
     workers : int, optional
-        Concurrent evaluations; default: as many as the cluster's resources allow.
+        Concurrent evaluations; default and at most (with a :class:`ConcurrencyWarning`): as many
+        as the cluster's resources hold when the evaluator starts.
     cpus_per_eval, gpus_per_eval : float, optional
         Resources of one evaluation (CPUs > 0, GPUs >= 0); default 1 GPU (and 1 CPU) when the
         cluster has GPUs, else 1 CPU.
@@ -339,10 +345,15 @@ class RayEvaluator(Evaluator):
                 f"one evaluation asks for {cpus_per_eval:g} CPU / {gpus_per_eval:g} GPU but the Ray cluster "
                 f"has {total_cpus:g} CPU / {total_gpus:g} GPU"
             )
-        fit = int(total_cpus // cpus_per_eval)
+        fit = max(1, int(total_cpus // cpus_per_eval))
         if gpus_per_eval:
-            fit = min(fit, int(total_gpus // gpus_per_eval))
-        self.n_slots = max(1, int(workers) if workers else fit)
+            fit = min(fit, max(1, int(total_gpus // gpus_per_eval)))
+        if workers and int(workers) > fit:
+            # More would only wait in Ray's queue: the driver counts what runs, not what waits.
+            warnings.warn(f"{int(workers)} parallel evaluations asked, but the Ray cluster runs at most {fit} at once "
+                          f"({total_cpus:g} CPU / {total_gpus:g} GPU, {cpus_per_eval:g} CPU / {gpus_per_eval:g} GPU "
+                          f"each): running {fit}", ConcurrencyWarning, stacklevel=2)
+        self.n_slots = min(int(workers), fit) if workers else fit
         self.cpus_per_eval, self.gpus_per_eval = cpus_per_eval, gpus_per_eval
         self.eval_timeout = eval_timeout
         self.cluster = {"CPU": total_cpus, "GPU": total_gpus}
