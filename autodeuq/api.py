@@ -235,9 +235,10 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             Ctrl-C (or SIGTERM, as :class:`~autodeuq.runner.Terminated`) stopped the search; the
             catalog in ``run_dir_`` is consistent and ``fit`` with that ``run_dir`` resumes it.
         """
-        from autodeuq.data import MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_table
+        from autodeuq.data import DEFAULT_VALID_FRACTION, MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_table
         from autodeuq.ensemble import Ensemble
         from autodeuq.ensemble.refit import refit_selected
+        from autodeuq.errors import ParameterError
         from autodeuq.pipeline import ensemble_deadline, fill_catalog, search_timeout
         from autodeuq.preprocess import TableOptions
         from autodeuq.runner import Terminated
@@ -257,6 +258,9 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         y2 = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
         valid = None
         if X_valid is not None:
+            if self.valid_fraction != DEFAULT_VALID_FRACTION:
+                raise ParameterError("valid_fraction", "must be left at its default when X_valid is given (the "
+                                     "validation rows are X_valid's)", self.valid_fraction)
             X_valid = self._by_name(X_valid)
             valid_checked = validate_data(self, X_valid, reset=False, dtype=None, ensure_all_finite=self._finite())
             y_valid = np.asarray(y_valid, dtype=np.float64).reshape(len(valid_checked), -1)

@@ -19,7 +19,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-from autodeuq.data import BUILTIN_DATASETS, SMALL_DATA_ROWS
+from autodeuq.data import BUILTIN_DATASETS, DEFAULT_VALID_FRACTION, SMALL_DATA_ROWS
 from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
 
 EXIT_USAGE = 2
@@ -88,7 +88,7 @@ def _add_data_args(p):
     g.add_argument("--target", metavar="COL", action="append",
                    help="target column; repeat for several targets (default: the column 'y')")
     g.add_argument("--valid", metavar="FILE", help="separate validation table (default: a random split)")
-    g.add_argument("--valid-fraction", metavar="F", type=float, default=1 / 3,
+    g.add_argument("--valid-fraction", metavar="F", type=float, default=None,
                    help="fraction of --data held out for validation when --valid is not given (default: 1/3)")
     g.add_argument("--test", metavar="FILE", help="test table, scored after the ensemble is built")
     g.add_argument("--dataset", choices=BUILTIN_DATASETS,
@@ -276,11 +276,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ----------------------------------------------------------------------------- commands
+def _valid_fraction(args) -> float:
+    """``--valid-fraction``, or its default when not given (None tells whether it was)."""
+    return DEFAULT_VALID_FRACTION if args.valid_fraction is None else args.valid_fraction
+
+
 def _load_dataset(args):
     from autodeuq.data import load_builtin, load_files
 
     if args.dataset and args.data:
         raise CLIError("give either --data FILE or --dataset NAME, not both")
+    if args.valid and args.valid_fraction is not None:
+        raise CLIError("give either --valid FILE or --valid-fraction F, not both: the validation rows are --valid's")
+    valid_fraction = _valid_fraction(args)
     table_flags = [flag for flag, value in (("--categorical", args.categorical), ("--impute", args.impute),
                                             ("--drop", args.drop), ("--id-column", args.id_column))
                    if value is not None]
@@ -288,7 +296,7 @@ def _load_dataset(args):
         if table_flags:
             raise CLIError(f"{table_flags[0]} applies to --data tables, not to the built-in --dataset")
         test_fraction = None if args.dataset == "toy-sine" else 0.1
-        return load_builtin(args.dataset, seed=args.seed, valid_fraction=args.valid_fraction,
+        return load_builtin(args.dataset, seed=args.seed, valid_fraction=valid_fraction,
                             test_fraction=test_fraction)
     if not args.data:
         raise CLIError("no data: give --data FILE (with --target COL) or --dataset NAME")
@@ -297,7 +305,7 @@ def _load_dataset(args):
     options = TableOptions(categorical=args.categorical or "onehot", impute=args.impute or "mean",
                            drop=tuple(args.drop or ()), id_column=args.id_column)
     return load_files(args.data, args.target, valid=args.valid, test=args.test,
-                      valid_fraction=args.valid_fraction, seed=args.seed, options=options)
+                      valid_fraction=valid_fraction, seed=args.seed, options=options)
 
 
 def _json_option(flag, text):
@@ -356,7 +364,7 @@ def _check_search_args(args):
                             timeout=args.timeout, eval_timeout=args.eval_timeout, eval_budget=args.eval_budget,
                             evaluator=args.evaluator,
                             workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
-                            valid_fraction=args.valid_fraction, early_discarding=args.early_discarding,
+                            valid_fraction=_valid_fraction(args), early_discarding=args.early_discarding,
                             sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction,
                             sha_rungs=args.sha_rungs, iepoch_epochs=args.iepoch_epochs, iepoch_top_k=args.iepoch_top_k)
     repeated = sorted({t for t in args.target or [] if args.target.count(t) > 1})

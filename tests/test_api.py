@@ -4,6 +4,7 @@ import pytest
 from sklearn.utils.estimator_checks import check_estimator
 
 from autodeuq import AutoDEUQRegressor
+from autodeuq.errors import ParameterError
 
 TINY = dict(space="toy", search="random", max_evals=2, ensemble_size=2, epochs=3, evaluator="serial", seed=0)
 
@@ -55,6 +56,26 @@ def test_negative_seed_is_refused_naming_the_parameter():
     X = np.random.default_rng(0).normal(size=(30, 2))
     with pytest.raises(ValueError, match="seed must be an integer >= 0, got -1"):
         AutoDEUQRegressor(**{**TINY, "seed": -1}).fit(X, X[:, 0])
+
+
+def test_a_validation_fraction_with_validation_rows_is_refused(tmp_path):
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    with pytest.raises(ParameterError, match="valid_fraction must be left at its default when X_valid is given"):
+        AutoDEUQRegressor(**{**TINY, "valid_fraction": 0.2}, run_dir=tmp_path / "r").fit(X, X[:, 0], X, X[:, 1])
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_refuses_a_validation_file_with_a_validation_fraction(tmp_path, capsys):
+    from autodeuq.cli import main
+
+    table = tmp_path / "t.csv"
+    table.write_text("a,y\n" + "".join(f"{i},{i % 3}\n" for i in range(12)))
+    code = main(["search", "--data", str(table), "--valid", str(table), "--valid-fraction", "0.2",
+                 "--run-dir", str(tmp_path / "r"), "--evaluator", "serial"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == ("autodeuq: error: give either --valid FILE or --valid-fraction F, not both: the "
+                                 "validation rows are --valid's\n")
+    assert not (tmp_path / "r").exists()
 
 
 def test_frame_columns_are_matched_by_name(tmp_path):

@@ -284,6 +284,8 @@ def test_unreachable_ray_address_fails_fast_with_one_line(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("autodeuq: error: cannot connect to Ray at"), proc.stderr
+    # the address given, first (Ray dials a loopback address as the machine's own)
+    assert f"nothing answers at 127.0.0.1:{port}" in lines[0], lines[0]
 
 
 def test_ray_address_environment_variable_is_honoured(tmp_path):

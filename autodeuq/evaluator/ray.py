@@ -97,7 +97,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
             where = f"connect to Ray at {address!r}" + (" (from RAY_ADDRESS)" if source == "RAY_ADDRESS" else "")
             host_port = _bootstrap_host_port(address, where)
             if host_port is not None:
-                _probe(*host_port, connect_timeout, where)
+                _probe(*host_port, connect_timeout, where, address)
             with _single_gcs_attempt(), _quiet_stderr():
                 _init(ray, address, kwargs, where)
 
@@ -141,15 +141,19 @@ def _bootstrap_host_port(address: str, where: str) -> tuple[str, int] | None:
         return None
 
 
-def _probe(host: str, port: int, timeout: float, where: str) -> None:
+def _probe(host: str, port: int, timeout: float, where: str, address: str) -> None:
+    """Refuse at once an ``address`` (that Ray dials as ``host:port``) where nothing listens."""
     # Ray itself retries an unreachable head for minutes; a plain TCP connection says at once
     # (or within `timeout`) whether anything listens there.
     try:
         socket.create_connection((host, port), timeout=timeout).close()
     except OSError as exc:
-        why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__).lower()
+        why = (f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError)
+               else (exc.strerror or type(exc).__name__).lower())
+        # Ray dials a loopback address as this machine's own address: name that only as an aside.
+        dialled = "" if address.rsplit("://", 1)[-1] == f"{host}:{port}" else f" (which Ray dials as {host}:{port})"
         raise RayConnectionError(
-            f"cannot {where}: nothing answers at {host}:{port} within {timeout:g} s ({why}); "
+            f"cannot {where}: nothing answers at {address}{dialled}: {why}; "
             f"is the cluster's head running (`ray start --head`) and is the address right?"
         ) from None
 
