@@ -305,20 +305,26 @@ def _spec_differences(old, new, path="") -> list[str]:
 
 
 def _lambda_layers(config: Any) -> list[str]:
-    """Names of the layers of a Keras model config whose class is a Lambda (runs arbitrary code)."""
+    """Names of what, in a Keras model config, holds Python code: a layer or object whose class
+    names a lambda in any case (``Lambda``, Keras' ``__lambda__``), or a function serialized as its
+    bytecode (Keras writes a lambda given as an activation as ``{"value": [code, defaults,
+    closure]}``)."""
     found = []
 
-    def walk(node):
+    def walk(node, key=""):
         if isinstance(node, dict):
             cls = node.get("class_name")
-            if isinstance(cls, str) and "Lambda" in cls:
+            if isinstance(cls, str) and "lambda" in cls.lower():
                 inner = node.get("config")
                 found.append(str(inner.get("name", cls)) if isinstance(inner, dict) else cls)
-            for value in node.values():
-                walk(value)
+            elif set(node) == {"value"} and isinstance(node["value"], list) and node["value"] \
+                    and isinstance(node["value"][0], str):
+                found.append(f"{key or 'a value'} (serialized bytecode)")
+            for name, value in node.items():
+                walk(value, str(name))
         elif isinstance(node, list):
             for value in node:
-                walk(value)
+                walk(value, key)
 
     walk(config)
     return found
@@ -366,8 +372,8 @@ def checked_keras_config(data: bytes, where: str) -> Any:
     except RecursionError:
         raise CatalogError(f"{where}: refusing to load it: its config is nested too deeply") from None
     if lambdas:
-        raise CatalogError(f"{where}: refusing to load it: it contains Lambda layer(s) {lambdas}, which would run "
-                           f"code stored in the file")
+        raise CatalogError(f"{where}: refusing to load it: it contains Lambda layer(s) or serialized functions "
+                           f"{lambdas}, which would run code stored in the file")
     return config
 
 

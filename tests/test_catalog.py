@@ -488,6 +488,45 @@ def test_lambda_models_are_refused(tmp_path, monkeypatch):
     cat.close()
 
 
+def _with_config(data: bytes, change) -> bytes:
+    """The ``.keras`` archive ``data`` with its config.json changed by ``change(config)``."""
+    import io
+    import json
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as old, zipfile.ZipFile(out, "w") as new:
+        for item in old.infolist():
+            content = old.read(item)
+            if item.filename == "config.json":
+                config = json.loads(content)
+                change(config)
+                content = json.dumps(config).encode()
+            new.writestr(item, content)
+    return out.getvalue()
+
+
+def _planted_lambda(config):
+    config["config"]["layers"][1]["config"]["activation"] = {
+        "module": None, "class_name": "__lambda__", "config": {"value": ["4wEAAAAA", None, None]},
+        "registered_name": None}
+
+
+@pytest.mark.parametrize("case", ["lambda-activation", "planted-__lambda__"])
+def test_code_in_any_form_is_refused_by_our_check_before_keras_sees_it(tmp_path, case):
+    keras = pytest.importorskip("keras")
+    if case == "lambda-activation":  # Keras stores the lambda's bytecode as {"value": [...]}
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Activation(lambda t: t * 2.0), keras.layers.Dense(1)])
+        data = _keras_bytes(model, tmp_path)
+    else:
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3), keras.layers.Dense(1)])
+        data = _with_config(_keras_bytes(model, tmp_path), _planted_lambda)
+    entry_id = _record_model(tmp_path / "run", data)
+    with Catalog(tmp_path / "run") as cat:
+        with pytest.raises(CatalogError, match=f"entry {entry_id}.*Lambda layer\\(s\\) or serialized functions"):
+            cat.load_model(entry_id)
+
+
 def test_missing_or_corrupt_model_names_the_entry(tmp_path):
     run_dir = tmp_path / "run"
     buf = tmp_path / "m.zip"

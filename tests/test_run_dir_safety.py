@@ -440,6 +440,8 @@ def test_out_and_ensemble_naming_folders_or_paths_under_files(run_dir, tmp_path,
     (lambda m: m.update(members=[]), "members"),
     (lambda m: m["members"].append(7), "members"),
     (lambda m: m.update(members="DEEP"), "nest"),
+    (lambda m: m["members"][0].update(model="../../etc/passwd"), "'model' must be 'models/"),
+    (lambda m: m["members"][1].update(model=None), "members[1]: 'model' must be"),
 ])
 def test_malformed_manifests_are_one_line_errors(run_dir, tmp_path, capsys, change, fragment):
     assert main(["ensemble", "--run-dir", str(run_dir), "--size", "2"]) == 0

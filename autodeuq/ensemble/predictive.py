@@ -39,6 +39,7 @@ import numpy as np
 
 from autodeuq.catalog import (
     MAX_MODEL_BYTES,
+    MODELS_DIR,
     Catalog,
     CatalogError,
     _package_versions,
@@ -535,7 +536,7 @@ class Ensemble:
         refit_dir = path.parent / refit_folder_name(path)
         members = []
         for i, w in zip(self.member_ids, self.weights):
-            member = {"id": i, "weight": float(w), "model": f"models/{i}.keras"}  # the catalog's, before any refit
+            member = {"id": i, "weight": float(w), "model": catalog_model_name(i)}  # the catalog's, before any refit
             if i in refitted:
                 member.update({"refit_model": f"{refit_dir.name}/{i}.keras", "sha256": _sha256(refitted[i]),
                                "bytes": len(refitted[i])})
@@ -782,6 +783,11 @@ def load_ensemble(path) -> Ensemble:
     if not isinstance(run_dir, str) or not run_dir or "\0" in run_dir:
         raise ManifestError(f"{path}: 'run_dir' must name the catalog directory, got {run_dir!r}")
     ids, weights = _manifest_members(path, manifest.get("members"))
+    for k, (entry_id, member) in enumerate(zip(ids, manifest["members"])):
+        # Read from the catalog by id; a 'model' naming anything else is a tampered or foreign manifest.
+        if "model" in member and member["model"] != catalog_model_name(entry_id):
+            raise ManifestError(f"{path}: members[{k}]: 'model' must be {catalog_model_name(entry_id)!r} (the "
+                                f"catalog's network of entry {entry_id}), got {_short(member['model'])}")
     refitted = _refitted_members(path, manifest) if manifest["format"] == REFIT_FORMAT else {}
     selection, calibration = _selection_and_calibration(path, manifest)
     try:
@@ -791,6 +797,11 @@ def load_ensemble(path) -> Ensemble:
         raise
     except ValueError as exc:
         raise ManifestError(f"{path}: {exc}") from None
+
+
+def catalog_model_name(entry_id: int) -> str:
+    """The 'model' a catalog-naming manifest lists for a member: its file in the run directory."""
+    return f"{MODELS_DIR}/{int(entry_id)}.keras"
 
 
 def _read_manifest(path: Path):
