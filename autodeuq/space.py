@@ -47,8 +47,6 @@ MAX_SIZES = {"num_cells": 64, "skip_window": 64, "epochs": 100_000, "max_steps_p
 # Most weights of the largest network a space allows (every cell at its widest, every skip on):
 # 10**8 float32 weights are 400 MB, each optimizer slot as much again.
 MAX_NETWORK_WEIGHTS = 10**8
-# Largest learning rate a space may reach: beyond it every optimizer here diverges.
-MAX_LEARNING_RATE = 100.0
 # Longest list a space may give (of widths or dropout rates): more choices than that are a range.
 MAX_CHOICES = 1024
 # Largest space file read: the shipped ones are about 2 KB.
@@ -263,9 +261,8 @@ class SearchSpace:
             if not (0 < low < high if (log or is_float) else HP_MINIMUM[name] <= low < high):
                 bound = "0 <" if (log or is_float) else f"{HP_MINIMUM[name]} <="
                 self._fail(where, f"need {bound} low < high, got low={low}, high={high}")
-            highest = MAX_LEARNING_RATE if is_float else MAX_SIZES[name]
-            if high > highest:
-                self._fail(where, f"high={high} is above the largest supported, {highest:g}")
+            if not is_float and high > MAX_SIZES[name]:  # a learning rate that diverges fails its training
+                self._fail(where, f"high={high} is above the largest supported, {MAX_SIZES[name]}")
             kind = CS.Float if is_float else CS.Integer
             cs.add(kind(name, (low, high), log=log))
         return cs

@@ -71,7 +71,6 @@ def test_absurd_layer_widths_are_refused(units):
     (("training", "optimizer"), ["adam", "adam"], ("training.optimizer", "adam listed more than once")),
     (("training", "batch_size"), {"low": 1, "high": 2**40}, ("training.batch_size", "above the largest")),
     (("training", "patience_early_stopping"), {"low": 1, "high": 10**9}, ("training.patience_early_stopping",)),
-    (("training", "learning_rate"), {"low": 1e-4, "high": 1e6, "log": True}, ("training.learning_rate",)),
     # each limit alone holds, the network they make together does not: 64 cells of 16384 units
     (("architecture", "num_cells"), 64, ()),
 ])
