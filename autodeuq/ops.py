@@ -250,8 +250,10 @@ class Dropout(Op):
         x = inputs[0]
         if not training or self.rate == 0.0:
             return x, None
-        uniform = rng.uniform(tf.shape(x)) if rng is not None else tf.random.uniform(tf.shape(x))
-        scale = tf.where(uniform >= self.rate, 1.0 / (1.0 - self.rate), 0.0)
+        # In the input's float type (float64 in the tests that compare implementations)
+        uniform = (rng.uniform(tf.shape(x), dtype=x.dtype) if rng is not None
+                   else tf.random.uniform(tf.shape(x), dtype=x.dtype))
+        scale = tf.where(uniform >= self.rate, tf.constant(1.0 / (1.0 - self.rate), x.dtype), tf.constant(0.0, x.dtype))
         return x * scale, scale
 
     def backward(self, weights, inputs, saved, d_output, need_inputs):

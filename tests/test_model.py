@@ -31,6 +31,8 @@ from autodeuq.plan import (
 )
 from autodeuq.space import SearchSpace, SpaceError
 
+from numerics import assert_same_math, float64_networks
+
 ACTS = ["relu", "tanh", "linear", "swish"]
 NP_ACTS = {
     "relu": lambda x: np.maximum(x, 0.0),
@@ -155,21 +157,23 @@ def test_identity_cell_with_skip_keeps_the_previous_width(space):
 @pytest.mark.parametrize("arch_seed", range(8))
 def test_network_matches_an_independent_numpy_forward(space, arch_seed):
     arch = space.sample_arch(np.random.default_rng(arch_seed))
-    model = build_network(space, arch, 3, 2)
-    x = np.random.default_rng(1).normal(size=(5, 3)).astype(np.float32)
-    out = np.asarray(model(x))
+    with float64_networks():
+        model = build_network(space, arch, 3, 2)
+        x = np.random.default_rng(1).normal(size=(5, 3))
+        out = np.asarray(model(x))
     assert out.shape == (5, 4)
-    np.testing.assert_allclose(out, numpy_forward(space, arch, model, x.astype(np.float64)), rtol=1e-4, atol=1e-5)
+    assert_same_math(out, numpy_forward(space, arch, model, x))
 
 
 @pytest.mark.parametrize("arch_seed", range(8))
 def test_plain_ops_forward_equals_the_keras_model(space, arch_seed):
     arch = space.sample_arch(np.random.default_rng(100 + arch_seed))
-    model = build_network(space, arch, 3, 2)
-    forward = NetworkProgram(plan_of(space, arch, model), model)
-    x = np.random.default_rng(2).normal(size=(6, 3)).astype(np.float32)
-    weights = [v.value for v in model.trainable_variables]
-    np.testing.assert_allclose(np.asarray(forward(weights, x)), np.asarray(model(x)), rtol=1e-6, atol=1e-7)
+    with float64_networks():
+        model = build_network(space, arch, 3, 2)
+        forward = NetworkProgram(plan_of(space, arch, model), model)
+        x = np.random.default_rng(2).normal(size=(6, 3))
+        weights = [v.value for v in model.trainable_variables]
+        assert_same_math(np.asarray(forward(weights, x)), np.asarray(model(x)))
 
 
 def test_the_space_accepts_exactly_the_registered_activations(monkeypatch):
@@ -213,25 +217,23 @@ def test_written_out_backward_equals_gradient_tape(case):
     kind, value = case.split("=")
     space = small_space(num_cells=4, units=(3, 5), activations=ACTIVATIONS,
                         merge=value if kind == "act" else "relu")
-    rng = np.random.default_rng(7)
     arch = every_cell(space, value) if kind == "act" else space.sample_arch(np.random.default_rng(int(value)))
-    model = build_network(space, arch, 3, 2)
+    with float64_networks():
+        model = build_network(space, arch, 3, 2)
     program = NetworkProgram(plan_of(space, arch, model), model)
     weights = [tf.constant(v.value) for v in model.trainable_variables]
-    x = tf.constant(rng.normal(size=(7, 3)) * 2, tf.float32)  # wide enough to cross the kinks
-    c_mean = tf.constant(rng.normal(size=(7, 2)), tf.float32)
-    c_var = tf.constant(rng.normal(size=(7, 2)), tf.float32)
+    x, c_mean, c_var = random_inputs(3, 2)  # x wide enough to cross the kinks
     with tf.GradientTape() as tape:
         tape.watch(weights)
         mean, var, saved = program.forward(weights, x)
         loss = tf.reduce_sum(c_mean * mean) + tf.reduce_sum(c_var * var)
     expected = tape.gradient(loss, weights)
-    np.testing.assert_allclose(np.concatenate([mean, var], axis=1), np.asarray(model(x)), rtol=1e-6, atol=1e-7)
+    assert_same_math(np.concatenate([mean, var], axis=1), np.asarray(model(x)))
     got = program.backward(saved, c_mean, c_var)
     assert len(got) == len(expected) == len(model.trainable_variables)
     for g, e, v in zip(got, expected, model.trainable_variables):
         assert g.shape == v.shape, v.path
-        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-4, atol=1e-5, err_msg=v.path)
+        assert_same_math(g, e, err_msg=v.path)
 
 
 def tape_gradients(program, weights, x, c_mean, c_var):
@@ -253,10 +255,11 @@ def without_backward(op):
 
 
 def random_inputs(n_features, n_targets, seed=7):
+    """x (7 rows, spread by 2) and the two cotangents, in float64 (:func:`numerics.float64_networks`)."""
     import tensorflow as tf
 
     rng = np.random.default_rng(seed)
-    return [tf.constant(rng.normal(size=(7, d)) * s, tf.float32)
+    return [tf.constant(rng.normal(size=(7, d)) * s, tf.float64)
             for d, s in ((n_features, 2.0), (n_targets, 1.0), (n_targets, 1.0))]
 
 
@@ -272,7 +275,8 @@ def test_ops_without_a_backward_fall_back_to_gradient_tape(case):
         arch = [dense(space, 5, "tanh"), 0, 0, 1, 1] + [0] * 8
     else:
         arch = space.sample_arch(np.random.default_rng(int(case.split("=")[1])))
-    model = build_network(space, arch, 3, 2)
+    with float64_networks():
+        model = build_network(space, arch, 3, 2)
     plan = plan_of(space, arch, model)
     taped = NetworkPlan(tuple(without_backward(op) for op in plan.ops), plan.n_features, plan.n_targets)
     assert all(type(op).backward is ops.Op.backward for op in taped.ops)
@@ -287,8 +291,7 @@ def test_ops_without_a_backward_fall_back_to_gradient_tape(case):
         results.append((np.concatenate([mean, var], axis=1), program.backward(saved, c_mean, c_var)))
     np.testing.assert_array_equal(results[0][0], results[1][0])
     for written, taped_grad, v in zip(results[0][1], results[1][1], model.trainable_variables):
-        np.testing.assert_allclose(np.asarray(taped_grad), np.asarray(written), rtol=1e-5, atol=1e-6,
-                                   err_msg=v.path)
+        assert_same_math(taped_grad, written, err_msg=v.path)
 
 
 class Square(ops.Op):
@@ -311,16 +314,17 @@ def test_a_new_op_is_one_class():
     square = Square("square", head_raw.inputs)
     head_raw.inputs = (square.name,)
     plan = NetworkPlan(plan.ops[:-2] + (square, head_raw, plan.ops[-1]), 3, 2)
-    model = plan.build_model()
+    with float64_networks():
+        model = plan.build_model()
     assert "square" in [layer.name for layer in model.layers]
     program = NetworkProgram(plan, model)
     weights = [v.value for v in model.trainable_variables]
     x, c_mean, c_var = random_inputs(3, 2)
     out, expected = tape_gradients(program, weights, x, c_mean, c_var)
-    np.testing.assert_allclose(out, np.asarray(model(x)), rtol=1e-6, atol=1e-7)
+    assert_same_math(out, np.asarray(model(x)))
     _, _, saved = program.forward(weights, x)
     for got, e in zip(program.backward(saved, c_mean, c_var), expected):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(e), rtol=1e-5, atol=1e-6)
+        assert_same_math(got, e)
 
 
 def test_tabular_space_builds_its_five_cells():
