@@ -119,7 +119,10 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     categorical : {"onehot", "ordinal", "none"}, default="onehot"
         Encoding of non-numeric columns of ``X`` (strings, categories, booleans): one 0/1 input
         per training category (an unseen category is all zeros), the category's index in the
-        sorted training categories (unseen: -1), or none (such columns are refused).
+        sorted training categories (unseen: -1), or none (such columns are refused). ``predict``
+        counts the rows with unseen categories, per column, in an
+        :class:`~autodeuq.UnseenCategoryWarning`. A text column that is mostly numbers, or that
+        looks like an identifier, is refused (see :mod:`autodeuq.preprocess`).
     impute : {"mean", "median", "none"}, default="mean"
         Missing values of ``X`` (NaN, None): replaced by the training rows' mean or median
         (numeric columns) or most frequent category, at ``fit`` and ``predict``; ``"none"``
