@@ -30,6 +30,7 @@ _LAZY = {
     "SearchSpace": "autodeuq.space",
     "load_space": "autodeuq.space",
     "DataError": "autodeuq.data",
+    "UnseenCategoryWarning": "autodeuq.preprocess",
 }
 
 

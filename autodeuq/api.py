@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
 
 class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
@@ -119,16 +119,22 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     categorical : {"onehot", "ordinal", "none"}, default="onehot"
         Encoding of non-numeric columns of ``X`` (strings, categories, booleans): one 0/1 input
         per training category (an unseen category is all zeros), the category's index in the
-        sorted training categories (unseen: -1), or none (such columns are refused).
+        sorted training categories (unseen: -1), or none (such columns are refused). ``predict``
+        counts the rows with unseen categories, per column, in an
+        :class:`~autodeuq.UnseenCategoryWarning`. A text column that is mostly numbers, or that
+        looks like an identifier, is refused (see :mod:`autodeuq.preprocess`).
     impute : {"mean", "median", "none"}, default="mean"
         Missing values of ``X`` (NaN, None): replaced by the training rows' mean or median
         (numeric columns) or most frequent category, at ``fit`` and ``predict``; ``"none"``
-        refuses them. Missing targets are always refused.
+        refuses them. Missing targets are refused unless ``drop_missing_target``.
     drop : sequence of str, optional
         Columns of ``X`` that are not features (read and ignored, also by ``predict``).
     id_column : str, optional
         A column of ``X`` that identifies rows: not a feature; ``autodeuq predict`` copies it
         into its output.
+    drop_missing_target : bool, default=False
+        Leave out the rows whose target is missing (NaN), of ``X`` and of ``X_valid``, instead
+        of refusing them; ``n_dropped_missing_target_`` counts them.
     selection_objective : {"mixture", "gaussian"}, optional
         Deprecated former name of ``selection_score``: it still works, with a
         ``DeprecationWarning``, and will be removed in the next release.
@@ -147,6 +153,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         target's name(s) (a named Series or a DataFrame ``y``), so ``autodeuq predict`` reads the
         original table.
     n_targets_ : int
+    n_dropped_missing_target_ : int
+        Rows left out because their target is missing (``drop_missing_target``).
 
     Notes
     -----
@@ -174,7 +182,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                  calibrate="auto", selection_bags=0, early_discarding="auto", timeout=None, verbose=False,
                  categorical="onehot", impute="mean", drop=None, id_column=None, refit="auto",
                  eval_budget=None, sha_min_epochs="auto", sha_reduction=3, sha_rungs="auto",
-                 selection_objective="deprecated"):
+                 drop_missing_target=False, selection_objective="deprecated"):
         self.space = space
         self.search = search
         self.max_evals = max_evals
@@ -203,6 +211,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.sha_min_epochs = sha_min_epochs
         self.sha_reduction = sha_reduction
         self.sha_rungs = sha_rungs
+        self.drop_missing_target = drop_missing_target
         self.selection_objective = selection_objective
 
     def fit(self, X, y, X_valid=None, y_valid=None):
@@ -247,13 +256,17 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         started = time.monotonic()
         score = self._check_parameters()
         options = TableOptions(categorical=self.categorical, impute=self.impute, drop=self.drop,
-                               id_column=self.id_column)
+                               id_column=self.id_column, drop_missing_target=self.drop_missing_target)
         space = load_space(self.space)
         target_names = _target_names(y)
         # At least a training and a validation row; scikit-learn's message says "1 sample(s)".
         min_rows = MIN_TRAIN_ROWS + (MIN_VALID_ROWS if X_valid is None else 0)
-        checked, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=None,
-                                   ensure_all_finite=self._finite(), ensure_min_samples=min_rows)
+        # Values (NaN, inf, text in numbers, missing targets) are checked by the data layer, whose
+        # messages name the column and the data row.
+        checked, y = validate_data(self, X, y, validate_separately=(
+            {"dtype": None, "ensure_all_finite": False, "ensure_min_samples": min_rows},
+            {"ensure_2d": False, "dtype": "numeric", "ensure_all_finite": False}))
+        check_consistent_length(checked, y)
         self._y_1d = np.ndim(y) == 1
         y2 = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
         valid = None
@@ -262,7 +275,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                 raise ParameterError("valid_fraction", "must be left at its default when X_valid is given (the "
                                      "validation rows are X_valid's)", self.valid_fraction)
             X_valid = self._by_name(X_valid)
-            valid_checked = validate_data(self, X_valid, reset=False, dtype=None, ensure_all_finite=self._finite())
+            valid_checked = validate_data(self, X_valid, reset=False, dtype=None, ensure_all_finite=False)
             y_valid = np.asarray(y_valid, dtype=np.float64).reshape(len(valid_checked), -1)
         seed = 0 if self.seed is None else int(self.seed)
         # The catalog records the real column names, so `autodeuq predict --data table.csv` works.
@@ -273,6 +286,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         dataset = from_table(_with_targets(self._table(X, checked), y2, target_names), target_names, "X", options,
                              valid=valid, valid_fraction=self.valid_fraction, seed=seed, name="<fit arrays>")
         self.n_targets_ = y2.shape[1]
+        self.n_dropped_missing_target_ = sum(dataset.dropped_missing_target.values())
         space = space.for_rows(len(dataset.x_train))
         self._remove_temporary_catalog()
         if self.run_dir is not None:
@@ -352,10 +366,6 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             self.__dict__.pop("_temporary_catalog", None)
         return state
 
-    def _finite(self):
-        # Estimators pickled before imputation existed refuse missing values, as they did.
-        return "allow-nan" if getattr(self, "impute", "none") != "none" else True
-
     def _table(self, X, checked):
         """The inputs as a DataFrame of the fit's columns: ``X`` itself when it has the fit's names."""
         import pandas as pd
@@ -394,7 +404,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         """
         check_is_fitted(self, "ensemble_")
         X = self._by_name(X)
-        checked = validate_data(self, X, reset=False, dtype=None, ensure_all_finite=self._finite())
+        checked = validate_data(self, X, reset=False, dtype=None, ensure_all_finite=False)  # checked when encoded
         result = self.ensemble_.predict(self._table(X, checked))
         return dataclasses.replace(result, **{f.name: self._shape(getattr(result, f.name))
                                               for f in dataclasses.fields(result)})

@@ -106,6 +106,9 @@ def _add_data_args(p):
                    help="a column that is not a feature (ignored, also by predict); repeat for several")
     g.add_argument("--id-column", metavar="COL", default=None,
                    help="a row identifier: not a feature; 'autodeuq predict' copies it into its output")
+    g.add_argument("--drop-missing-target", action="store_true", default=None,
+                   help="leave out the rows whose target is missing (of --data and --valid), and say how many, "
+                        "instead of refusing the table")
 
 
 def _add_search_args(p):
@@ -290,7 +293,8 @@ def _load_dataset(args):
         raise CLIError("give either --valid FILE or --valid-fraction F, not both: the validation rows are --valid's")
     valid_fraction = _valid_fraction(args)
     table_flags = [flag for flag, value in (("--categorical", args.categorical), ("--impute", args.impute),
-                                            ("--drop", args.drop), ("--id-column", args.id_column))
+                                            ("--drop", args.drop), ("--id-column", args.id_column),
+                                            ("--drop-missing-target", args.drop_missing_target))
                    if value is not None]
     if args.dataset:
         if table_flags:
@@ -303,9 +307,13 @@ def _load_dataset(args):
     from autodeuq.preprocess import TableOptions
 
     options = TableOptions(categorical=args.categorical or "onehot", impute=args.impute or "mean",
-                           drop=tuple(args.drop or ()), id_column=args.id_column)
-    return load_files(args.data, args.target, valid=args.valid, test=args.test,
-                      valid_fraction=valid_fraction, seed=args.seed, options=options)
+                           drop=tuple(args.drop or ()), id_column=args.id_column,
+                           drop_missing_target=bool(args.drop_missing_target))
+    dataset = load_files(args.data, args.target, valid=args.valid, test=args.test,
+                         valid_fraction=valid_fraction, seed=args.seed, options=options)
+    for source, n in dataset.dropped_missing_target.items():
+        print(f"autodeuq: {source}: left out {n} row(s) whose target is missing (--drop-missing-target)", flush=True)
+    return dataset
 
 
 def _json_option(flag, text):
@@ -520,6 +528,7 @@ def cmd_predict(args):
         x = read_table(args.data)
         ids, features = _split_id_column(x, ensemble, args.id_column, str(args.data))
         # The components once, for the moments and the intervals alike.
+        # Rows with unseen categories: an UnseenCategoryWarning, one line on stderr like every AutoDEUQWarning.
         means, variances = ensemble.components(features, source=str(args.data))
     except OSError as exc:
         raise _os_error(exc) from None

@@ -117,6 +117,8 @@ class Dataset:
     y_test: np.ndarray | None = None
     scaler: Standardizer | None = None
     preprocessor: TablePreprocessor | None = None
+    #: Rows left out because their target is missing (``TableOptions.drop_missing_target``), per table.
+    dropped_missing_target: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.scaler is None:
@@ -254,21 +256,53 @@ def _frame_arrays(frame, targets: Sequence[str] | None, source: str, features: S
     return x, y, feature_cols, list(targets)
 
 
-def _numeric_block(frame, cols: list[str], source: str, role: str) -> np.ndarray:
-    """Columns ``cols`` of ``frame`` as float64, refusing non-numeric, NaN/inf and out-of-float32 values."""
+def _numeric_block(frame, cols: list[str], source: str, role: str, allow_nan: bool = False) -> np.ndarray:
+    """Columns ``cols`` of ``frame`` as float64, refusing non-numeric, NaN/inf and out-of-float32 values
+    (NaN allowed with ``allow_nan``)."""
     import pandas as pd
 
     bad = [c for c in cols if not pd.api.types.is_numeric_dtype(frame[c]) or pd.api.types.is_bool_dtype(frame[c])]
     if bad:
         kinds = ", ".join(f"{c!r} ({frame[c].dtype})" for c in bad)
         raise DataError(f"{source}: non-numeric {role} column(s) {kinds}; encode them as numbers first")
-    arr = frame[cols].to_numpy(dtype=np.float64)
-    _check_values(arr, cols, source, role)
+    arr = frame[cols].to_numpy(dtype=np.float64, na_value=np.nan)
+    _check_values(arr, cols, source, role, allow_nan=allow_nan)
     return arr
 
 
-def _check_values(arr: np.ndarray, cols, source: str, role: str) -> None:
-    """Refuse NaN/inf and magnitudes beyond float32, naming the column and the first (1-based) data row."""
+def _target_rows(frame, targets: list[str], source: str, drop_missing: bool | None):
+    """(target values of every row, the rows kept): a row whose target is missing is refused, or
+    left out with ``drop_missing`` (None: a table that option does not apply to, such as a test
+    file scored later); infinite and out-of-float32 targets are refused."""
+    y = _numeric_block(frame, targets, source, "target", allow_nan=True)
+    missing = np.isnan(y)
+    if missing.any() and not drop_missing:
+        col = int(np.argmax(missing.any(axis=0)))
+        row = int(np.argmax(missing[:, col]))
+        raise DataError(f"{source}: target column {targets[col]!r} has {int(missing[:, col].sum())} missing value(s) "
+                        f"(first at data row {row + 1}): fill them"
+                        + ("" if drop_missing is None else ", or leave out the rows whose target is missing"),
+                        parameters=() if drop_missing is None else ("drop_missing_target",))
+    keep = np.flatnonzero(~missing.any(axis=1))
+    if not len(keep):
+        raise DataError(f"{source}: every row's target is missing")
+    return y, keep
+
+
+def _check_values(arr: np.ndarray, cols, source: str, role: str, allow_nan: bool = False) -> None:
+    """Refuse NaN/inf and magnitudes beyond float32, naming the column and the first (1-based) data row.
+
+    With ``allow_nan`` (columns whose missing values are imputed later), only infinite values
+    and magnitudes beyond float32 are refused.
+    """
+    if allow_nan:
+        bad = np.isinf(arr)
+        if bad.any():
+            col = int(np.argmax(bad.any(axis=0)))
+            row = int(np.argmax(bad[:, col]))
+            raise DataError(f"{source}: {role} column {cols[col]!r} has {int(bad[:, col].sum())} infinite value(s) "
+                            f"(first at data row {row + 1})")
+        arr = np.where(np.isnan(arr), 0.0, arr)
     bad = ~np.isfinite(arr)
     if bad.any():
         col = int(np.argmax(bad.any(axis=0)))
@@ -482,6 +516,9 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
         Tables with the same feature and target columns (in any order; dropped columns and the
         id column may be absent).
 
+    Rows whose target is missing are refused, or left out of every table with
+    ``options.drop_missing_target`` (counted in ``Dataset.dropped_missing_target``).
+
     Raises
     ------
     DataError
@@ -506,30 +543,33 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
     if not features:
         raise DataError(f"{source}: no feature columns besides the target(s) {targets}"
                         + (f" and the columns left out {options.ignored}" if options.ignored else ""))
-    y = _numeric_block(frame, targets, source, "target")
-    _check_targets_vary(y, targets, source)
+    y, keep = _target_rows(frame, targets, source, options.drop_missing_target)
+    dropped = {source: len(frame) - len(keep)}
+    _check_targets_vary(y[keep], targets, source)
     if valid is None:
         try:
-            tr, va = random_split(len(frame), valid_fraction, seed)
+            tr, va = random_split(len(keep), valid_fraction, seed)
         except DataError as exc:
             raise DataError(f"{source}: {exc}") from None
+        tr, va = keep[tr], keep[va]
         split = {"kind": "random", "fraction": valid_fraction, "seed": seed}
         _check_targets_vary(y[tr], targets, f"{source} (training split)")
     else:
-        tr, va = np.arange(len(frame)), None
+        tr, va = keep, None
         split = {"kind": "file", "path": valid[1]}
     prep = TablePreprocessor.fit(frame, features, options, source, rows=tr)
     x = encode_table(prep, frame, source, ignore=targets)
+    x_tr, y_tr = x[tr], y[tr]
     if valid is None:
-        x_tr, y_tr, x_va, y_va = x[tr], y[tr], x[va], y[va]
+        x_va, y_va = x[va], y[va]
     else:
-        x_tr, y_tr = x, y
-        x_va, y_va = _encoded_with_targets(prep, valid[0], targets, valid[1])
+        x_va, y_va = _encoded_with_targets(prep, valid[0], targets, valid[1], options.drop_missing_target, dropped)
     x_te = y_te = None
     if test is not None:
-        x_te, y_te = _encoded_with_targets(prep, test[0], targets, test[1])
+        x_te, y_te = _encoded_with_targets(prep, test[0], targets, test[1], options.drop_missing_target, dropped)
     return Dataset(x_tr, y_tr, x_va, y_va, prep.output_names, targets, name=name or source, split=split,
-                   x_test=x_te, y_test=y_te, preprocessor=prep)
+                   x_test=x_te, y_test=y_te, preprocessor=prep,
+                   dropped_missing_target={k: n for k, n in dropped.items() if n})
 
 
 def encode_table(preprocessor, frame, source: str, ignore: Sequence[str] = ()) -> np.ndarray:
@@ -556,16 +596,20 @@ def encode_table(preprocessor, frame, source: str, ignore: Sequence[str] = ()) -
     return x
 
 
-def _encoded_with_targets(preprocessor, frame, targets, source):
-    """(encoded features, targets) of a validation or test table."""
+def _encoded_with_targets(preprocessor, frame, targets, source, drop_missing: bool | None = None, dropped=None):
+    """(encoded features, targets) of a validation or test table; with ``drop_missing``, without
+    the rows whose target is missing (their number goes to ``dropped[source]``)."""
     frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
     _resolve_targets(list(frame.columns), targets, source)
     absent = [c for c in preprocessor.feature_columns if c not in frame.columns]
     if absent:
         raise DataError(f"{source}: feature columns do not match the training data's "
                         f"{preprocessor.feature_columns}: missing {absent}")
-    return encode_table(preprocessor, frame, source, ignore=targets), _numeric_block(frame, list(targets), source,
-                                                                                     "target")
+    x = encode_table(preprocessor, frame, source, ignore=targets)
+    y, keep = _target_rows(frame, list(targets), source, drop_missing)
+    if dropped is not None:
+        dropped[source] = len(frame) - len(keep)
+    return x[keep], y[keep]
 
 
 def load_test_file(path, features: Sequence[str], targets: Sequence[str], require_targets: bool = True,

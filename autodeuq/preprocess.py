@@ -20,20 +20,44 @@ Imputation: ``"mean"`` or ``"median"`` of the training rows for a numeric column
 frequent training category for a categorical one; ``"none"`` refuses missing values. The fill
 values are used at prediction too, for every column, whether or not training had missing values.
 Infinite values are not missing: they stay an error.
+
+Columns that are refused, before any fitting, because they are almost always a data error:
+
+* a text column most of whose non-missing cells are numbers (numbers with thousands separators,
+  such as ``1,234``, count as numbers here): the other cells are typos, missing-value markers or
+  numbers the reader cannot take (beyond float32's range), and the column would otherwise
+  silently become categories; the message names the cells and their data rows;
+* a categorical column with more than :data:`MAX_CATEGORIES` distinct values in the training
+  rows, if they are also more than :data:`MAX_CATEGORY_SHARE` of the training rows: an
+  identifier or free text, not categories (make it the id column, or drop it).
+
+At prediction, categories not seen in training are encoded as described above, and
+:class:`UnseenCategoryWarning` says, per column, how many rows held them.
 """
 from __future__ import annotations
 
+import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from autodeuq.data import DataError
-from autodeuq.errors import ParameterError
+from autodeuq.data import FLOAT32_MAX, DataError, _check_values
+from autodeuq.errors import AutoDEUQWarning, ParameterError
 
 CATEGORICAL = ("onehot", "ordinal", "none")
 IMPUTE = ("mean", "median", "none")
 UNKNOWN_ORDINAL = -1
+#: A categorical column may have this many distinct values in the training rows whatever their
+#: number; beyond it, at most :data:`MAX_CATEGORY_SHARE` of the training rows.
+MAX_CATEGORIES = 20
+MAX_CATEGORY_SHARE = 0.5
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
+
+
+class UnseenCategoryWarning(AutoDEUQWarning):
+    """Rows to predict hold categories that the training rows did not have (counted per column)."""
 
 
 @dataclass(frozen=True)
@@ -48,12 +72,16 @@ class TableOptions:
         Columns that are not features (read, then ignored; also at prediction).
     id_column : str, optional
         A row identifier: not a feature, copied into ``autodeuq predict``'s output.
+    drop_missing_target : bool
+        Leave out the rows whose target is missing (NaN) instead of refusing the table (a
+        training matter: not saved with the model).
     """
 
     categorical: str = "onehot"
     impute: str = "mean"
     drop: tuple = ()
     id_column: str | None = None
+    drop_missing_target: bool = False
 
     def __post_init__(self):
         if self.categorical not in CATEGORICAL:
@@ -69,6 +97,8 @@ class TableOptions:
             raise ParameterError("drop", "must name each column once", list(self.drop))
         if self.id_column is not None and not isinstance(self.id_column, str):
             raise ParameterError("id_column", "must be None or a column name", self.id_column)
+        if not isinstance(self.drop_missing_target, (bool, np.bool_)):
+            raise ParameterError("drop_missing_target", "must be True or False", self.drop_missing_target)
         if self.id_column is not None and self.id_column in self.drop:
             raise DataError(f"column {self.id_column!r} is both the id column and dropped",
                             parameters=("id_column", "drop"))
@@ -122,9 +152,12 @@ class TablePreprocessor:
         Raises
         ------
         DataError
-            A categorical column with ``categorical="none"``, a missing value with
-            ``impute="none"``, a column with no value at all in the training rows, or encoded
-            names that collide.
+            A text column that is numeric except for some cells, a categorical column with
+            ``categorical="none"``, one that looks like an identifier (more than
+            :data:`MAX_CATEGORIES` distinct values in the training rows, and more than
+            :data:`MAX_CATEGORY_SHARE` of them), an infinite value or one beyond float32 in a
+            numeric column, a missing value with ``impute="none"``, a column with no value at all
+            in the training rows, or encoded names that collide.
         """
         from sklearn.compose import ColumnTransformer
         from sklearn.impute import SimpleImputer
@@ -139,11 +172,25 @@ class TablePreprocessor:
             if training[c].isna().all():
                 raise DataError(f"{source}: feature column {c!r} has no value in the {len(training)} training "
                                 f"row(s): drop it", parameters=("drop",))
+            if kinds[c] == "categorical":
+                _check_not_mixed(frame[c], c, source)
+            else:
+                _check_values(frame[[c]].to_numpy(dtype=np.float64, na_value=np.nan), [c], source, "feature",
+                              allow_nan=True)
             if kinds[c] == "categorical" and options.categorical == "none":
                 raise DataError(
                     f"{source}: feature column {c!r} is categorical ({frame[c].dtype}, e.g. "
                     f"{_first_value(frame[c])!r}) but categorical encoding is 'none': encode it one-hot or "
                     f"ordinal, drop it or make it numbers", parameters=("categorical", "drop"))
+            if kinds[c] == "categorical":
+                distinct = {v for v in _as_labels(training[c]) if v is not None}
+                if len(distinct) > MAX_CATEGORIES and len(distinct) > MAX_CATEGORY_SHARE * len(training):
+                    raise DataError(
+                        f"{source}: feature column {c!r} looks like an identifier or free text, not categories: "
+                        f"{len(distinct)} distinct values in {len(training)} training rows (a categorical column "
+                        f"may have {MAX_CATEGORIES} distinct values, or more if they are at most "
+                        f"{MAX_CATEGORY_SHARE:.0%} of the training rows): make it the id column or drop it",
+                        parameters=("id_column", "drop"))
             if missing.any() and options.impute == "none":
                 raise DataError(
                     f"{source}: feature column {c!r} has {int(missing.sum())} missing value(s) (first at data row "
@@ -259,6 +306,43 @@ class TablePreprocessor:
         return cls(checked, options)
 
     # ------------------------------------------------------------------ applying
+    def unseen_categories(self, frame) -> dict[str, np.ndarray]:
+        """Per categorical column, which rows of ``frame`` hold a category not seen in training.
+
+        Returns ``{column: boolean array (n,)}`` for the columns with at least one such row (a
+        missing value is not one: it takes the training fill).
+        """
+        names = [str(c) for c in frame.columns]
+        frame = frame.set_axis(names, axis=1)
+        out = {}
+        for c in self.columns:
+            if c["kind"] != "categorical" or c["name"] not in names:
+                continue
+            known = set(c["categories"])
+            unseen = np.array([v is not None and v not in known for v in _as_labels(frame[c["name"]])], dtype=bool)
+            if unseen.any():
+                out[c["name"]] = unseen
+        return out
+
+    def warn_unseen(self, frame, source: str = "X") -> dict[str, np.ndarray]:
+        """Warn (:class:`UnseenCategoryWarning`) how many rows of ``frame`` hold unseen categories,
+        per column; returns :meth:`unseen_categories`."""
+        unseen = self.unseen_categories(frame)
+        if unseen:
+            names = [str(c) for c in frame.columns]
+            parts = []
+            for name, rows in unseen.items():
+                first = int(np.argmax(rows))
+                value = _as_labels(frame[frame.columns[names.index(name)]].iloc[[first]])[0]
+                parts.append(f"column {name!r} in {int(rows.sum())} row(s) (first {_shown(value)} at data row "
+                             f"{first + 1})")
+            encoding = "as all zeros" if self.options.categorical == "onehot" else f"as {UNKNOWN_ORDINAL}"
+            any_row = np.any(list(unseen.values()), axis=0)
+            warnings.warn(UnseenCategoryWarning(
+                f"{source}: {int(any_row.sum())} of {len(any_row)} row(s) hold categories not seen in training: "
+                f"{'; '.join(parts)}; they are encoded {encoding}"), stacklevel=_caller_level())
+        return unseen
+
     def transform(self, frame, source: str = "X") -> np.ndarray:
         """The encoded float64 inputs of a table's feature columns (taken by name).
 
@@ -318,6 +402,59 @@ def _numeric_values(values, column: dict, missing: np.ndarray, source: str) -> n
     if column["fill"] is not None:
         out[missing] = column["fill"]
     return out
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of a warning raised by the caller, pointing at the first frame outside autodeuq."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(2), 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _shown(value: str, limit: int = 24) -> str:
+    """A cell's text for a message, shortened when long."""
+    return repr(value) if len(value) <= limit else f"'{value[:12]}...' ({len(value)} characters)"
+
+
+def _number_kind(text: str) -> str:
+    """``"number"`` (within float32), ``"big"`` (a number beyond it), ``"thousands"`` (``1,234``) or ``"text"``."""
+    if _THOUSANDS.fullmatch(text):
+        return "thousands"
+    if "_" in text:  # float() reads 1_000; a table reader does not
+        return "text"
+    try:
+        value = float(text)
+    except ValueError:
+        return "text"
+    return "number" if np.isfinite(value) and abs(value) <= FLOAT32_MAX else "big"
+
+
+def _check_not_mixed(series, name: str, source: str) -> None:
+    """Refuse a text column most of whose non-missing cells are numbers (see the module documentation)."""
+    import pandas as pd
+
+    if pd.api.types.is_bool_dtype(series) or isinstance(series.dtype, pd.CategoricalDtype):
+        return
+    present = np.flatnonzero(series.notna().to_numpy())
+    cells = [str(v).strip() for v in series.to_numpy()[present]]
+    kinds = [_number_kind(v) for v in cells]
+    bad = [k for k, kind in enumerate(kinds) if kind != "number"]
+    if not bad or 2 * (len(cells) - kinds.count("text")) <= len(cells):
+        return
+    why = {"text": "", "thousands": " (a thousands separator)", "big": " (beyond the float32 range the networks "
+                                                                       "are trained in)"}
+    shown = ", ".join(f"{_shown(cells[k])} at data row {present[k] + 1}{why[kinds[k]]}" for k in bad[:3])
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    raise DataError(
+        f"{source}: feature column {name!r} holds numbers, but {len(bad)} of its {len(cells)} non-missing cells "
+        f"{'is not a plain number' if len(bad) == 1 else 'are not plain numbers'}: "
+        f"{shown}{more}; write plain numbers (no thousands separators), leave a cell empty to mark it missing, "
+        f"or drop the column", parameters=("drop",))
 
 
 def _is_none(values) -> np.ndarray:

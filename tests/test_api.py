@@ -195,7 +195,7 @@ BAD_PARAMETERS = [
     ("seed", -1), ("epochs", 0), ("evaluator", "dask"), ("valid_fraction", 1.5), ("selector", "best"),
     ("selection_score", "crps"), ("selection_stop", "never"), ("diversity", "colour"), ("calibrate", "isotonic"),
     ("selection_bags", -1), ("early_discarding", "hyperband"), ("timeout", 0), ("verbose", "yes"),
-    ("categorical", "label"), ("impute", "zero"), ("drop", "note"), ("id_column", 3),
+    ("categorical", "label"), ("impute", "zero"), ("drop", "note"), ("id_column", 3), ("drop_missing_target", "yes"),
     ("refit", "yes"), ("eval_budget", -5), ("sha_min_epochs", "soon"), ("sha_reduction", 1), ("sha_rungs", "updates"),
 ]
 

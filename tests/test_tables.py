@@ -306,3 +306,169 @@ def test_validation_and_test_files_are_encoded_with_the_training_fit(tmp_path):
     other.assign(extra=1.0).to_csv(tmp_path / "bad.csv", index=False)
     with pytest.raises(DataError, match=r"bad\.csv: columns do not match .* unexpected column\(s\) \['extra'\]"):
         load_files(tmp_path / "train.csv", ["y"], valid=tmp_path / "bad.csv", options=options)
+
+
+# ----------------------------------------------------------------------------- input defects
+def text_table(n=30, seed=0):
+    """A numeric column 'a' and a text column 't' (the table that made an infinite value crash)."""
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"a": rng.normal(size=n), "t": rng.choice(["u", "v"], n), "y": rng.normal(size=n)})
+
+
+def cli_error(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err and err.startswith("autodeuq: error: ")
+    return err
+
+
+def test_an_infinite_feature_is_one_error_whichever_split_its_row_lands_in():
+    frame = text_table()
+    train, valid = random_split(len(frame), 1 / 3, 0)
+    for row in [*train[:4], *valid[:2]]:
+        bad = frame.copy()
+        bad.loc[row, "a"] = -np.inf if row % 2 else np.inf
+        message = error_of(lambda: from_table(bad, ["y"], "t.csv"))
+        assert message == f"t.csv: feature column 'a' has 1 infinite value(s) (first at data row {row + 1})"
+    bad = frame.copy()
+    bad.loc[train[0], "a"] = 1e39  # beyond float32
+    assert f"beyond the float32 range the networks are trained in (first: 1e+39 at data row {train[0] + 1})" in (
+        error_of(lambda: from_table(bad, ["y"], "t.csv")))
+
+
+def test_an_infinite_or_huge_training_value_is_one_line_from_the_cli_and_a_data_error_from_the_estimator(
+        tmp_path, capsys):
+    frame = text_table()
+    train, _ = random_split(len(frame), 1 / 3, 0)
+    row = int(train[1])
+    lines = frame.to_csv(index=False).splitlines()
+    for value in ("inf", "1" * 401 + ".5"):  # the reader makes both infinite
+        cells = lines[row + 1].split(",")
+        cells[0] = value
+        path = tmp_path / "train.csv"
+        path.write_text("\n".join([*lines[:row + 1], ",".join(cells), *lines[row + 2:]]) + "\n")
+        err = cli_error(["search", "--data", str(path), "--target", "y", "--run-dir", str(tmp_path / "run"),
+                         "--evaluator", "serial", "--max-evals", "1"], capsys)
+        assert err.endswith(f"train.csv: feature column 'a' has 1 infinite value(s) (first at data row {row + 1})")
+        assert not (tmp_path / "run").exists()
+    X = frame.drop(columns=["y"])
+    X.loc[row, "a"] = np.inf
+    with pytest.raises(DataError, match=rf"^X: feature column 'a' has 1 infinite value\(s\) \(first at data row "
+                                        rf"{row + 1}\)$"):
+        AutoDEUQRegressor(evaluator="serial").fit(X, frame["y"])
+
+
+@pytest.mark.parametrize("cell, why", [("abc", ""), ("1,234", " (a thousands separator)"),
+                                       ("1" * 401, " (beyond the float32 range the networks are trained in)")])
+def test_a_numeric_column_with_a_stray_cell_is_refused_not_made_categorical(tmp_path, capsys, cell, why):
+    frame = text_table().assign(a=np.arange(30) * 7)  # integers: a 401-digit one is not read as a float
+    lines = frame.to_csv(index=False).splitlines()
+    lines[16] = ",".join([f'"{cell}"', *lines[16].split(",")[1:]])  # data row 16 (line 1 is the header)
+    path = tmp_path / "train.csv"
+    path.write_text("\n".join(lines) + "\n")
+    shown = repr(cell) if len(cell) < 25 else f"'{cell[:12]}...' ({len(cell)} characters)"
+    expected = (f"{path}: feature column 'a' holds numbers, but 1 of its 30 non-missing cells is not a plain "
+                f"number: {shown} at data row 16{why}; write plain numbers (no thousands separators), leave a "
+                f"cell empty to mark it missing, or drop the column")
+    with pytest.raises(DataError) as info:
+        load_files(path, ["y"])
+    assert str(info.value) == expected and info.value.parameters == ("drop",)
+    err = cli_error(["search", "--data", str(path), "--target", "y", "--run-dir", str(tmp_path / "run"),
+                     "--evaluator", "serial", "--max-evals", "1"], capsys)
+    assert err == f"autodeuq: error: {expected} (--drop)"
+
+
+def test_text_columns_that_are_mostly_text_or_all_numbers_stay_categorical():
+    frame = text_table()
+    # Mostly words with a few numbers: categories. Numbers given as text throughout: categories, as before.
+    frame["size"] = np.where(np.arange(30) % 5 == 0, "3", np.where(np.arange(30) % 2, "small", "large"))
+    frame["code"] = np.where(np.arange(30) % 2, "01", "02")
+    ds = from_table(frame, ["y"], "t.csv")
+    assert ds.feature_names == ["a", "t=u", "t=v", "size=3", "size=large", "size=small", "code=01", "code=02"]
+
+
+def test_an_id_column_of_text_is_refused_with_the_way_out(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({"player": [f"player {i}" for i in range(140)], "a": rng.normal(size=140),
+                          "y": rng.normal(size=140)})
+    message = error_of(lambda: from_table(frame, ["y"], "t.csv"), ("id_column", "drop"))
+    assert message == ("t.csv: feature column 'player' looks like an identifier or free text, not categories: 93 "
+                       "distinct values in 93 training rows (a categorical column may have 20 distinct values, or "
+                       "more if they are at most 50% of the training rows): make it the id column or drop it")
+    assert from_table(frame, ["y"], "t.csv", TableOptions(id_column="player")).feature_names == ["a"]
+    assert from_table(frame, ["y"], "t.csv", TableOptions(drop=("player",))).feature_names == ["a"]
+    frame.to_csv(tmp_path / "players.csv", index=False)
+    err = cli_error(["search", "--data", str(tmp_path / "players.csv"), "--target", "y", "--run-dir",
+                     str(tmp_path / "run"), "--evaluator", "serial", "--max-evals", "1"], capsys)
+    assert "feature column 'player' looks like an identifier" in err and err.endswith("(--id-column, --drop)")
+    # Many categories, but few for the rows: still categories (20 any time; more up to half the training rows).
+    frame["player"] = [f"team {i % 30}" for i in range(140)]
+    assert len(from_table(frame, ["y"], "t.csv").feature_names) == 31
+    def categories(distinct, rows):
+        table = pd.DataFrame({"c": [f"p{i % distinct}" for i in range(rows)]})
+        return len(TablePreprocessor.fit(table, ["c"], TableOptions(categorical="ordinal"), "t").columns[0]
+                   ["categories"])
+
+    assert categories(20, 20) == 20 and categories(21, 42) == 21
+    assert "21 distinct values in 41 training rows" in error_of(lambda: categories(21, 41), ("id_column", "drop"))
+
+
+def test_unseen_categories_at_prediction_are_counted_per_column(table_run, capsys):
+    from autodeuq import UnseenCategoryWarning
+
+    new = mixed_table(8, seed=2).drop(columns=["y"])
+    new.loc[[0, 5], "color"] = ["purple", "pink"]
+    new.to_csv(table_run / "unseen.csv", index=False)
+    ens = load_ensemble(table_run / "export")
+    with pytest.warns(UnseenCategoryWarning) as caught:
+        ens.predict(new.drop(columns=["id"]), source="new")
+    assert len(caught) == 1 and caught[0].filename == __file__
+    assert str(caught[0].message) == ("new: 2 of 8 row(s) hold categories not seen in training: column 'color' in "
+                                      "2 row(s) (first 'purple' at data row 1); they are encoded as all zeros")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnseenCategoryWarning)
+        ens.predict(mixed_table(8, seed=2).drop(columns=["y", "id"]))  # no unseen category: no warning
+    capsys.readouterr()
+    assert main(["predict", "--ensemble", str(table_run / "export"), "--data", str(table_run / "unseen.csv"),
+                 "--out", str(table_run / "unseen_pred.csv")]) == 0
+    err = capsys.readouterr().err.strip()
+    assert err == (f"autodeuq: warning: {table_run / 'unseen.csv'}: 2 of 8 row(s) hold categories not seen in "
+                   f"training: column 'color' in 2 row(s) (first 'purple' at data row 1); they are encoded as all "
+                   f"zeros")
+
+
+def test_rows_with_a_missing_target_are_refused_or_dropped_and_counted(tmp_path, capsys):
+    from autodeuq.cli import _load_dataset, build_parser
+
+    frame = text_table()
+    frame.loc[[3, 11], "y"] = np.nan
+    message = error_of(lambda: from_table(frame, ["y"], "t.csv"), ("drop_missing_target",))
+    assert message == ("t.csv: target column 'y' has 2 missing value(s) (first at data row 4): fill them, or leave "
+                       "out the rows whose target is missing")
+    ds = from_table(frame, ["y"], "t.csv", TableOptions(drop_missing_target=True))
+    assert ds.dropped_missing_target == {"t.csv": 2}
+    assert (len(ds.x_train), len(ds.x_valid)) == (19, 9)
+    np.testing.assert_array_equal(np.sort(np.concatenate([ds.y_train, ds.y_valid])[:, 0]),
+                                  np.sort(frame["y"].dropna()))
+    # A later error still names the table's own data row.
+    bad = frame.assign(a=frame["a"].where(frame.index != 20, np.inf))
+    assert "first at data row 21" in error_of(lambda: from_table(bad, ["y"], "t.csv",
+                                                                 TableOptions(drop_missing_target=True)))
+    # The command line: refused with the option named, or dropped and counted (validation file too).
+    frame.iloc[:20].to_csv(tmp_path / "train.csv", index=False)
+    frame.iloc[20:].assign(y=frame["y"].iloc[20:].where(frame.index[20:] != 25)).to_csv(tmp_path / "valid.csv",
+                                                                                            index=False)
+    argv = ["search", "--data", str(tmp_path / "train.csv"), "--valid", str(tmp_path / "valid.csv"), "--target", "y",
+            "--run-dir", str(tmp_path / "run"), "--evaluator", "serial", "--max-evals", "1"]
+    assert cli_error(argv, capsys).endswith("leave out the rows whose target is missing (--drop-missing-target)")
+    ds = _load_dataset(build_parser().parse_args([*argv, "--drop-missing-target"]))
+    assert (len(ds.x_train), len(ds.x_valid)) == (18, 9)
+    assert capsys.readouterr().out.splitlines() == [
+        f"autodeuq: {tmp_path / 'train.csv'}: left out 2 row(s) whose target is missing (--drop-missing-target)",
+        f"autodeuq: {tmp_path / 'valid.csv'}: left out 1 row(s) whose target is missing (--drop-missing-target)"]
+    # The estimator: the same refusal, an AutoDEUQError, and the parameter checked.
+    with pytest.raises(DataError, match="target column 'y' has 2 missing") as info:
+        AutoDEUQRegressor(evaluator="serial").fit(frame.drop(columns=["y"]), frame["y"])
+    assert info.value.parameters == ("drop_missing_target",)
+    assert error_of(lambda: TableOptions(drop_missing_target="yes"), ("drop_missing_target",),
+                    ParameterError).startswith("drop_missing_target must be True or False")

@@ -578,8 +578,10 @@ class Ensemble:
         already holds the networks' inputs, e.g. a catalog's stored test set).
         """
         if self.preprocessor is not None and not encoded:
-            x = encode_table(self.preprocessor, _as_frame(x, self.columns, source), source,
-                             ignore=self.target_names)
+            frame = _as_frame(x, self.columns, source)
+            x = encode_table(self.preprocessor, frame, source, ignore=self.target_names)
+            # Rows whose categories training never saw: counted per column, in an UnseenCategoryWarning.
+            self.preprocessor.warn_unseen(frame, source)
         elif hasattr(x, "columns") or isinstance(x, Mapping):
             x = feature_matrix(x, self.feature_names, source, ignore=self.target_names)
         else:
@@ -628,6 +630,11 @@ class Ensemble:
             Missing, unknown or non-numeric columns, NaN/inf values, values beyond float32 (also
             once standardized), or a member predicting a non-finite value; the message names the
             first offending data row (1-based) or the rows and the member.
+
+        Warns
+        -----
+        UnseenCategoryWarning
+            Rows of a table hold categories the training rows did not have: how many, per column.
         """
         import tensorflow as tf
 
