@@ -31,6 +31,11 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         :func:`autodeuq.search.create`).
     max_evals : int, default=100
         Trainings to run (the catalog size).
+    population_size, tournament_size : int or "auto", default="auto"
+        P and S of aging evolution (``search`` "age", "agebo", "age-fixed-hp"): the population
+        holds the last P successful trainings and is random until full; each child mutates the
+        best of S members drawn from it. ``"auto"``: P a fifth of ``max_evals`` within [10, 100],
+        S a third of P (:func:`autodeuq.pipeline.evolution_options`).
     ensemble_size : int, default=5
         Maximum distinct members of the ensemble. When fewer trainings succeeded, the ensemble
         is selected among all of them and an :class:`~autodeuq.ensemble.EnsembleSizeWarning`
@@ -182,7 +187,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                  calibrate="auto", selection_bags=0, early_discarding="auto", timeout=None, verbose=False,
                  categorical="onehot", impute="mean", drop=None, id_column=None, refit="auto",
                  eval_budget=None, sha_min_epochs="auto", sha_reduction=3, sha_rungs="auto",
-                 drop_missing_target=False, selection_objective="deprecated"):
+                 drop_missing_target=False, population_size="auto", tournament_size="auto",
+                 selection_objective="deprecated"):
         self.space = space
         self.search = search
         self.max_evals = max_evals
@@ -212,6 +218,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.sha_reduction = sha_reduction
         self.sha_rungs = sha_rungs
         self.drop_missing_target = drop_missing_target
+        self.population_size = population_size
+        self.tournament_size = tournament_size
         self.selection_objective = selection_objective
 
     def fit(self, X, y, X_valid=None, y_valid=None):
@@ -301,7 +309,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             seed=seed, epochs=self.epochs, early_discarding=self.early_discarding, evaluator=self.evaluator,
             sha_min_epochs=self.sha_min_epochs, sha_reduction=self.sha_reduction, sha_rungs=self.sha_rungs,
             workers=self.workers,
-            eval_budget=self.eval_budget, progress=bool(self.verbose))
+            eval_budget=self.eval_budget, progress=bool(self.verbose), population_size=self.population_size,
+            tournament_size=self.tournament_size)
         if summary.interrupted:
             # Ctrl-C (or SIGTERM) is the caller's: no ensemble of whatever happened to finish.
             interrupt = Terminated if summary.stopped_by == "terminated" else KeyboardInterrupt
@@ -346,7 +355,8 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                                 workers=self.workers,
                                 valid_fraction=self.valid_fraction, early_discarding=self.early_discarding,
                                 sha_min_epochs=self.sha_min_epochs, sha_reduction=self.sha_reduction,
-                                sha_rungs=self.sha_rungs)
+                                sha_rungs=self.sha_rungs, population_size=self.population_size,
+                                tournament_size=self.tournament_size)
         check_ensemble_parameters(ensemble_size=self.ensemble_size, selector=self.selector, selection_score=score,
                                   selection_stop=self.selection_stop, diversity=self.diversity,
                                   selection_bags=self.selection_bags, calibrate=self.calibrate, refit=self.refit)

@@ -102,15 +102,18 @@ QUERY_TIME_LIMIT = 60.0  #: seconds after which a query on the index is aborted
 _PROGRESS_STEPS = 10_000  # SQLite virtual-machine steps between two checks of the time limit
 #: Key of an entry's ``extra`` naming the search-phase entry whose configuration it trains to the full budget.
 PROMOTED_FROM = "promoted_from"
+#: Key of an entry's ``extra`` naming the entry whose configuration aging evolution mutated into it.
+MUTATED_FROM = "mutated_from"
 _KERAS_MEMBERS = ("metadata.json", "config.json", "model.weights.h5")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MAX_ID = 2**63 - 1  # SQLite's largest integer
 
 # Columns of to_dataframe() / results.csv; the training hyperparameters follow "architecture".
 # "objective" is the training loss (standardized targets), "valid_nll" the same NLL in the data's units.
-LEADING_COLUMNS = ("id", "status", "objective", "valid_nll", "reason", "arch", "architecture")
-# Computed by to_dataframe(), not stored in the index.
-_DERIVED_COLUMNS = ("valid_nll", "architecture")
+LEADING_COLUMNS = ("id", "status", "objective", "valid_nll", "reason", "arch", "architecture", "parent")
+# Computed by to_dataframe(), not stored in the index ("parent": the entry aging evolution mutated into this
+# one, from its extra; empty for a configuration drawn otherwise).
+_DERIVED_COLUMNS = ("valid_nll", "architecture", "parent")
 TRAILING_COLUMNS = (
     "epochs", "best_epoch", "wall_time", "n_params", "worker", "submit_time", "start_time", "end_time",
 )
@@ -894,21 +897,23 @@ class Catalog:
             return None
         return int(rows[0]["id"]), float(_checked_objective(rows[0]["objective"], self._where(rows[0])))
 
-    def history(self) -> list[tuple[dict[str, Any], float | None]]:
+    def history(self, with_ids: bool = False) -> list[tuple]:
         """(config, objective) of finished entries in the order their results were recorded.
 
         That is the order a searcher was told them, so replaying it rebuilds the searcher's state
         (the aging-evolution FIFO included). Failures have objective ``None``; a discarded entry
-        has the loss it had reached, which is what the searcher was told.
+        has the loss it had reached, which is what the searcher was told. With ``with_ids``,
+        ``(entry id, config, objective)`` triples.
         """
         rows = self._query(
             "SELECT id, config_json, status, objective FROM evaluations WHERE status IN (?, ?, ?) "
             "ORDER BY finish_order, id", (Status.DONE, Status.DISCARDED, Status.FAILED),
         )
-        return [(_decode_json(r["config_json"], self._where(r), "config_json"),
-                 float(_checked_objective(r["objective"], self._where(r))) if r["status"] in MODEL_STATUSES
-                 else None)
-                for r in rows]
+        out = [(r["id"], _decode_json(r["config_json"], self._where(r), "config_json"),
+                float(_checked_objective(r["objective"], self._where(r))) if r["status"] in MODEL_STATUSES
+                else None)
+               for r in rows]
+        return out if with_ids else [(config, objective) for _, config, objective in out]
 
     def validation_loss_histories(self, batch_sizes: bool = False) -> list:
         """Per-epoch validation losses of the finished entries, in the order they were recorded
@@ -983,7 +988,8 @@ class Catalog:
         standardized units; NaN without a model), valid_nll (the same NLL in the data's units:
         objective + :attr:`nll_offset`, what ``metrics.json`` and the command line report),
         reason, arch (compact JSON string, so hashable), architecture (the same in words, see
-        :meth:`~autodeuq.space.SearchSpace.describe_arch`), one column per training
+        :meth:`~autodeuq.space.SearchSpace.describe_arch`), parent (the entry aging evolution
+        mutated into this one; NaN for a configuration drawn otherwise), one column per training
         hyperparameter, epochs, best_epoch, wall_time, n_params, worker, submit_time,
         start_time, end_time (Unix seconds).
         """
@@ -1002,6 +1008,9 @@ class Catalog:
             rec["valid_nll"] = None if row["objective"] is None else float(row["objective"]) + offset
             rec["arch"] = row["arch_json"]
             rec["architecture"] = self._architecture_words(row)
+            extra = _decode_json(row["extra_json"] or "{}", self._where(row), "extra_json")
+            parent = extra.get(MUTATED_FROM) if isinstance(extra, dict) else None
+            rec["parent"] = parent if isinstance(parent, int) and not isinstance(parent, bool) else None
             rec.update({name: hp.get(name) for name in hp_names})
             rec.update({c: row[c] for c in TRAILING_COLUMNS})
             records.append(rec)

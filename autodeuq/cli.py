@@ -138,6 +138,13 @@ def _add_search_args(p):
                         "no skip connection)")
     g.add_argument("--max-evals", type=int, default=100, metavar="N",
                    help="evaluations to finish in the run directory, earlier sessions included (default: 100)")
+    evolving = ", ".join(search.evolution_searchers())
+    g.add_argument("--population-size", type=_auto_or_int, default="auto", metavar="P",
+                   help=f"population of aging evolution ({evolving}): the last P successful evaluations, random "
+                        "until there are P; auto: a fifth of --max-evals, from 10 to 100 (default: auto)")
+    g.add_argument("--tournament-size", type=_auto_or_int, default="auto", metavar="S",
+                   help=f"tournament of aging evolution ({evolving}): each child mutates the best of S members drawn "
+                        "from the population, 1 <= S <= P; auto: a third of P, at least 2 (default: auto)")
     g.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="wall-clock limit in seconds, > 0: of the search (search), of the search and the ensemble "
                         "step (run: the search keeps a tenth of it, 30 s to 5 min, for the ensemble step); "
@@ -373,6 +380,7 @@ def _check_search_args(args):
                             evaluator=args.evaluator,
                             workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
                             valid_fraction=_valid_fraction(args), early_discarding=args.early_discarding,
+                            population_size=args.population_size, tournament_size=args.tournament_size,
                             sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction,
                             sha_rungs=args.sha_rungs, iepoch_epochs=args.iepoch_epochs, iepoch_top_k=args.iepoch_top_k)
     repeated = sorted({t for t in args.target or [] if args.target.count(t) > 1})
@@ -406,7 +414,7 @@ def cmd_search(args, *, timeout=None):
             iepoch_epochs=args.iepoch_epochs, iepoch_top_k=args.iepoch_top_k, evaluator=args.evaluator,
             workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
             ray_address=args.ray_address, eval_timeout=args.eval_timeout, eval_budget=args.eval_budget,
-            new_run=args.new_run,
+            new_run=args.new_run, population_size=args.population_size, tournament_size=args.tournament_size,
             progress=not args.no_progress, on_start=announce, log=lambda line: print(line, flush=True))
     except OSError as exc:  # the run directory cannot be written, say
         raise _os_error(exc) from None
@@ -557,11 +565,12 @@ def _leaderboard(frame, nll_column: str) -> list[str]:
     def number(value, fmt):
         return "-" if value is None or value != value else format(value, fmt)
 
-    rows = [["rank", "id", nll_column, "status", "epochs", "best_epoch", "time_s", "params", "optimizer", "lr",
-             "batch", "architecture"]]
+    rows = [["rank", "id", nll_column, "status", "parent", "epochs", "best_epoch", "time_s", "params", "optimizer",
+             "lr", "batch", "architecture"]]
     for rank, (_, e) in enumerate(frame.iterrows(), start=1):
         rows.append([str(rank), str(e["id"]), number(e[nll_column], ".4f"), str(e["status"]),
-                     number(e["epochs"], ".0f"), number(e["best_epoch"], ".0f"), number(e["wall_time"], ".1f"),
+                     number(e["parent"], ".0f"), number(e["epochs"], ".0f"), number(e["best_epoch"], ".0f"),
+                     number(e["wall_time"], ".1f"),
                      number(e["n_params"], ".0f"), str(e["optimizer"]), number(e["learning_rate"], ".2e"),
                      number(e["batch_size"], ".0f"), str(e["architecture"])])
     widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]) - 1)]
@@ -601,7 +610,8 @@ def cmd_catalog(args):
         scale = ("in the data's original units, as metrics.json reports it" if original
                  else "in standardized units (the catalog does not record the targets' scale)")
         print(f"best {len(shown)} of {len(models)} trained networks by validation NLL ({nll_column}, lower is "
-              f"better), {scale}; time_s: training seconds; architecture: cells in order, "
+              f"better), {scale}; parent: the entry aging evolution mutated into this one (-: drawn otherwise); "
+              f"time_s: training seconds; architecture: cells in order, "
               f"'+skip(...)' adds the outputs of earlier cells (input: the features)")
         print()
         print("\n".join(_leaderboard(shown, nll_column)))

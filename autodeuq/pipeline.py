@@ -56,7 +56,7 @@ MAXIMUM = {
     "sha_min_epochs": 10**5, "sha_reduction": 1000,
     "timeout": 10 * 365 * 86400.0, "eval_timeout": 10 * 365 * 86400.0, "eval_budget": 10 * 365 * 86400.0,
     "cpus_per_eval": 4096.0, "gpus_per_eval": 1024.0,
-    "ensemble_size": 1000, "selection_bags": 10**4,
+    "ensemble_size": 1000, "selection_bags": 10**4, "population_size": 10**5, "tournament_size": 10**5,
 }
 
 
@@ -87,7 +87,8 @@ def _one_of(name, value, allowed):
 def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=0, timeout=None, eval_timeout=None,
                             eval_budget=None, evaluator="ray", workers=None, cpus_per_eval=None, gpus_per_eval=None,
                             valid_fraction=1 / 3, early_discarding="auto", sha_min_epochs="auto", sha_reduction=3,
-                            sha_rungs="auto", iepoch_epochs=1, iepoch_top_k=10) -> None:
+                            sha_rungs="auto", iepoch_epochs=1, iepoch_top_k=10, population_size="auto",
+                            tournament_size="auto") -> None:
     """Refuse, before any work, a search parameter that would fail later or make every evaluation fail.
 
     ``None`` means "not given" wherever it is allowed (``seed`` None is 0).
@@ -132,6 +133,33 @@ def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=
               sha_reduction=sha_reduction, iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
     if early_discarding == "iepoch" and epochs is not None and iepoch_epochs >= epochs:
         raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({epochs})", iepoch_epochs)
+    evolution_options(search, population_size, tournament_size, max_evals)
+
+
+def evolution_options(search, population_size="auto", tournament_size="auto", max_evals=100) -> dict:
+    """The options of aging evolution (P, S) for ``search``: those given, ``"auto"`` sized for a
+    budget of ``max_evals`` evaluations (:func:`autodeuq.search.age.population_for_budget`); {}
+    for a searcher without aging evolution, which refuses any other value than ``"auto"``.
+
+    >>> evolution_options("agebo"), evolution_options("agebo", 40, max_evals=500), evolution_options("bo")
+    ({'population_size': 20, 'sample_size': 7}, {'population_size': 40, 'sample_size': 13}, {})
+    """
+    from autodeuq.search import evolution_searchers
+    from autodeuq.search.age import population_for_budget, tournament_for
+
+    for name, value in (("population_size", population_size), ("tournament_size", tournament_size)):
+        if value != "auto":
+            if search not in evolution_searchers():
+                raise ParameterError(name, f'must be "auto" with search {search!r}: only aging evolution '
+                                           f'({", ".join(evolution_searchers())}) has a population', value)
+            _integer(name, value, 2 if name == "population_size" else 1)
+    size = population_for_budget(max_evals)[0] if population_size == "auto" else population_size
+    tournament = tournament_for(size) if tournament_size == "auto" else tournament_size
+    if tournament > size:
+        raise ParameterError("tournament_size", f"must be at most the population size ({size})", tournament_size)
+    if search not in evolution_searchers():
+        return {}
+    return {"population_size": size, "sample_size": tournament}
 
 
 def discarder(early_discarding="none", *, sha_min_epochs=1, sha_reduction=3, sha_reference_batch=None,
@@ -231,7 +259,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
                  workers: int | None = None, cpus_per_eval: float | None = None, gpus_per_eval: float | None = None,
                  ray_address: str | None = None, eval_timeout: float | None = None,
                  eval_budget: float | None = None, new_run: bool = False, progress: bool = True, on_start=None,
-                 log=None):
+                 log=None, population_size: int | str = "auto", tournament_size: int | str = "auto"):
     """Search ``space`` on ``dataset``, filling (or resuming) the catalog in ``run_dir``.
 
     Parameters
@@ -277,6 +305,10 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
     on_start : callable, optional
         Called with the evaluator once it is ready, before the search starts (the command line
         prints the number of parallel evaluations).
+    population_size, tournament_size : int or "auto"
+        P and S of aging evolution (searchers ``age``, ``agebo``, ``age-fixed-hp``); ``"auto"``
+        sizes them for ``max_evals`` (:func:`evolution_options`), so that evolution runs for most
+        of the budget.
 
     Returns
     -------
@@ -299,7 +331,10 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
                             cpus_per_eval=cpus_per_eval, gpus_per_eval=gpus_per_eval,
                             early_discarding=early_discarding, sha_min_epochs=sha_min_epochs,
                             sha_reduction=sha_reduction, sha_rungs=sha_rungs, iepoch_epochs=iepoch_epochs,
-                            iepoch_top_k=iepoch_top_k)
+                            iepoch_top_k=iepoch_top_k, population_size=population_size,
+                            tournament_size=tournament_size)
+    search_options = {**(search_options or {}),
+                      **evolution_options(search, population_size, tournament_size, max_evals)}
     if early_discarding == "iepoch" and iepoch_epochs >= (epochs or space.epochs):
         raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({epochs or space.epochs})",
                              iepoch_epochs)

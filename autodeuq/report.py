@@ -113,6 +113,7 @@ def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_f
     if len(ensemble.feature_names) == 1:
         figures["uncertainty.png"] = _uncertainty_plot(ensemble, catalog, test, train, run_dir)
     document = {
+        "search": search_counts(catalog),
         "ensemble": {"members": ensemble.member_ids, "weights": ensemble.weights.tolist(),
                      "refitted": ensemble.refitted_ids, "selection": ensemble.selection},
         **({"calibration": calibration} if calibration else {}),
@@ -124,6 +125,16 @@ def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_f
     atomic_write(out_dir / METRICS_NAME, json.dumps(document, indent=2).encode())
     ensemble.save(manifest)
     return Report(ensemble, results, written, refit_line)
+
+
+def search_counts(catalog) -> dict:
+    """What metrics.json says of the search: its evaluations by status, and how many entries aging
+    evolution mutated from an earlier one (``mutated``; the others were drawn at random or by the
+    Bayesian optimization alone)."""
+    frame = catalog.to_dataframe()
+    counts = frame["status"].value_counts()
+    return {"evaluations": len(frame), **{str(status): int(counts.get(status, 0)) for status in Status},
+            "mutated": int(frame["parent"].notna().sum())}
 
 
 def _refitted(ensemble, catalog, run_dir, when, deadline, **where):

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autodeuq import search as searchers
-from autodeuq.catalog import PROMOTED_FROM, Catalog, CatalogError
+from autodeuq.catalog import MUTATED_FROM, PROMOTED_FROM, Catalog, CatalogError
 from autodeuq.errors import AutoDEUQError, ParameterError
 from autodeuq.result import Status, TrainResult
+from autodeuq.search.base import config_key
 
 EARLY_FAILURES = 5
 """A search with more evaluations to run stops when this many first ones all fail the same way."""
@@ -70,6 +71,7 @@ class SearchSummary:
     n_out_of_time: int = 0
     epochs: int = 0
     best_valid_nll: float = math.nan
+    n_mutated: int = 0  #: entries of the run that aging evolution mutated from an earlier one
 
     @property
     def error(self) -> str | None:
@@ -112,7 +114,8 @@ class SearchSummary:
             best = f"{self.best_objective:.4f} (standardized, id {self.best_id})"
         discarded = f"{self.n_discarded} discarded early, " if self.n_discarded else ""
         budget = f" ({self.n_out_of_time} ended by the evaluation budget)" if self.n_out_of_time else ""
-        return (f"{self.n_done} done{budget}, {discarded}{self.n_failed} failed, best validation NLL {best}, "
+        mutated = f"{self.n_mutated} mutated from earlier ones, " if self.n_mutated else ""
+        return (f"{self.n_done} done{budget}, {discarded}{self.n_failed} failed, {mutated}best validation NLL {best}, "
                 f"{self.wall_time:.1f} s, utilization {100 * self.utilization:.1f} % of {self.slots} slot(s)")
 
 
@@ -311,10 +314,12 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
     )
     try:
         searcher = searchers.create(search, space, seed=seed, **search_options)
-        history = writer.history()
+        history = writer.history(with_ids=True)
         if log is not None and (history or writer.pending()):
             rerun = min(len(writer.pending()), max(0, max_evals - writer.n_finished))
             log(_resume_line(writer, run_dir, rerun))
+        entries = {config_key(config): entry_id for entry_id, config, _ in history}  # equal configs: the last
+        history = [(config, objective) for _, config, objective in history]
         if history:
             searcher.tell(history)
             if discarder is not None:  # a resumed run's rungs keep what its finished trainings reported
@@ -326,7 +331,8 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
         share = getattr(discarder, "search_share", 1.0)
         session = _SearchSession(writer, searcher, evaluator, max_evals=max_evals + finished_full,
                                  timeout=None if timeout is None else timeout * share, prefetch=prefetch,
-                                 progress=progress, pending=[(i, c) for i, c in writer.pending() if i not in full])
+                                 progress=progress, pending=[(i, c) for i, c in writer.pending() if i not in full],
+                                 entries=entries)
         session.run(sigterm)
         sessions = [session]
         if discarder is not None and not session.interrupted and session.stopped_by != "failing":
@@ -389,7 +395,7 @@ def _summary(run_dir: Path, sessions: list["_SearchSession"]) -> SearchSummary:
         best_valid_nll=math.inf if best is None else best[1] + writer.nll_offset,
         wall_time=wall, busy_time=sum(s.busy for s in sessions), slots=last.evaluator.n_slots,
         interrupted=any(s.interrupted for s in sessions), stopped_by=stops[-1] if stops else "max_evals",
-        failure_reason=failure_reason, failure_count=failure_count,
+        failure_reason=failure_reason, failure_count=failure_count, n_mutated=int(frame["parent"].notna().sum()),
     )
 
 
@@ -402,7 +408,7 @@ class _SearchSession:
     """
 
     def __init__(self, writer, searcher, evaluator, *, max_evals, timeout, prefetch, progress, pending,
-                 promotions=None):
+                 promotions=None, entries=None):
         self.writer, self.searcher, self.evaluator = writer, searcher, evaluator
         self.pending = pending  # (id, config) of interrupted evaluations, submitted again first
         # (entry id, config) to train to the full budget instead of asking the searcher, or None.
@@ -422,6 +428,9 @@ class _SearchSession:
         self.verdicts: dict[int, str | None] = {}  # failure reason the catalog will record (None: done)
         self.session_reasons: list[str | None] = []  # the same, for each result recorded by this call
         self.durations: list[float] = []  # wall seconds of the evaluations finished in this call
+        # Entry id of each configuration told to the searcher (the last one of equal configurations):
+        # where a mutated child's parent is found.
+        self.entries: dict[tuple, int] = dict(entries or {})
 
     def submit(self, eval_id, config):
         self.configs[eval_id] = config
@@ -457,7 +466,13 @@ class _SearchSession:
         batch = self.ahead[:n]
         del self.ahead[:n]
         batch += self.searcher.ask(n - len(batch)) if n > len(batch) else []
-        return [(config, None) for config in batch]
+        return [(config, self.lineage(config)) for config in batch]
+
+    def lineage(self, config) -> dict | None:
+        """What a configuration's entry records of its origin: the entry it was mutated from."""
+        parent = self.searcher.parent_of(config)
+        entry_id = None if parent is None else self.entries.get(config_key(parent))
+        return None if entry_id is None else {MUTATED_FROM: entry_id}
 
     def ask_ahead(self):
         # While every worker is busy, prepare the next configurations, so a freed slot gets one
@@ -488,6 +503,7 @@ class _SearchSession:
             if r.end_time > r.start_time > 0:
                 self.durations.append(r.end_time - r.start_time)
         self.searcher.tell([(self.configs[i], None if self.verdicts[i] else objective_of(r)) for i, r in finished])
+        self.entries.update((config_key(self.configs[i]), i) for i, _ in finished)
         self.unrecorded.extend(finished)
 
     def run(self, sigterm) -> None:

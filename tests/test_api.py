@@ -197,6 +197,7 @@ BAD_PARAMETERS = [
     ("selection_bags", -1), ("early_discarding", "hyperband"), ("timeout", 0), ("verbose", "yes"),
     ("categorical", "label"), ("impute", "zero"), ("drop", "note"), ("id_column", 3), ("drop_missing_target", "yes"),
     ("refit", "yes"), ("eval_budget", -5), ("sha_min_epochs", "soon"), ("sha_reduction", 1), ("sha_rungs", "updates"),
+    ("population_size", 1), ("tournament_size", 0),
 ]
 
 

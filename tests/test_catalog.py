@@ -390,7 +390,7 @@ def test_record_rules_history_best_and_tables_agree(tmp_path):
 
     cat = Catalog(run_dir)
     frame = cat.to_dataframe()
-    expected_columns = ["id", "status", "objective", "valid_nll", "reason", "arch", "architecture",
+    expected_columns = ["id", "status", "objective", "valid_nll", "reason", "arch", "architecture", "parent",
                         *cat.space.hp_names, "epochs", "best_epoch",
                         "wall_time", "n_params", "worker", "submit_time", "start_time", "end_time"]
     assert list(frame.columns) == expected_columns

@@ -120,7 +120,7 @@ def test_help_documents_every_option(capsys):
                    "--max-evals", "--timeout", "--eval-timeout", "--eval-budget", "--workers", "--ray-address",
                    "--cpus-per-eval",
                    "--gpus-per-eval", "--seed", "--run-dir", "--surrogate", "--acq", "--fixed-hp", "--fixed-arch",
-                   "age-fixed-hp", "bo-fixed-arch"):
+                   "age-fixed-hp", "bo-fixed-arch", "--population-size", "--tournament-size"):
         assert option in text, option
 
 

@@ -18,6 +18,7 @@ BAD_SEARCH_PARAMETERS = [
     ("seed", 2**32), ("seed", 99999999999999999999999), ("max_evals", 10**7), ("workers", 10**23),
     ("cpus_per_eval", 1e23), ("cpus_per_eval", float("inf")), ("gpus_per_eval", 1e9), ("timeout", float("inf")),
     ("eval_timeout", 1e300), ("epochs", 10**9),
+    ("population_size", 1), ("population_size", "big"), ("tournament_size", 0), ("tournament_size", 2.5),
 ]
 
 

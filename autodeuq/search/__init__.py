@@ -61,6 +61,13 @@ DEFAULT_FIXED_HP = {"learning_rate": 0.01, "batch_size": 16, "optimizer": "adam"
 """Hand-tuned training hyperparameters of ``age-fixed-hp`` (those of ``examples/toy_sine.py``)."""
 
 
+def evolution_searchers() -> tuple[str, ...]:
+    """The names of :data:`SEARCHERS` and :data:`ABLATIONS` whose searcher runs aging evolution
+    (its class's ``evolves``): those that take ``population_size`` and ``sample_size``."""
+    evolving = tuple(name for name in SEARCHERS if SEARCHERS[name].evolves)
+    return evolving + tuple(name for name, (base, _) in ABLATIONS.items() if base in evolving)
+
+
 def surrogate_searchers() -> tuple[str, ...]:
     """The names of :data:`SEARCHERS` and :data:`ABLATIONS` whose searcher takes a surrogate and
     an acquisition function (its class's ``takes_surrogate``); this imports the searcher classes."""
@@ -176,5 +183,5 @@ __getattr__ = lazy_attributes(__name__, _CLASSES)
 __all__ = [
     "SEARCHERS", "SURROGATES", "ACQUISITIONS", "DEFAULT_SEARCHER", "ABLATIONS", "surrogate_searchers",
     "DEFAULT_FIXED_HP", "default_fixed_arch", "ablation_fixed_hp", "ablation_fixed_arch", "create", "Searcher",
-    "RandomSearch", "AgingEvolution", "BayesianOptimization", "VectorBO", "AgEBO",
+    "RandomSearch", "AgingEvolution", "BayesianOptimization", "VectorBO", "AgEBO", "evolution_searchers",
 ]

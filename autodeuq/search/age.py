@@ -4,6 +4,9 @@ A FIFO population holds the last ``population_size`` successful results. Until i
 configurations are random. Then each child comes from a tournament: draw ``sample_size`` members
 without replacement, take the one of lowest cost as parent, and change one of its variables to a
 different value. Failed evaluations never enter the population.
+
+The population is random until it is full, so its size must leave room for evolution within the
+budget: :func:`population_for_budget` sizes it from the number of evaluations.
 """
 from __future__ import annotations
 
@@ -12,6 +15,31 @@ from collections import deque
 import numpy as np
 
 from autodeuq.search.base import Config, Searcher, copy_config
+
+#: ``population_for_budget``'s rule: P = max_evals / BUDGET_PER_MEMBER within [MIN, MAX]
+#: (the thesis' catalogs: P = 100 for 500 evaluations, evolution for 400 of them), S = P / 3
+#: (NATS-Bench: P = 10, S = 3), at least 2.
+BUDGET_PER_MEMBER, MIN_POPULATION, MAX_POPULATION, POPULATION_PER_TOURNAMENT = 5, 10, 100, 3
+
+
+def population_for_budget(max_evals: int) -> tuple[int, int]:
+    """Population size P and tournament size S of aging evolution for a search of ``max_evals``
+    evaluations: P a fifth of them, within [10, 100], S a third of P.
+
+    >>> population_for_budget(100), population_for_budget(500), population_for_budget(20)
+    ((20, 7), (100, 33), (10, 3))
+    """
+    size = min(MAX_POPULATION, max(MIN_POPULATION, round(max_evals / BUDGET_PER_MEMBER)))
+    return size, tournament_for(size)
+
+
+def tournament_for(population_size: int) -> int:
+    """Tournament size S for a population of ``population_size``: a third of it, from 2 (at most P).
+
+    >>> tournament_for(20), tournament_for(100), tournament_for(2)
+    (7, 33, 2)
+    """
+    return min(population_size, max(2, round(population_size / POPULATION_PER_TOURNAMENT)))
 
 
 class AgingPopulation:
@@ -67,7 +95,9 @@ class AgingEvolution(Searcher):
     space : SearchSpace or str
     seed : int or None
     population_size : int
-        P, the number of most recent successful results kept (100).
+        P, the number of most recent successful results kept (100, as in the thesis; a search
+        through :func:`autodeuq.pipeline.fill_catalog` sizes it for its budget,
+        :func:`population_for_budget`).
     sample_size : int
         S, the tournament size (10).
     fixed_hp : dict, optional
@@ -81,6 +111,7 @@ class AgingEvolution(Searcher):
     """
 
     name = "age"
+    evolves = True
 
     def __init__(self, space, seed=None, population_size: int = 100, sample_size: int = 10, fixed_hp=None):
         super().__init__(space, seed)
@@ -112,7 +143,8 @@ class AgingEvolution(Searcher):
     def _ask(self, n, rng):
         if not self._population.full:
             return [self._random(rng) for _ in range(n)]
-        return [self._mutate(self._population.select_parent(rng), rng) for _ in range(n)]
+        parents = [self._population.select_parent(rng) for _ in range(n)]
+        return [self._child(self._mutate(parent, rng), parent) for parent in parents]
 
     def _tell(self, results):
         for config, objective in results:

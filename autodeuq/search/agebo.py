@@ -22,7 +22,9 @@ class AgEBO(Searcher):
     space : SearchSpace or str
     seed : int or None
     population_size : int
-        P of aging evolution (100).
+        P of aging evolution (100, as in the thesis; a search through
+        :func:`autodeuq.pipeline.fill_catalog` sizes it for its budget,
+        :func:`autodeuq.search.age.population_for_budget`).
     sample_size : int
         S, the tournament size (10).
     **options
@@ -45,6 +47,7 @@ class AgEBO(Searcher):
 
     name = "agebo"
     takes_surrogate = True
+    evolves = True
 
     def __init__(self, space, seed=None, population_size: int = 100, sample_size: int = 10, **options):
         super().__init__(space, seed)
@@ -57,13 +60,17 @@ class AgEBO(Searcher):
 
     def _ask(self, n, rng):
         if self._population.full:
-            archs = [self.space.mutate_arch(self._population.select_parent(rng)["arch"], rng) for _ in range(n)]
+            parents = [self._population.select_parent(rng) for _ in range(n)]
+            archs = [self.space.mutate_arch(parent["arch"], rng) for parent in parents]
         else:
+            parents = [None] * n
             archs = [self.space.sample_arch(rng) for _ in range(n)]
         pending = self.pending
         busy = self.space.encode_hp([c["hp"] for c in pending]) if pending else None
         hps = self.space.decode_hp(self.bo.suggest(n, rng, busy))
-        return [self.space.join(a, h) for a, h in zip(archs, hps)]
+        children = [self.space.join(a, h) for a, h in zip(archs, hps)]
+        # A child's architecture is its parent's, mutated; its hyperparameters come from the BO.
+        return [child if parent is None else self._child(child, parent) for child, parent in zip(children, parents)]
 
     def _tell(self, results):
         for config, objective in results:

@@ -70,6 +70,7 @@ class Searcher(ABC):
 
     name = ""
     takes_surrogate = False  #: whether it takes the ``surrogate`` and ``acq`` options of Bayesian optimization
+    evolves = False  #: whether it runs aging evolution (takes ``population_size`` and ``sample_size``)
 
     def __init__(self, space: SearchSpace | str, seed: int | None = None):
         self.space = load_space(space)
@@ -78,6 +79,7 @@ class Searcher(ABC):
         self._n_told = 0
         self._asks_since_tell = 0
         self._pending: dict[tuple, list[Config]] = {}
+        self._parents: dict[tuple, Config] = {}  # a mutated child's key -> its parent's configuration
 
     # ---------------------------------------------------------------- public
     def ask(self, n: int = 1) -> list[Config]:
@@ -127,6 +129,17 @@ class Searcher(ABC):
         self._tell(cleaned)
         self._n_told += len(cleaned)
         self._asks_since_tell = 0
+
+    def parent_of(self, config) -> Config | None:
+        """The configuration that ``config`` was mutated from, when this searcher asked for it as a
+        mutated child (aging evolution); None for any other configuration."""
+        parent = self._parents.get(config_key(config))
+        return None if parent is None else copy_config(parent)
+
+    def _child(self, child: Config, parent: Config) -> Config:
+        """Note ``child`` as a mutation of ``parent`` (see :meth:`parent_of`); returns ``child``."""
+        self._parents[config_key(child)] = copy_config(parent)
+        return child
 
     @property
     def pending(self) -> list[Config]:
