@@ -7,9 +7,11 @@ used by MC dropout (Gal & Ghahramani 2016) and Deep Ensembles (Lakshminarayanan 
 Protocol, the same for every method: for split ``i``, a seeded 20 % of the training rows (seed
 ``i``) is the validation part (early stopping, search, ensemble selection), the rest is fitted;
 the test rows are scored once, at the end. Scores per split, in original target units: mean
-test NLL per point (natural log), RMSE of the predictive mean, and the fraction of test targets
-inside the central 90 % interval of the predictive distribution. The report gives the mean ±
-standard error over splits.
+test NLL per point (natural log), both the exact NLL of the predictive mixture (``nll``) and the
+NLL of one Gaussian with its mean and total variance (``nll_gaussian``, moment matching: the
+measure of the AutoDEUQ thesis and the Deep Ensembles paper), RMSE of the predictive mean, and
+the fraction of test targets inside the central 90 % interval of the predictive distribution.
+The report gives the mean ± standard error over splits.
 
 Methods (``--methods``):
 
@@ -123,6 +125,25 @@ PUBLISHED = {
                  "power": 4.02, "protein": 4.36, "wine": 0.62, "yacht": 1.11},
     },
 }
+
+# The NLL each published column reports: "gaussian" is the NLL of one Gaussian with the ensemble's
+# mean and total variance (moment matching; the records' ``nll_gaussian``), "mixture" the NLL of a
+# mixture (the records' ``nll``). MC dropout's published test log-likelihood is the log of the mean
+# of the Gaussian densities of its T dropout samples (the authors' code): a mixture.
+PUBLISHED_MEASURE = {"AutoDEUQ (thesis)": "gaussian", "Deep Ensembles (paper)": "gaussian",
+                     "MC dropout (paper)": "mixture"}
+
+# The lowest published test NLL per dataset (mean over the standard splits) of a method with one
+# predictive distribution per point, and its source: DER = Deep Evidential Regression (Amini et al.
+# 2020, Table 1), WGBoost = Wasserstein gradient boosting (Matsubara 2024, arXiv 2405.09536,
+# Table 1), thesis = AutoDEUQ (thesis) above.
+BEST_PUBLISHED = {"boston": (2.35, "DER"), "concrete": (2.83, "WGBoost"), "energy": (0.53, "WGBoost"),
+                  "kin8nm": (-1.40, "thesis"), "naval": (-8.24, "thesis"), "power": (2.60, "WGBoost"),
+                  "protein": (2.48, "thesis"), "wine": (0.89, "DER"), "yacht": (-0.17, "thesis")}
+BEST_LABEL = "best published (source)"
+
+#: Path options whose absolute values (paths of the machine that ran) the report shows as placeholders.
+PATH_PLACEHOLDERS = {"--data-dir": "DATA_DIR", "--runs-dir": "RUNS_DIR", "--results": "RESULTS_DIR"}
 
 # Deep Ensembles, Lakshminarayanan et al. 2017, Section 3.1 and 3.3. The paper states Adam with a
 # fixed learning rate of 0.1; here 0.1 makes members diverge on several datasets and misses the
@@ -464,21 +485,66 @@ def write_report(records: list[dict], path: Path) -> str:
     full = max((len(v) for v in cell.values()), default=0)
 
     def ours(m, d, key):
-        rows = cell[(m, d)]
+        # Records without ``key`` (``nll_gaussian`` of records scored before it existed) are left out
+        # and counted in the cell; nothing is recomputed.
+        rows = [r for r in cell[(m, d)] if key in r]
+        lacking = len(cell[(m, d)]) - len(rows)
         if not rows:
-            return "–"
+            return "–" if not lacking else f"– ({lacking} split{'s' if lacking > 1 else ''} without {key})"
         text = _mean_se([r[key] for r in rows], _digits(d, key))
+        if lacking:
+            return f"{text} ({lacking} split{'s' if lacking > 1 else ''} without {key})"
         return text if len(rows) == full else f"{text} ({len(rows)} split{'s' if len(rows) > 1 else ''})"
 
-    def table(key, title):
-        head = [LABELS[m] for m in methods] + (list(PUBLISHED) if key in ("nll", "rmse") else [])
+    def mean_of(m, d, key):
+        # The mean over the records of (m, d) that hold ``key``; None when none does.
+        values = [r[key] for r in cell[(m, d)] if key in r]
+        return float(np.mean(values)) if values else None
+
+    def table(key, title, published=(), best=False):
+        # ``published``: names of PUBLISHED whose ``key`` values are shown; ``key`` "nll_gaussian" and
+        # "nll" show the published "nll" of the columns of that measure.
+        head = [LABELS[m] for m in methods] + list(published) + ([BEST_LABEL] if best else [])
         lines = [f"**{title}**", "", "| dataset | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+        column = "nll" if key.startswith("nll") else key
         for d in datasets:
-            row = [ours(m, d, key) for m in methods]
-            if key in ("nll", "rmse"):
-                row += [f"{PUBLISHED[p][key][d]:.2f}" for p in PUBLISHED]
+            row = [ours(m, d, key) for m in methods] + [f"{PUBLISHED[p][column][d]:.2f}" for p in published]
+            if best:
+                row.append(f"{BEST_PUBLISHED[d][0]:.2f} ({BEST_PUBLISHED[d][1]})")
             lines.append(f"| {d} | " + " | ".join(row) + " |")
         return lines + [""]
+
+    def measures():
+        # Which NLL each column holds, above the two NLL tables.
+        gauss = [p for p in PUBLISHED if PUBLISHED_MEASURE[p] == "gaussian"]
+        mixed = [p for p in PUBLISHED if PUBLISHED_MEASURE[p] == "mixture"]
+        return ["Two test NLLs per split: the exact NLL of the predictive mixture (the records' `nll`) and the NLL of "
+                "one Gaussian with the mixture's mean and total variance (moment matching, `nll_gaussian`); NGBoost "
+                "and CatBoost predict one Gaussian per row, so their two coincide. The published numbers: "
+                + " and ".join(gauss) + " report the moment-matched Gaussian NLL of their ensembles, so they stand in "
+                "the first table; " + " and ".join(mixed) + " reports the log-likelihood of the equal-weight mixture "
+                "of the Gaussians of its dropout samples (the authors' code), so it stands in the second; in the "
+                f"\"{BEST_LABEL}\" column, thesis is the moment-matched Gaussian NLL of AutoDEUQ (thesis), DER "
+                "(Deep Evidential Regression, Amini et al. 2020, Table 1) the NLL of its Student-t predictive, and "
+                "WGBoost (Matsubara 2024, arXiv 2405.09536, Table 1) the NLL of its predictive distribution, the "
+                "average over its particles.", ""]
+
+    def gaussian_summary():
+        # On the moment-matched Gaussian NLL: where "AutoDEUQ (defaults)" is below the thesis and the best published.
+        if DEFAULTS not in methods:
+            return []
+        ours_g = {d: mean_of(DEFAULTS, d, "nll_gaussian") for d in datasets}
+        ds = [d for d in datasets if ours_g[d] is not None]
+        if not ds:
+            return [f"{LABELS[DEFAULTS]}: no record holds `nll_gaussian`; no comparison with the published "
+                    "numbers.", ""]
+        refs = {"the thesis' AutoDEUQ": {d: PUBLISHED["AutoDEUQ (thesis)"]["nll"][d] for d in ds},
+                "the best published result": {d: BEST_PUBLISHED[d][0] for d in ds}}
+        parts = []
+        for name, ref in refs.items():
+            below = [d for d in ds if ours_g[d] < ref[d]]
+            parts.append(f"below {name} on {len(below)} of {len(ds)}" + (f" ({', '.join(below)})" if below else ""))
+        return [f"On the moment-matched Gaussian NLL, {LABELS[DEFAULTS]} is " + " and ".join(parts) + ".", ""]
 
     def rescore_note():
         ours = [r for r in records if r["method"] in RESCORABLE and r["status"] == "done"]
@@ -541,17 +607,22 @@ def write_report(records: list[dict], path: Path) -> str:
         lines = []
         for m in (m for m in (DEFAULTS, *OURS) if m in methods):
             ds = [d for d in datasets if cell[(m, d)]]
-            refs = {LABELS[o]: {d: np.mean([r["nll"] for r in cell[(o, d)]]) for d in ds if cell[(o, d)]}
+            # The methods run here on the exact mixture NLL; the thesis on its measure, the Gaussian NLL.
+            refs = {(LABELS[o], "nll"): {d: mean_of(o, d, "nll") for d in ds if cell[(o, d)]}
                     for o in methods if o not in (DEFAULTS, *OURS)}
-            refs["AutoDEUQ (thesis)"] = {d: PUBLISHED["AutoDEUQ (thesis)"]["nll"][d] for d in ds}
+            refs[("AutoDEUQ (thesis)", "nll_gaussian")] = {d: PUBLISHED["AutoDEUQ (thesis)"]["nll"][d] for d in ds
+                                                           if mean_of(m, d, "nll_gaussian") is not None}
             parts, losses = [], []
-            for name, ref in refs.items():
-                ours = {d: np.mean([r["nll"] for r in cell[(m, d)]]) for d in ref}
+            for (name, key), ref in refs.items():
+                if not ref:  # no record of m holds key
+                    continue
+                ours = {d: mean_of(m, d, key) for d in ref}
                 wins = [d for d in ref if ours[d] < ref[d]]
-                parts.append(f"{name} on {len(wins)} of {len(ref)}")
+                on = " (Gaussian NLL)" if key == "nll_gaussian" else ""
+                parts.append(f"{name}{on} on {len(wins)} of {len(ref)}")
                 behind = ", ".join(f"{d} by {ours[d] - ref[d]:.3f}" for d in ref if d not in wins)
                 if behind:
-                    losses.append(f"{name} on {behind}")
+                    losses.append(f"{name}{on} on {behind}")
             plural = "s" if len(ds) > 1 else ""
             lines.append(f"- {LABELS[m]} ({len(ds)} dataset{plural} so far): mean test NLL below "
                          + ", ".join(parts) + "." + (" Above " + "; ".join(losses) + "." if losses else ""))
@@ -562,7 +633,11 @@ def write_report(records: list[dict], path: Path) -> str:
         return [file.read_text().strip(), ""] if file.is_file() else []
 
     failed = [r for r in records if r.get("status") != "done"]
-    commands = sorted({r["command"] for r in records if r.get("command")})
+    shown = [portable_command(r["command"]) for r in records if r.get("command")]
+    commands = sorted({c for c, _ in shown})
+    holders = sorted(set().union(*(u for _, u in shown)))
+    holder_text = {"DATA_DIR": "DATA_DIR (the folder of the nine datasets)", "RUNS_DIR": "RUNS_DIR (a folder of "
+                   "catalogs)", "RESULTS_DIR": "RESULTS_DIR (a scratch results folder)", "DIR": "DIR (a folder)"}
     machines = Counter(r["machine"] for r in records if r.get("machine"))
     if len(machines) > 1:  # machine descriptions hold commas: quote them, and say which runs each one did
         machines = {f"`{m}` ({n} run{'s' if n > 1 else ''})": n for m, n in sorted(machines.items())}
@@ -584,12 +659,19 @@ def write_report(records: list[dict], path: Path) -> str:
         "",
         "Command(s): " + ("; ".join(f"`{c}`" for c in commands) if commands else "–"),
         "",
+        *([f"Paths of the machine that ran them are shown as {', '.join(holder_text[h] for h in holders)}.", ""]
+          if holders else []),
         "Machine: " + ("; ".join(machines) if machines else "–") + "; single-threaded (TensorFlow, OpenMP and "
         "CatBoost threads 1). Wall times are those of that machine in the state it names.",
         "",
         *rescore_note(),
-        *table("nll", "Test NLL (lower is better)"),
-        *table("rmse", "Test RMSE"),
+        *measures(),
+        *table("nll_gaussian", "Test NLL, moment-matched Gaussian (the measure of the published results; lower is "
+               "better)", [p for p in PUBLISHED if PUBLISHED_MEASURE[p] == "gaussian"], best=True),
+        *table("nll", "Test NLL, exact mixture (lower is better)",
+               [p for p in PUBLISHED if PUBLISHED_MEASURE[p] == "mixture"]),
+        *gaussian_summary(),
+        *table("rmse", "Test RMSE", list(PUBLISHED)),
         *table("coverage_90", "Coverage of the central 90 % interval (nominal 0.90)"),
         *cost_table(),
         *discarding_table(),
@@ -624,6 +706,26 @@ def write_report(records: list[dict], path: Path) -> str:
     text = "\n".join(lines)
     path.write_text(text)
     return text
+
+
+def portable_command(command: str) -> tuple[str, set[str]]:
+    """``command`` with the absolute paths of the machine that ran it replaced by placeholders.
+
+    ``--data-dir /abs`` becomes ``--data-dir DATA_DIR``; ``--runs-dir`` and ``--results`` keep the
+    folder's own name (``RUNS_DIR/uci_floor``), which tells apart runs kept apart; any other absolute
+    path becomes ``DIR/<its name>``. Relative paths and every other word stay as they were. Returns
+    the command and the placeholders it uses.
+    """
+    words, used, option = shlex.split(command), set(), None
+    for i, word in enumerate(words):
+        name, eq, value = word.partition("=") if word.startswith("--") else (option, "", word)
+        if value.startswith("/"):
+            holder = PATH_PLACEHOLDERS.get(name, "DIR")
+            shown = holder if holder == "DATA_DIR" else f"{holder}/{Path(value).name}"
+            words[i] = f"{name}={shown}" if eq else shown
+            used.add(holder)
+        option = word if word.startswith("--") and not eq else None
+    return shlex.join(words), used
 
 
 def _shown(path: Path) -> str:

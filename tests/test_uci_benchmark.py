@@ -130,7 +130,10 @@ def test_records_resume_and_report(tmp_path, monkeypatch, capsys):
     md = (tmp_path / "out" / "uci.md").read_text()
     nll = [r["nll"] for r in records if r["dataset"] == "boston"]
     expected = f"{np.mean(nll):.2f} ± {np.std(nll, ddof=1) / np.sqrt(2):.2f}"
-    assert f"| boston | {expected} | 2.46 | 2.41 | 2.46 |" in md  # ours, thesis, Deep Ensembles, MC dropout
+    assert all(r["nll_gaussian"] == r["nll"] for r in records)  # one Gaussian: the two NLLs coincide
+    gaussian, mixture = md.split("**Test NLL, moment-matched Gaussian")[1].split("**Test NLL, exact mixture")
+    assert f"| boston | {expected} | 2.46 | 2.41 | 2.35 (DER) |" in gaussian  # ours, thesis, Deep Ensembles, best
+    assert f"| boston | {expected} | 2.46 |" in mixture.split("**Test RMSE")[0]  # ours, MC dropout
     assert "test machine" in md and "--methods ngboost" in md and "uci_random_splits.md" in md
     assert uci.main(["--report", "--results", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "uci.md").read_text() == md
@@ -211,8 +214,9 @@ def test_report_names_outlier_splits_and_the_deep_ensembles_learning_rate(tmp_pa
 
 def test_report_compares_early_discarding_on_the_splits_run_both_ways(tmp_path):
     def record(method, dataset, split, nll, epochs):
-        return {"method": method, "dataset": dataset, "split": split, "status": "done", "nll": nll, "rmse": 1.0,
-                "coverage_90": 0.9, "wall_s": 10.0, "epochs": epochs, "info": {}}
+        return {"method": method, "dataset": dataset, "split": split, "status": "done", "nll": nll,
+                "nll_gaussian": nll + 0.05, "rmse": 1.0, "coverage_90": 0.9, "wall_s": 10.0, "epochs": epochs,
+                "info": {}}
 
     records = [record("autodeuq", "concrete", 0, 2.93, 8331), record("autodeuq-sha", "concrete", 0, 2.96, 678),
                record("autodeuq-sha", "concrete", 1, 2.90, 700), record("ngboost", "concrete", 0, 3.07, None),
@@ -225,9 +229,9 @@ def test_report_compares_early_discarding_on_the_splits_run_both_ways(tmp_path):
     assert not any(line.startswith("| concrete | 1 |") for line in rows)  # run one way only
     records[1]["info"]["sha_min_epochs"] = 3  # recorded since the first rung may be 3 ("auto"); before, always 1
     assert "| concrete | 0 | successive halving, first rung 3 | 678 |" in uci.write_report(records, tmp_path / "uci.md")
-    # 2.93 < 3.04 (NGBoost's mean) but not < 2.86 (the thesis); the SHA mean 2.93 likewise.
-    assert ("- AutoDEUQ (1 dataset so far): mean test NLL below NGBoost on 1 of 1, AutoDEUQ (thesis) on 0 of 1. "
-            "Above AutoDEUQ (thesis) on concrete by 0.070.") in md
+    # Mixture NLL 2.93 < 3.04 (NGBoost's mean); Gaussian NLL 2.98 not < 2.86 (the thesis, on its measure).
+    assert ("- AutoDEUQ (1 dataset so far): mean test NLL below NGBoost on 1 of 1, AutoDEUQ (thesis) (Gaussian NLL) "
+            "on 0 of 1. Above AutoDEUQ (thesis) (Gaussian NLL) on concrete by 0.120.") in md
 
 
 def test_report_defaults_row_takes_the_method_auto_early_discarding_runs(tmp_path):
@@ -242,7 +246,7 @@ def test_report_defaults_row_takes_the_method_auto_early_discarding_runs(tmp_pat
     assert uci.defaults_method("concrete", records) == "autodeuq"
     assert uci.defaults_method("kin8nm", records) == "autodeuq-sha"
     md = uci.write_report(records, tmp_path / "uci.md")
-    nll = md.split("**Test NLL")[1].split("**Test RMSE")[0]
+    nll = md.split("**Test NLL, exact mixture")[1].split("**Test RMSE")[0]
     assert "| dataset | AutoDEUQ (defaults) | AutoDEUQ | AutoDEUQ + successive halving |" in nll
     assert "| concrete | 2.82 ± 0.00 | 2.82 ± 0.00 | 2.94 ± 0.00 |" in nll
     assert "| kin8nm | -1.35 ± 0.00 | -1.36 ± 0.00 | -1.35 ± 0.00 |" in nll
@@ -372,3 +376,59 @@ def test_autodeuq_runs_on_the_space_given_and_records_its_sizes(tmp_path):
     # 64 fitting rows and one unit per row: the toy space's widths (16-256) stop at 64
     assert record["info"]["space"] == str(tmp_path / "space.json")
     assert record["info"]["space_sizes"] == "widths 16-64, batch sizes 1-32"
+
+
+def test_report_shows_both_nlls_and_counts_the_gaussian_one_against_the_published(tmp_path):
+    def record(method, dataset, split, nll, nll_gaussian=None):
+        r = {"method": method, "dataset": dataset, "split": split, "status": "done", "nll": nll, "rmse": 1.0,
+             "coverage_90": 0.9, "wall_s": 1.0, "epochs": 10, "info": {}, "n_fit": 300, "n_valid": 75}
+        return r if nll_gaussian is None else {**r, "nll_gaussian": nll_gaussian}
+
+    # boston: Gaussian 2.40 (mixture 2.30), below the thesis' 2.46, not below the best published 2.35 (DER);
+    # yacht: Gaussian -0.30, below both (-0.17, the thesis); energy: 0.70, below neither (0.61 and 0.53).
+    records = [record("autodeuq", "boston", i, 2.30, 2.40) for i in range(2)]
+    records += [record("autodeuq", "yacht", i, -0.40, g) for i, g in enumerate([-0.20, -0.40])]
+    records += [record("autodeuq", "energy", i, 0.50, 0.70) for i in range(2)]
+    records += [record("ngboost", "boston", i, 2.50, 2.50) for i in range(2)]
+    md = uci.write_report(records, tmp_path / "uci.md")
+    assert "Deep Ensembles (paper) report the moment-matched Gaussian NLL" in md
+    gaussian, rest = md.split("**Test NLL, moment-matched Gaussian (the measure of the published results")[1].split(
+        "**Test NLL, exact mixture")
+    mixture = rest.split("**Test RMSE")[0]
+    assert ("| dataset | AutoDEUQ (defaults) | AutoDEUQ | NGBoost | AutoDEUQ (thesis) | Deep Ensembles (paper) "
+            "| best published (source) |") in gaussian
+    assert "| boston | 2.40 ± 0.00 | 2.40 ± 0.00 | 2.50 ± 0.00 | 2.46 | 2.41 | 2.35 (DER) |" in gaussian
+    assert "| yacht | -0.30 ± 0.10 | -0.30 ± 0.10 | – | -0.17 | 1.18 | -0.17 (thesis) |" in gaussian
+    assert "| energy | 0.70 ± 0.00 | 0.70 ± 0.00 | – | 0.61 | 1.38 | 0.53 (WGBoost) |" in gaussian
+    assert "| dataset | AutoDEUQ (defaults) | AutoDEUQ | NGBoost | MC dropout (paper) |" in mixture
+    assert "| boston | 2.30 ± 0.00 | 2.30 ± 0.00 | 2.50 ± 0.00 | 2.46 |" in mixture
+    assert ("On the moment-matched Gaussian NLL, AutoDEUQ (defaults) is below the thesis' AutoDEUQ on 2 of 3 "
+            "(yacht, boston) and below the best published result on 1 of 3 (yacht).") in md
+    # A record without nll_gaussian: left out of the Gaussian cells and said so, nothing recomputed.
+    records.append(record("autodeuq", "energy", 2, 0.40))
+    md = uci.write_report(records, tmp_path / "uci.md")
+    gaussian = md.split("**Test NLL, moment-matched Gaussian")[1].split("**Test NLL, exact mixture")[0]
+    assert "| energy | 0.70 ± 0.00 (1 split without nll_gaussian) |" in gaussian
+    assert "| energy | 0.47 ± 0.03 |" in md.split("**Test NLL, exact mixture")[1]
+
+
+def test_report_commands_carry_no_machine_paths():
+    command = ("python benchmarks/uci.py --methods autodeuq --data-dir /work/shared/datasets/uci --runs-dir "
+               "/work/runs/uci_floor --results=/tmp/scratch/res_floor --space benchmarks/s.yaml "
+               "--machine '2-core, idle'")
+    shown, used = uci.portable_command(command)
+    assert shown == ("python benchmarks/uci.py --methods autodeuq --data-dir DATA_DIR --runs-dir RUNS_DIR/uci_floor "
+                     "--results=RESULTS_DIR/res_floor --space benchmarks/s.yaml --machine '2-core, idle'")
+    assert used == {"DATA_DIR", "RUNS_DIR", "RESULTS_DIR"}
+    relative = "python benchmarks/uci.py --data-dir ../shared/datasets/uci --splits 0-4"
+    assert uci.portable_command(relative) == (relative, set())
+
+
+def test_report_replaces_the_machine_paths_of_recorded_commands(tmp_path):
+    record = {"method": "ngboost", "dataset": "yacht", "split": 0, "status": "done", "nll": 0.3, "nll_gaussian": 0.3,
+              "rmse": 1.0, "coverage_90": 0.9, "wall_s": 1.0, "epochs": None, "info": {},
+              "command": "python benchmarks/uci.py --methods ngboost --data-dir /work/shared/datasets/uci"}
+    md = uci.write_report([record], tmp_path / "uci.md")
+    assert "`python benchmarks/uci.py --methods ngboost --data-dir DATA_DIR`" in md
+    assert "shown as DATA_DIR (the folder of the nine datasets)." in md
+    assert "/work/" not in md.split("Command(s):")[1].split("Machine:")[0]
