@@ -117,6 +117,9 @@ _DERIVED_COLUMNS = ("valid_nll", "architecture", "parent")
 TRAILING_COLUMNS = (
     "epochs", "best_epoch", "wall_time", "n_params", "worker", "submit_time", "start_time", "end_time",
 )
+# Derived from an entry's extra, after the stored columns: where a Ray evaluation ran (its node's id
+# and the GPU ids Ray gave it, comma-separated; empty for an evaluation without that record).
+PLACEMENT_COLUMNS = ("node", "gpus")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS run (
@@ -971,7 +974,7 @@ class Catalog:
         return float(np.mean(np.log(y_std)))
 
     def _columns(self) -> list[str]:
-        return [*LEADING_COLUMNS, *self.space.hp_names, *TRAILING_COLUMNS]
+        return [*LEADING_COLUMNS, *self.space.hp_names, *TRAILING_COLUMNS, *PLACEMENT_COLUMNS]
 
     def _architecture_words(self, row: sqlite3.Row) -> str:
         arch = _decode_json(row["arch_json"], self._where(row), "arch_json")
@@ -991,7 +994,8 @@ class Catalog:
         :meth:`~autodeuq.space.SearchSpace.describe_arch`), parent (the entry aging evolution
         mutated into this one; NaN for a configuration drawn otherwise), one column per training
         hyperparameter, epochs, best_epoch, wall_time, n_params, worker, submit_time,
-        start_time, end_time (Unix seconds).
+        start_time, end_time (Unix seconds), node and gpus (where a Ray evaluation ran: its node's
+        id and the ids of the GPUs Ray gave it, comma-separated; empty otherwise).
         """
         import pandas as pd
 
@@ -1013,11 +1017,16 @@ class Catalog:
             rec["parent"] = parent if isinstance(parent, int) and not isinstance(parent, bool) else None
             rec.update({name: hp.get(name) for name in hp_names})
             rec.update({c: row[c] for c in TRAILING_COLUMNS})
+            where = extra.get("placement") if isinstance(extra, dict) else None
+            where = where if isinstance(where, dict) else {}
+            rec["node"] = where.get("node") if isinstance(where.get("node"), str) else None
+            gpus = where.get("gpu_ids")
+            rec["gpus"] = ",".join(map(str, gpus)) if isinstance(gpus, list) and gpus else None
             records.append(rec)
         frame = pd.DataFrame.from_records(records, columns=columns)
         # Same dtypes as reading results.csv back: numbers (NaN where missing) or strings.
         for column in columns:
-            if column in ("status", "reason", "arch", "architecture", "worker"):
+            if column in ("status", "reason", "arch", "architecture", "worker", "node", "gpus"):
                 continue
             with contextlib.suppress(ValueError, TypeError):
                 frame[column] = pd.to_numeric(frame[column])

@@ -392,7 +392,7 @@ def test_record_rules_history_best_and_tables_agree(tmp_path):
     frame = cat.to_dataframe()
     expected_columns = ["id", "status", "objective", "valid_nll", "reason", "arch", "architecture", "parent",
                         *cat.space.hp_names, "epochs", "best_epoch",
-                        "wall_time", "n_params", "worker", "submit_time", "start_time", "end_time"]
+                        "wall_time", "n_params", "worker", "submit_time", "start_time", "end_time", "node", "gpus"]
     assert list(frame.columns) == expected_columns
     csv = pd.read_csv(run_dir / "results.csv")
     pd.testing.assert_frame_equal(csv, frame, check_dtype=False)

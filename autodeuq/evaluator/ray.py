@@ -35,7 +35,28 @@ def _run_task(objective, eval_id: int, config: dict, gpus: float):
     yield time.time()
     if gpus:
         _enable_gpu_memory_growth()
-    yield guarded(objective, eval_id, config)
+    result = guarded(objective, eval_id, config)
+    result.extra = {**(result.extra or {}), PLACEMENT: placement()}
+    yield result
+
+
+#: Key of an evaluation's ``extra`` (its catalog record) saying where it ran (:func:`placement`).
+PLACEMENT = "placement"
+
+
+def placement() -> dict:
+    """Where the calling Ray task runs: its node (id and address) and the GPUs Ray gave it.
+
+    ``gpu_ids`` are Ray's ids of the GPUs assigned to the task (empty without GPUs);
+    ``cuda_visible_devices`` is what Ray set for the task's process, so what TensorFlow sees:
+    only those devices, renumbered from 0.
+    """
+    import ray
+
+    context = ray.get_runtime_context()
+    gpus = context.get_accelerator_ids().get("GPU", [])
+    return {"node": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
+            "gpu_ids": [str(g) for g in gpus], "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
 def _enable_gpu_memory_growth() -> None:
