@@ -125,6 +125,30 @@ def test_writer_refuses_linked_folders_and_database_files(tmp_path, name):
     assert list(target.iterdir()) == []
 
 
+@pytest.mark.parametrize("name", ["catalog.lock", "catalog.sqlite"])
+def test_run_files_with_other_hard_links_are_refused_not_written(tmp_path, name):
+    run_dir = tmp_path / "run"
+    fake_run(run_dir)
+    victim = tmp_path / "victim"
+    if name == "catalog.lock":
+        victim.write_bytes(b"precious")
+        (run_dir / name).unlink()
+        os.link(victim, run_dir / name)
+    else:
+        os.link(run_dir / name, victim)  # the outside name of the same file
+    before = victim.read_bytes()
+    with pytest.raises(CatalogError, match=f"{name}: has 2 hard links") as caught:
+        open_writer(run_dir)
+    assert "\n" not in str(caught.value)
+    assert victim.read_bytes() == before
+    with pytest.raises(CatalogError, match=f"{name}: has 2 hard links"):
+        fake_run(run_dir)
+    assert victim.read_bytes() == before
+    if name == "catalog.sqlite":  # readers too: SQLite may write beside and into it
+        with pytest.raises(CatalogError, match=f"{name}: has 2 hard links"):
+            Catalog(run_dir)
+
+
 def test_member_files_resolving_outside_the_run_directory_are_refused(tmp_path):
     run_dir = tmp_path / "run"
     entry_id = fake_run(run_dir)
