@@ -391,6 +391,20 @@ def test_ensemble_writes_nothing_through_planted_links(run_dir, tmp_path):
         assert not (run_dir / name).is_symlink() and (run_dir / name).stat().st_size > 0, name
 
 
+@pytest.mark.parametrize("linked", ["sub", "sub/deeper"])
+def test_ensemble_out_through_a_linked_folder_inside_the_run_directory_is_refused(run_dir, tmp_path, capsys,
+                                                                                  linked):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (run_dir / linked).parent.mkdir(parents=True, exist_ok=True)
+    (run_dir / linked).symlink_to(outside)
+    out = run_dir / linked / "ensemble.json"
+    one_line_error(capsys, ["ensemble", "--run-dir", str(run_dir), "--size", "2", "--out", str(out)],
+                   "symbolic link", str(run_dir / linked))
+    assert list(outside.iterdir()) == []
+    no_temporary_files(run_dir)
+
+
 def test_a_failed_ensemble_leaves_the_working_one_in_place(run_dir, capsys):
     assert main(["ensemble", "--run-dir", str(run_dir), "--size", "2"]) == 0
     manifest = json.loads((run_dir / "ensemble.json").read_text())
