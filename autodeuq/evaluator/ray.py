@@ -102,7 +102,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
                 _init(ray, address, kwargs, where)
 
 
-_REAPER = None  # the watchdog of this process's local Ray instance (ray_reaper), once started
+_REAPER = None  # the pipe to the watchdog of this process's local Ray instance (ray_reaper), once started
 
 
 def _start_reaper():
@@ -113,18 +113,17 @@ def _start_reaper():
     they stayed (:mod:`autodeuq.evaluator.ray_reaper`).
     """
     global _REAPER
-    if _REAPER is None or _REAPER.poll() is not None:
+    if _REAPER is None:
         from autodeuq.evaluator import ray_reaper
 
         _REAPER = ray_reaper.start()
     return _REAPER
 
 
-def _request_reap(reaper) -> None:
+def _request_reap(reaper: int | None) -> None:
     if reaper is not None:
-        with contextlib.suppress(OSError, ValueError):
-            reaper.stdin.write(b"reap\n")
-            reaper.stdin.flush()
+        with contextlib.suppress(OSError):
+            os.write(reaper, b"reap\n")
 
 
 def _init(ray, address, kwargs, where):

@@ -5,7 +5,7 @@ processes the raylet starts: after a ``kill -9`` of the driver, or a Ctrl-C whil
 starting, ``ray::DashboardAgent``, ``ray::RuntimeEnvAgent`` and actors (``ray::SuccessiveHalving``)
 kept running, and the next run did not start clean.
 
-:func:`start` runs this file as a separate process, in a session of its own (a Ctrl-C or a kill
+:func:`start` runs this file as a detached process, in a session of its own (a Ctrl-C or a kill
 of the driver's process group leaves it alive). It waits until the driver's process has ended,
 or until the driver asks on its standard input (a line ``reap``), then ends every process that
 holds a file open in one of the driver's Ray session folders: ``session_<date>_<pid>``, named by
@@ -30,19 +30,30 @@ from datetime import datetime
 GRACE_S = 2.0
 
 
-def start(driver_pid: int | None = None):
-    """Start the watchdog of this process's local Ray instance; its ``Popen`` (None where unsupported)."""
+def start(driver_pid: int | None = None) -> int | None:
+    """Start the watchdog of this process's local Ray instance.
+
+    Returns the file descriptor on which ``b"reap\\n"`` asks it to end the instance's processes
+    now (None where this is not supported). The watchdog is detached (no child of this process
+    to wait for, nor a pipe object left open at exit).
+    """
     if not sys.platform.startswith("linux") or not os.path.isdir("/proc/self/fd"):
         return None
     driver_pid = os.getpid() if driver_pid is None else driver_pid
+    read_end, write_end = os.pipe()
     try:
-        return subprocess.Popen(
+        starter = subprocess.Popen(
             [sys.executable, "-S", os.path.abspath(__file__), str(driver_pid), repr(time.time())],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             cwd="/", start_new_session=True, close_fds=True,
         )
-    except OSError:
+        starter.wait(timeout=30)  # it forks the watchdog and ends at once
+    except (OSError, subprocess.TimeoutExpired):
+        os.close(write_end)
         return None
+    finally:
+        os.close(read_end)
+    return write_end
 
 
 def session_pattern(driver_pid: int) -> re.Pattern:
@@ -105,20 +116,14 @@ def _signal(pid: int, signum: int) -> None:
         pass
 
 
-def _driver_ended(driver_pid: int):
-    """A callable telling whether the driver has ended, and a file descriptor readable when it has (or None)."""
-    try:
-        fd = os.pidfd_open(driver_pid)
-    except (AttributeError, OSError):
-        fd = None
-    return (lambda: os.getppid() != driver_pid or not _alive(driver_pid)), fd
-
-
 def watch(driver_pid: int, since: float) -> None:
-    ended, pidfd = _driver_ended(driver_pid)
-    stdin = 0
-    watched = [stdin] + ([pidfd] if pidfd is not None else [])
-    while not ended():
+    """Wait for the driver to end (reaping on each ``reap`` line meanwhile), then reap."""
+    try:
+        pidfd = os.pidfd_open(driver_pid)  # readable once the process has ended; immune to pid reuse
+    except (AttributeError, OSError):
+        pidfd = None
+    stdin, watched = 0, [0] + ([pidfd] if pidfd is not None else [])
+    while _alive(driver_pid):
         ready, _, _ = select.select(watched, [], [], 0.5)
         if stdin in ready:
             data = os.read(stdin, 4096)
@@ -133,4 +138,6 @@ def watch(driver_pid: int, since: float) -> None:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # outlive the driver's Ctrl-C: cleaning up is the point
-    watch(int(sys.argv[1]), float(sys.argv[2]))
+    if os.fork() == 0:
+        watch(int(sys.argv[1]), float(sys.argv[2]))
+    os._exit(0)
