@@ -315,8 +315,12 @@ time.sleep(600)
 
 
 def _session_processes(ray_tmp: Path) -> set[int]:
-    """Live processes holding a file open under ``ray_tmp`` (this test's own Ray sessions only)."""
-    found = set()
+    """Live Ray processes holding a file open under ``ray_tmp`` (this test's own Ray sessions only)."""
+    import ray
+
+    from autodeuq.evaluator.ray_reaper import is_ray_process
+
+    ray_dir, found = os.path.dirname(os.path.abspath(ray.__file__)), set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -324,9 +328,10 @@ def _session_processes(ray_tmp: Path) -> set[int]:
             if (entry / "stat").read_text().rpartition(")")[2].split()[0] == "Z":
                 continue  # ended; only its parent's wait is missing
             targets = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+            argv = [a.decode() for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
         except OSError:
             continue
-        if any(t.startswith(str(ray_tmp) + "/") for t in targets):
+        if any(t.startswith(str(ray_tmp) + "/") for t in targets) and is_ray_process(argv, ray_dir):
             found.add(int(entry.name))
     return found
 
@@ -357,13 +362,22 @@ def test_a_local_ray_instance_does_not_outlive_its_driver(how):
             seen = _session_processes(ray_tmp) - {proc.pid}
             assert line.startswith("up ") and int(line.split()[1]) in seen, (line, seen)
             assert len(seen) >= 4, seen  # GCS server, raylet, agents, the actor's worker
+            # a bystander reading one of the session's logs (tail -f, say) is no Ray process: it stays
+            log = next(p for p in ray_tmp.rglob("*.out") if p.is_file())
+            with open(log, "rb") as held:
+                bystander = subprocess.Popen(["sleep", "60"], stdin=held)
             proc.kill()
         assert proc.wait(timeout=60) != 0
         deadline = time.time() + 30
         while (left := _session_processes(ray_tmp) | {p for p in seen if _running(p)}) and time.time() < deadline:
             time.sleep(0.25)
         assert not left, [Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in left if _running(p)]
+        if how == "kill-9":
+            assert bystander.poll() is None
     finally:
+        if how == "kill-9" and "bystander" in locals():
+            bystander.kill()
+            bystander.wait()
         if proc.poll() is None:
             proc.kill()
             proc.wait()

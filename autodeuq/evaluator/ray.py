@@ -114,9 +114,11 @@ def _start_reaper():
     """
     global _REAPER
     if _REAPER is None:
+        import ray
+
         from autodeuq.evaluator import ray_reaper
 
-        _REAPER = ray_reaper.start()
+        _REAPER = ray_reaper.start(os.path.dirname(os.path.abspath(ray.__file__)))
     return _REAPER
 
 
