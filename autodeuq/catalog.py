@@ -590,13 +590,28 @@ def _decode_run_info(where: Path, info: dict[str, Any]) -> tuple[dict[str, Any],
 
 
 def _refuse_links(run_dir: Path, names: Iterable[str]) -> None:
-    """Refuse files and folders of a run that are symbolic links: writing there (SQLite writes its
-    -wal and -shm files, even for readers) would write wherever the link points."""
+    """Refuse files and folders of a run that are symbolic links, and files with more than one hard
+    link: writing there (SQLite writes its -wal and -shm files, even for readers) would write
+    wherever the link points, or into every other name of the same file."""
     for name in names:
         path = run_dir / name
-        if path.is_symlink():
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise CatalogError(f"{path}: cannot inspect it: {os_reason(exc)}") from None
+        if stat.S_ISLNK(info.st_mode):
             raise CatalogError(f"{path}: is a symbolic link; the files and folders of a run directory may not be "
                                f"links (remove it)")
+        _refuse_hard_links(path, info)
+
+
+def _refuse_hard_links(path: Path, info: os.stat_result) -> None:
+    """Refuse a regular file of a run that has other names (hard links): it is written in place."""
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        raise CatalogError(f"{path}: has {info.st_nlink} hard links; a file of a run directory is written in place "
+                           f"and may not be linked elsewhere (replace it with a copy of its own)")
 
 
 def _decode_json(text, where: str, column: str):
@@ -1359,9 +1374,13 @@ def _acquire_lock(run_dir: Path):
         if exc.errno == errno.ELOOP or path.is_symlink():
             raise CatalogError(f"{path}: is a symbolic link; refusing to follow it (remove it)") from None
         raise CatalogError(f"{path}: cannot open the lock file: {os_reason(exc)}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
         raise CatalogError(f"{path}: not a regular file; remove it")
+    if info.st_nlink > 1:  # the holder's line below would overwrite every other name of the file
+        os.close(fd)
+        _refuse_hard_links(path, info)
     handle = os.fdopen(fd, "r+")
     try:
         import fcntl

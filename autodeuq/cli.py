@@ -556,8 +556,9 @@ def cmd_predict(args):
     except OSError as exc:
         raise CLIError(f"--out {out}: cannot create its folder: {exc.strerror or exc}") from None
     atomic_write(out, pd.DataFrame(columns).to_csv(index=False).encode())
-    print(f"wrote {len(x)} predictions to {out}: columns {', '.join(columns)}")
-    print(PREDICT_COLUMNS)
+    # What the columns hold is in `predict --help` and the README; each run printed it again.
+    print(f"wrote {len(x)} predictions to {out}: columns {', '.join(columns)} "
+          f"(all standard deviations, explained in `autodeuq predict --help`)")
 
 
 def _leaderboard(frame, nll_column: str) -> list[str]:

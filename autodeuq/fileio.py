@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .errors import AutoDEUQError
 
-__all__ = ["atomic_write", "WriteError", "TEMP_SUFFIX"]
+__all__ = ["atomic_write", "refuse_linked_folders", "WriteError", "TEMP_SUFFIX"]
 
 #: Temporary files are dot-names ending in this suffix: a reader never takes them for data, and
 #: a writer reopening a folder knows them for leftovers of a crash.
@@ -34,6 +34,32 @@ O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 class WriteError(AutoDEUQError, RuntimeError):
     """A file cannot be written: the message names it and says why."""
+
+
+def refuse_linked_folders(root: str | Path, folder: str | Path, root_name: str = "the run directory") -> None:
+    """Refuse a symbolic link among the folders between ``root`` and ``folder``, when ``folder``
+    lies inside ``root``.
+
+    :func:`atomic_write` replaces a link at a file's own name, but a linked folder on the way
+    would still take every file written below it elsewhere. Inside a run directory every path
+    component is treated alike: one that is a link is refused, whatever its name. The paths
+    are compared as written (made absolute, not resolved), so a ``root`` reached through a
+    link of the user's own is accepted; ``root`` itself is not checked.
+
+    Raises
+    ------
+    WriteError
+        Naming the linked folder.
+    """
+    root, folder = Path(os.path.abspath(root)), Path(os.path.abspath(folder))
+    if folder == root or not folder.is_relative_to(root):
+        return
+    current = root
+    for part in folder.relative_to(root).parts:
+        current = current / part
+        if current.is_symlink():
+            raise WriteError(f"{current}: is a symbolic link inside {root_name} {root}; refusing to write through "
+                             f"it (remove it, or give an output path outside the run directory)")
 
 
 def os_reason(exc: OSError) -> str:

@@ -89,7 +89,10 @@ def plot_predicted_vs_observed(y_true, prediction, path, target_names=None, data
     epistemic on the right (one row of panels per target).
 
     ``prediction`` is an :class:`~autodeuq.ensemble.UncertaintyPrediction` for the rows of
-    ``y_true`` (shape (n, n_targets)); ``data`` names those rows in the titles.
+    ``y_true`` (shape (n, n_targets)); ``data`` names those rows in the titles. Every row is a
+    point; beyond :data:`MAX_ERROR_BARS` rows the bars are drawn on that many of them, spread
+    evenly over the rows sorted by predicted mean (a bar on each of 1,252 rows made a solid
+    blob), and the legend says so.
     """
     plt = _pyplot()
     y_true = np.asarray(y_true, dtype=float).reshape(len(y_true), -1)
@@ -103,14 +106,32 @@ def plot_predicted_vs_observed(y_true, prediction, path, target_names=None, data
         for ax, std, color, label in ((axes[t, 0], prediction.aleatoric_std[:, t], "tab:orange", "aleatoric"),
                                       (axes[t, 1], prediction.epistemic_std[:, t], "tab:green", "epistemic")):
             ax.plot([lo, hi], [lo, hi], color="gray", ls="--", lw=1, label="predicted = observed")
-            ax.errorbar(obs, mean, yerr=2 * std, fmt="o", ms=3, color=color, ecolor=color, elinewidth=0.8,
-                        alpha=0.6, label=f"mean +- 2 {label} std")
+            barred = _evenly_spread(np.argsort(mean, kind="stable"), MAX_ERROR_BARS)
+            if len(barred) < len(obs):
+                ax.plot(obs, mean, "o", ms=3, color=color, alpha=0.3, label=f"mean (all {len(obs)} rows)")
+            ax.errorbar(obs[barred], mean[barred], yerr=2 * std[barred], fmt="o", ms=3, color=color, ecolor=color,
+                        elinewidth=0.8, alpha=0.6,
+                        label=f"mean +- 2 {label} std" + ("" if len(barred) == len(obs) else
+                                                          f" ({len(barred)} of {len(obs)} rows)"))
+            thinned = ("" if len(barred) == len(obs) else
+                       f"\nbars on {len(barred)} rows, evenly spread over the predictions")
             ax.set_xlabel(f"observed {name}")
             ax.set_ylabel(f"predicted {name}")
-            ax.set_title(f"{name}: {label} uncertainty{_on_rows(data, len(obs))}", fontsize=10)
+            ax.set_title(f"{name}: {label} uncertainty{_on_rows(data, len(obs))}{thinned}", fontsize=10)
             ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     return _save(fig, path)
+
+
+MAX_ERROR_BARS = 200
+"""Error bars drawn at most per panel of :func:`plot_predicted_vs_observed`."""
+
+
+def _evenly_spread(order: np.ndarray, most: int) -> np.ndarray:
+    """At most ``most`` entries of ``order``, evenly spaced along it (the first and last included)."""
+    if len(order) <= most:
+        return order
+    return order[np.unique(np.linspace(0, len(order) - 1, most).round().astype(int))]
 
 
 def plot_error_vs_std(y_true, prediction, path, target_names=None, data: str | None = None) -> Path | bytes:
@@ -126,7 +147,7 @@ def plot_error_vs_std(y_true, prediction, path, target_names=None, data: str | N
     plt = _pyplot()
     y_true = np.asarray(y_true, dtype=float).reshape(len(y_true), -1)
     n_targets = y_true.shape[1]
-    fig, axes = plt.subplots(1, n_targets, figsize=(5.6 * n_targets, 4.8), squeeze=False)
+    fig, axes = plt.subplots(1, n_targets, figsize=(7.8 * n_targets, 4.8), squeeze=False)
     for t, ax in enumerate(axes[0]):
         name = target_names[t] if target_names else f"target {t}"
         std, error = prediction.std[:, t], np.abs(y_true[:, t] - prediction.mean[:, t])
@@ -144,7 +165,8 @@ def plot_error_vs_std(y_true, prediction, path, target_names=None, data: str | N
         ax.set_ylabel(f"|observed - predicted mean| of {name}")
         ax.set_title(f"{name}: error vs uncertainty{_on_rows(data, len(std))}\nSpearman rank correlation "
                      f"{rho:.2f}", fontsize=10)
-        ax.legend(loc="upper left", fontsize=8)
+        # Beside the axes: inside, it covered the rows of largest error, the ones a reader looks for.
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
     fig.tight_layout()
     return _save(fig, path)
 

@@ -12,7 +12,7 @@ from autodeuq import metrics, plots
 from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.data import BUILTIN_DATASETS, DataError, load_builtin, load_test_file
 from autodeuq.ensemble import Ensemble, UncertaintyPrediction
-from autodeuq.fileio import atomic_write
+from autodeuq.fileio import atomic_write, refuse_linked_folders
 from autodeuq.result import Status
 
 TABLE_METRICS = ("nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_95",
@@ -84,6 +84,7 @@ def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_f
     run_dir = Path(run_dir)
     manifest = Path(manifest) if manifest else run_dir / MANIFEST_NAME
     out_dir = manifest.parent
+    refuse_linked_folders(run_dir, out_dir)  # before any work: every output goes there
     ensemble = Ensemble.from_catalog(run_dir, size=size, selector=selector, score=score, **selection)
     catalog = ensemble.catalog
     ensemble._load()  # a member that cannot be loaded fails the report before anything is written
@@ -120,6 +121,7 @@ def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_f
         **results,
     }
 
+    refuse_linked_folders(run_dir, out_dir)  # again: a link may have been planted meanwhile
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [atomic_write(out_dir / name, png) for name, png in figures.items()]
     atomic_write(out_dir / METRICS_NAME, json.dumps(document, indent=2).encode())

@@ -560,11 +560,50 @@ class _SearchSession:
 
 
 def _progress_bar(enabled, total, initial):
+    """tqdm's bar on a terminal; elsewhere (a log file, a pipe) :class:`PlainProgress`'s lines."""
     if not enabled:
         return None
+    import sys
+
+    if not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
+        return PlainProgress(total, initial)
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, desc="search", unit="eval", dynamic_ncols=True)
+
+
+class PlainProgress:
+    """The search's progress as plain lines on stderr, one every :attr:`STEP` of ``total`` and one at
+    the end: tqdm's bar, redrawn with carriage returns, filled a redirected log with ~10 KB of
+    updates nobody could read."""
+
+    STEP = 0.1  #: a line every tenth of the evaluations (every 10 when their number is not known)
+
+    def __init__(self, total, initial=0):
+        self.total, self.n = total, int(initial)
+        self.every = max(1, math.ceil(total * self.STEP)) if total else 10
+        self.postfix: dict = {}
+        self._printed = None
+
+    def update(self, n=1):
+        self.n += n
+        if self.n % self.every == 0 or (self.total and self.n >= self.total):
+            self._line()
+
+    def set_postfix(self, refresh=True, **values):
+        self.postfix = values
+
+    def close(self):
+        if self._printed != self.n:
+            self._line()
+
+    def _line(self):
+        import sys
+
+        done = f"{self.n}/{self.total} evals ({100 * self.n / self.total:.0f}%)" if self.total else f"{self.n} evals"
+        extra = "".join(f", {k} {v}" for k, v in self.postfix.items())
+        print(f"search: {done}{extra}", file=sys.stderr, flush=True)
+        self._printed = self.n
 
 
 def _update_bar(bar, writer, result, busy, slots, started):

@@ -3,6 +3,7 @@
 Fake objectives (no TensorFlow) where the trainings do not matter; subprocesses where a test
 needs its own Ray instance, a signal or a bounded wall time.
 """
+import contextlib
 import fcntl
 import os
 import shutil
@@ -295,6 +296,105 @@ def test_ray_address_environment_variable_is_honoured(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], env=dict(_env(tmp_path), RAY_ADDRESS="127.0.0.1:1"),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 7 and "RAY_ADDRESS" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
+RAY_DRIVER = """
+import os, signal, time
+from autodeuq.evaluator.ray import _import_ray, init_ray
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+ray = _import_ray()
+init_ray(num_cpus=1)
+
+@ray.remote(num_cpus=0)
+class Rungs:  # an actor, as successive halving keeps its records in one
+    def pid(self):
+        return os.getpid()
+
+actor = Rungs.remote()
+print("up", ray.get(actor.pid.remote()), flush=True)
+time.sleep(600)
+"""
+
+
+def _session_processes(ray_tmp: Path) -> set[int]:
+    """Live Ray processes holding a file open under ``ray_tmp`` (this test's own Ray sessions only)."""
+    import ray
+
+    from autodeuq.evaluator.ray_reaper import is_ray_process
+
+    ray_dir, found = os.path.dirname(os.path.abspath(ray.__file__)), set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                continue  # ended; only its parent's wait is missing
+            targets = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+            argv = [a.decode() for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
+        except OSError:
+            continue
+        if any(t.startswith(str(ray_tmp) + "/") for t in targets) and is_ray_process(argv, ray_dir):
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("how", ["kill-9", "ctrl-c"])
+def test_a_local_ray_instance_does_not_outlive_its_driver(how):
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rk", dir="/tmp")).resolve()  # short: Ray's socket paths
+    proc = subprocess.Popen([sys.executable, "-c", RAY_DRIVER], env=_env(ray_tmp), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    seen = set()
+    try:
+        if how == "ctrl-c":  # while Ray starts: a terminal sends SIGINT to the whole process group
+            deadline = time.time() + 60
+            while len(_session_processes(ray_tmp) - {proc.pid}) < 2 and proc.poll() is None:
+                assert time.time() < deadline, "Ray's processes never appeared"
+                time.sleep(0.05)
+            time.sleep(0.5)
+            seen = _session_processes(ray_tmp) - {proc.pid}
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            line = proc.stdout.readline()  # Ray's start (~5-8 s)
+            if not line:
+                err = proc.communicate(timeout=30)[1]
+                if "cannot start a local Ray instance" in err:
+                    pytest.skip(f"Ray cannot start here: {err.strip().splitlines()[-1]}")
+                raise AssertionError(err[-3000:])
+            seen = _session_processes(ray_tmp) - {proc.pid}
+            assert line.startswith("up ") and int(line.split()[1]) in seen, (line, seen)
+            assert len(seen) >= 4, seen  # GCS server, raylet, agents, the actor's worker
+            # a bystander reading one of the session's logs (tail -f, say) is no Ray process: it stays
+            log = next(p for p in ray_tmp.rglob("*.out") if p.is_file())
+            with open(log, "rb") as held:
+                bystander = subprocess.Popen(["sleep", "60"], stdin=held)
+            proc.kill()
+        assert proc.wait(timeout=60) != 0
+        deadline = time.time() + 30
+        while (left := _session_processes(ray_tmp) | {p for p in seen if _running(p)}) and time.time() < deadline:
+            time.sleep(0.25)
+        assert not left, [Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in left if _running(p)]
+        if how == "kill-9":
+            assert bystander.poll() is None
+    finally:
+        if how == "kill-9" and "bystander" in locals():
+            bystander.kill()
+            bystander.wait()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in _session_processes(ray_tmp):  # only this test's session: never another's Ray
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 # ----------------------------------------------------------------------------- item 13: signals, Ctrl-C in fit

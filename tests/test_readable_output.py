@@ -190,3 +190,19 @@ def test_catalog_command_on_a_run_without_models(tmp_path, capsys):
     assert main(["catalog", "--run-dir", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     assert "no trained network" in out and "1 failed" in out
+
+
+def test_progress_in_a_redirected_log_is_a_few_plain_lines(tmp_path, capsys):
+    space, data = load_space("toy"), toy_sine(seed=0)
+
+    def objective(eval_id, config):
+        return TrainResult("done", objective=1.0 / eval_id, epochs=1, best_epoch=1, model_bytes=b"fake",
+                           valid_mean=np.zeros(data.y_valid.shape), valid_var=np.ones(data.y_valid.shape))
+
+    run_search(space, data, SerialEvaluator(objective), tmp_path / "run", search="random", max_evals=40,
+               progress=True)
+    err = capsys.readouterr().err  # not a terminal: no bar redrawn with carriage returns
+    lines = [line for line in err.splitlines() if line.startswith("search:")]
+    assert "\r" not in err and len(err) < 2000, err[:300]
+    assert len(lines) == 10 and lines[0].startswith("search: 4/40 evals (10%)"), lines
+    assert lines[-1].startswith("search: 40/40 evals (100%)") and "best_nll" in lines[-1], lines

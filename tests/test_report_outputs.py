@@ -306,3 +306,69 @@ def test_predictions_trace_once_per_ensemble_without_retracing_warnings(reported
     finally:
         logger.removeHandler(handler)
     assert not [m for m in messages if "retracing" in m]
+
+
+def _drawn_figure(monkeypatch, plot, *args, **kwargs):
+    """The figure ``plot`` draws, drawn once (for display coordinates), instead of its PNG."""
+    from autodeuq import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or b"")
+    plot(*args, **kwargs)
+    fig = figures[0]
+    fig.canvas.draw()
+    return fig
+
+
+def _prediction(mean, aleatoric, epistemic):
+    from autodeuq.ensemble import UncertaintyPrediction
+
+    total = aleatoric + epistemic
+    return UncertaintyPrediction(mean, aleatoric, epistemic, total, np.sqrt(total))
+
+
+@pytest.mark.parametrize("corner", ["upper left", "upper right", "lower right"])
+def test_error_vs_std_legend_covers_no_point_of_largest_error(monkeypatch, corner):
+    from autodeuq import plots
+
+    rng = np.random.default_rng(0)
+    n = 300
+    std = rng.uniform(0.5, 1.5, n)
+    y = rng.normal(0, std)
+    worst = {"upper left": np.argmin(std), "upper right": np.argmax(std), "lower right": np.argmax(std)}[corner]
+    y[worst] = 0.01 if corner == "lower right" else 9.0 * (1 if corner == "upper left" else 3)  # the extreme row
+    prediction = _prediction(np.zeros((n, 1)), (std ** 2)[:, None], np.zeros((n, 1)))
+    fig = _drawn_figure(monkeypatch, plots.plot_error_vs_std, y[:, None], prediction, None, ["y"])
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent()
+    error = np.abs(y)
+    for k in np.argsort(error)[-5:]:  # the rows of largest error
+        x_disp, y_disp = ax.transData.transform((std[k], error[k]))
+        assert not legend.contains(x_disp, y_disp), (k, std[k], error[k])
+    x_disp, y_disp = ax.transData.transform((std[worst], error[worst]))
+    assert not legend.contains(x_disp, y_disp)
+
+
+def test_predicted_vs_observed_draws_at_most_200_error_bars_on_many_rows(monkeypatch):
+    from autodeuq import plots
+
+    rng = np.random.default_rng(1)
+    n = 1252
+    mean = rng.normal(size=(n, 1))
+    y = mean + rng.normal(0, 0.3, (n, 1))
+    prediction = _prediction(mean, np.full((n, 1), 0.09), np.full((n, 1), 0.01))
+    fig = _drawn_figure(monkeypatch, plots.plot_predicted_vs_observed, y, prediction, None, ["y"])
+    for ax in fig.axes:
+        (bars,) = [c for c in ax.containers if hasattr(c, "has_yerr")]
+        n_bars = len(bars.lines[2][0].get_segments())
+        assert 0 < n_bars <= 200, n_bars
+        # every row still a point, and the legend says the bars are on some of them
+        assert max(len(line.get_xdata()) for line in ax.get_lines()) == n
+        assert f"of {n} rows" in " ".join(t.get_text() for t in ax.get_legend().get_texts())
+        # the bars spread over the whole range of the predictions
+        centres = np.array([seg[:, 1].mean() for seg in bars.lines[2][0].get_segments()])
+        assert centres.min() == pytest.approx(mean.min()) and centres.max() == pytest.approx(mean.max())
+    small = _drawn_figure(monkeypatch, plots.plot_predicted_vs_observed, y[:50], _prediction(
+        mean[:50], np.full((50, 1), 0.09), np.full((50, 1), 0.01)), None, ["y"])
+    (bars,) = [c for c in small.axes[0].containers if hasattr(c, "has_yerr")]
+    assert len(bars.lines[2][0].get_segments()) == 50  # a few rows: a bar on each

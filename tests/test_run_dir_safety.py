@@ -125,6 +125,30 @@ def test_writer_refuses_linked_folders_and_database_files(tmp_path, name):
     assert list(target.iterdir()) == []
 
 
+@pytest.mark.parametrize("name", ["catalog.lock", "catalog.sqlite"])
+def test_run_files_with_other_hard_links_are_refused_not_written(tmp_path, name):
+    run_dir = tmp_path / "run"
+    fake_run(run_dir)
+    victim = tmp_path / "victim"
+    if name == "catalog.lock":
+        victim.write_bytes(b"precious")
+        (run_dir / name).unlink()
+        os.link(victim, run_dir / name)
+    else:
+        os.link(run_dir / name, victim)  # the outside name of the same file
+    before = victim.read_bytes()
+    with pytest.raises(CatalogError, match=f"{name}: has 2 hard links") as caught:
+        open_writer(run_dir)
+    assert "\n" not in str(caught.value)
+    assert victim.read_bytes() == before
+    with pytest.raises(CatalogError, match=f"{name}: has 2 hard links"):
+        fake_run(run_dir)
+    assert victim.read_bytes() == before
+    if name == "catalog.sqlite":  # readers too: SQLite may write beside and into it
+        with pytest.raises(CatalogError, match=f"{name}: has 2 hard links"):
+            Catalog(run_dir)
+
+
 def test_member_files_resolving_outside_the_run_directory_are_refused(tmp_path):
     run_dir = tmp_path / "run"
     entry_id = fake_run(run_dir)
@@ -365,6 +389,20 @@ def test_ensemble_writes_nothing_through_planted_links(run_dir, tmp_path):
         assert (tmp_path / f"victim{k}").read_bytes() == b"precious", name
     for name in ("ensemble.json", "metrics.json", "calibration.png", "search_trace.png", "uncertainty.png"):
         assert not (run_dir / name).is_symlink() and (run_dir / name).stat().st_size > 0, name
+
+
+@pytest.mark.parametrize("linked", ["sub", "sub/deeper"])
+def test_ensemble_out_through_a_linked_folder_inside_the_run_directory_is_refused(run_dir, tmp_path, capsys,
+                                                                                  linked):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (run_dir / linked).parent.mkdir(parents=True, exist_ok=True)
+    (run_dir / linked).symlink_to(outside)
+    out = run_dir / linked / "ensemble.json"
+    one_line_error(capsys, ["ensemble", "--run-dir", str(run_dir), "--size", "2", "--out", str(out)],
+                   "symbolic link", str(run_dir / linked))
+    assert list(outside.iterdir()) == []
+    no_temporary_files(run_dir)
 
 
 def test_a_failed_ensemble_leaves_the_working_one_in_place(run_dir, capsys):

@@ -54,7 +54,7 @@ from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, poole
 from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
 from autodeuq.ensemble.selection import select, select_bagged
 from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
-from autodeuq.fileio import WriteError, atomic_write, os_reason
+from autodeuq.fileio import WriteError, atomic_write, os_reason, refuse_linked_folders
 from autodeuq.metrics import central_interval, check_level, mixture_moments
 
 COVERAGE_LEVELS = (0.5, 0.9, 0.95)
@@ -551,6 +551,8 @@ class Ensemble:
             "features": self.feature_names,
             "targets": self.target_names,
         }
+        # Inside the run directory, a linked folder on the way is refused like a linked refit folder.
+        refuse_linked_folders(self.run_dir, refit_dir if refitted else path.parent)
         _make_folder(path.parent)
         if refitted:
             if refit_dir.is_symlink():
@@ -989,6 +991,8 @@ def _export(ens: Ensemble, folder: Path) -> Path:
         raise EnsembleError(f"{folder}: the folder is not empty and holds no self-contained ensemble; refusing to "
                          f"write into it (give a new or empty folder)")
     members_dir = folder / MEMBERS_DIR
+    if ens.run_dir is not None:
+        refuse_linked_folders(ens.run_dir, members_dir)
     if members_dir.is_symlink():
         raise CatalogError(f"{members_dir}: is a symbolic link; refusing to write through it (remove it)")
     # Every member is read and checked before anything is written.

@@ -112,8 +112,13 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
         if address in (None, "local"):
             if num_cpus is not None:
                 kwargs["num_cpus"] = num_cpus
-            with _without_auth_banner():
-                _init(ray, "local", kwargs, "start a local Ray instance")
+            reaper = _start_reaper()
+            try:
+                with _without_auth_banner():
+                    _init(ray, "local", kwargs, "start a local Ray instance")
+            except BaseException:  # Ctrl-C or a failure half-way: end what had started
+                _request_reap(reaper)
+                raise
         else:
             where = f"connect to Ray at {address!r}" + (" (from RAY_ADDRESS)" if source == "RAY_ADDRESS" else "")
             host_port = _bootstrap_host_port(address, where)
@@ -121,6 +126,32 @@ def init_ray(address: str | None = None, num_cpus: int | None = None,
                 _probe(*host_port, connect_timeout, where, address)
             with _single_gcs_attempt(), _quiet_stderr():
                 _init(ray, address, kwargs, where)
+
+
+_REAPER = None  # the pipe to the watchdog of this process's local Ray instance (ray_reaper), once started
+
+
+def _start_reaper():
+    """Start, once per process, the watchdog that ends the local instance's processes with this one.
+
+    Ray ties its head processes to the driver, not those the raylet starts (dashboard and
+    runtime-env agents, actors): after a ``kill -9`` of the driver or a Ctrl-C while Ray starts
+    they stayed (:mod:`autodeuq.evaluator.ray_reaper`).
+    """
+    global _REAPER
+    if _REAPER is None:
+        import ray
+
+        from autodeuq.evaluator import ray_reaper
+
+        _REAPER = ray_reaper.start(os.path.dirname(os.path.abspath(ray.__file__)))
+    return _REAPER
+
+
+def _request_reap(reaper: int | None) -> None:
+    if reaper is not None:
+        with contextlib.suppress(OSError):
+            os.write(reaper, b"reap\n")
 
 
 def _init(ray, address, kwargs, where):
