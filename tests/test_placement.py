@@ -72,3 +72,48 @@ def test_a_quarter_gpu_each_puts_four_evaluations_on_one_device(tmp_path):
     results = out["results"]
     assert all(r["together"] for r in results)
     assert all(r["placement"]["gpu_ids"] == ["0"] and r["seen"] == "0" for r in results)
+
+
+CLUSTER = textwrap.dedent('''
+    import json, subprocess, sys
+    from ray.cluster_utils import Cluster
+
+    # A head that runs no task and two worker nodes of one CPU each, on this machine.
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    for _ in range(2):
+        cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "autodeuq", "search", "--dataset", "toy-sine", "--search",
+                               "random", "--max-evals", "6", "--epochs", "3", "--ray-address", cluster.address,
+                               "--run-dir", sys.argv[1], "--no-progress"], capture_output=True, text=True, timeout=400)
+        print(json.dumps({"rc": proc.returncode, "out": proc.stdout, "err": proc.stderr[-3000:]}))
+    finally:
+        cluster.shutdown()
+''')
+
+
+def test_a_search_through_an_address_runs_on_several_nodes_and_the_driver_keeps_everything(tmp_path):
+    import pandas as pd
+
+    from autodeuq.catalog import Catalog
+
+    script, run = tmp_path / "cluster.py", tmp_path / "run"
+    script.write_text(CLUSTER)
+    proc = subprocess.run([sys.executable, str(script), str(run)], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["rc"] == 0, out["err"]
+    assert "2 parallel evaluation(s)" in out["out"] and "6 done" in out["out"]
+    frame = pd.read_csv(run / "results.csv")
+    assert (frame["status"] == "done").all() and frame["node"].notna().all()
+    assert frame["node"].nunique() == 2  # both worker nodes trained, the head none
+    with Catalog(run) as catalog:  # every network and its predictions came back to the driver's catalog
+        for entry_id in catalog.ids("done"):
+            catalog.load_model(entry_id)
+        assert catalog.validation_predictions(catalog.ids("done")).ids == catalog.ids("done")
+    # what the run directory holds is the catalog's, written by the driver alone
+    assert sorted(p.name for p in run.iterdir() if not p.name.startswith("catalog.sqlite-")) == sorted(  # -wal, -shm
+        ["catalog.lock", "catalog.sqlite", "meta.json", "models", "predictions", "results.csv", "valid_targets.npy"])
+    assert sorted(p.name for p in (run / "models").iterdir()) == sorted(f"{i}.keras" for i in frame["id"])
