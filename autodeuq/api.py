@@ -7,7 +7,6 @@ import os
 import shutil
 import tempfile
 import time
-import warnings
 import weakref
 from pathlib import Path
 
@@ -140,9 +139,6 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     drop_missing_target : bool, default=False
         Leave out the rows whose target is missing (NaN), of ``X`` and of ``X_valid``, instead
         of refusing them; ``n_dropped_missing_target_`` counts them.
-    selection_objective : {"mixture", "gaussian"}, optional
-        Deprecated former name of ``selection_score``: it still works, with a
-        ``DeprecationWarning``, and will be removed in the next release.
 
     The encoding and the imputation values are fitted on the training rows only (see
     :mod:`autodeuq.preprocess`) and saved with the ensemble as JSON.
@@ -187,8 +183,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                  calibrate="auto", selection_bags=0, early_discarding="auto", timeout=None, verbose=False,
                  categorical="onehot", impute="mean", drop=None, id_column=None, refit="auto",
                  eval_budget=None, sha_min_epochs="auto", sha_reduction=3, sha_rungs="auto",
-                 drop_missing_target=False, population_size="auto", tournament_size="auto",
-                 selection_objective="deprecated"):
+                 drop_missing_target=False, population_size="auto", tournament_size="auto"):
         self.space = space
         self.search = search
         self.max_evals = max_evals
@@ -220,7 +215,6 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         self.drop_missing_target = drop_missing_target
         self.population_size = population_size
         self.tournament_size = tournament_size
-        self.selection_objective = selection_objective
 
     def fit(self, X, y, X_valid=None, y_valid=None):
         """Search, fill the catalog and build the ensemble.
@@ -337,13 +331,6 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         from autodeuq.space import SearchSpace
 
         score = self.selection_score
-        if self.selection_objective != "deprecated":
-            warnings.warn("AutoDEUQRegressor: selection_objective is deprecated and will be removed in the next "
-                          "release; use selection_score", DeprecationWarning, stacklevel=3)
-            if self.selection_score not in ("mixture", self.selection_objective):
-                raise ParameterError("selection_objective", "must not be given with selection_score (its new "
-                                     "name)", self.selection_objective)
-            score = self.selection_objective
         if not isinstance(self.space, (str, os.PathLike, dict, SearchSpace)):
             raise ParameterError("space", "must be a shipped space's name, a space file or a SearchSpace", self.space)
         if self.run_dir is not None and not isinstance(self.run_dir, (str, os.PathLike)):

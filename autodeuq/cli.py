@@ -211,9 +211,6 @@ def _add_ensemble_args(p, with_test=True):
     g.add_argument("--selection-score", choices=options.SCORES, default="mixture",
                    help="what selection minimizes: the ensemble's exact mixture NLL or its moment-matched Gaussian "
                         "NLL (default: mixture)")
-    # Its former name, kept for one release: "objective" is the search's (a network's validation NLL).
-    g.add_argument("--objective", dest="former_objective", choices=options.SCORES, default=None,
-                   help=argparse.SUPPRESS)
     g.add_argument("--selection-stop", choices=options.STOPS, default="size",
                    help="size: always K distinct members (when the catalog has K usable models); improvement: "
                         "stop as soon as no addition improves the validation NLL (may leave one member) "
@@ -360,12 +357,6 @@ def _search_options(args, space) -> dict:
 def _check_ensemble_args(args):
     from autodeuq.pipeline import check_ensemble_parameters
 
-    if args.former_objective is not None:
-        if args.selection_score != "mixture" and args.selection_score != args.former_objective:
-            raise CLIError("give --selection-score only: --objective is its former name")
-        print("autodeuq: warning: --objective is deprecated and will be removed in the next release; "
-              "use --selection-score", file=sys.stderr)
-        args.selection_score, args.former_objective = args.former_objective, None
     check_ensemble_parameters(ensemble_size=args.size, selector=args.selector, selection_score=args.selection_score,
                               selection_stop=args.selection_stop, diversity=args.diversity,
                               selection_bags=args.selection_bags, calibrate=args.calibrate, refit=args.refit)

@@ -202,7 +202,7 @@ BAD_PARAMETERS = [
 
 
 def test_every_parameter_is_covered_by_the_bad_value_table():
-    assert {name for name, _ in BAD_PARAMETERS} | {"selection_objective"} == set(AutoDEUQRegressor().get_params())
+    assert {name for name, _ in BAD_PARAMETERS} == set(AutoDEUQRegressor().get_params())
 
 
 @pytest.mark.parametrize("name, value", BAD_PARAMETERS)
@@ -223,21 +223,3 @@ def test_an_unknown_space_is_refused_before_any_work(tmp_path):
     with pytest.raises(SpaceError, match="unknown search space 'tabularr'"):
         AutoDEUQRegressor(**{**TINY, "space": "tabularr"}, run_dir=tmp_path / "run").fit(np.ones((1, 2)), np.ones(1))
     assert not (tmp_path / "run").exists()
-
-
-def test_former_selection_objective_still_works_and_clones(tmp_path):
-    from sklearn.base import clone
-
-    model = AutoDEUQRegressor(**TINY, selection_objective="gaussian", run_dir=tmp_path / "run")
-    copy = clone(model)
-    assert copy.get_params() == model.get_params() and copy.selection_objective == "gaussian"
-    assert clone(AutoDEUQRegressor()).set_params(selection_score="gaussian").selection_score == "gaussian"
-    X = np.random.default_rng(5).uniform(-1, 1, (45, 1))
-    with pytest.warns(DeprecationWarning, match="selection_objective is deprecated.*use selection_score"):
-        model.fit(X, np.sin(3 * X[:, 0]))
-    assert model.ensemble_.selection["score"] == "gaussian"
-    conflicting = AutoDEUQRegressor(**TINY, selection_objective="mixture", selection_score="gaussian",
-                                    run_dir=tmp_path / "bad")
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="selection_objective must not be given"):
-        conflicting.fit(X, X[:, 0])
-    assert not (tmp_path / "bad").exists()

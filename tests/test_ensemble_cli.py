@@ -27,6 +27,9 @@ def test_run_writes_manifest_metrics_and_plots(run_dir):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     members = metrics.pop("ensemble")["members"]
     assert members == [m["id"] for m in json.loads((run_dir / "ensemble.json").read_text())["members"]]
+    search = metrics.pop("search")  # the catalog's evaluations by status, and the mutated children
+    assert search["evaluations"] == search["done"] + search["discarded"] + search["failed"] + search["running"]
+    assert 0 <= search["mutated"] <= search["evaluations"]
     assert set(metrics) == {"validation", "test"}
     expected = {"nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_95",
                 "miscalibration_area", "sharpness"}
@@ -372,7 +375,8 @@ def test_cli_runs_the_thesis_ablations(tmp_path):
     catalog = Catalog(run)
     assert [config["hp"] for config, _ in catalog.history()] == [expected, expected]
     assert catalog.meta["search"]["search"] == "age-fixed-hp"
-    assert catalog.meta["search"]["options"] == {"fixed_hp": expected}
+    # aging evolution sized for 2 evaluations: the smallest population
+    assert catalog.meta["search"]["options"] == {"fixed_hp": expected, "population_size": 10, "sample_size": 3}
 
     run = tmp_path / "bo"
     assert main(base + ["--search", "bo-fixed-arch", "--surrogate", "rf", "--run-dir", str(run)]) == 0
@@ -400,17 +404,13 @@ def test_cli_ensemble_selection_options_reach_the_manifest_and_metrics(run_dir, 
     assert [m["id"] for m in manifest["members"]] == document["ensemble"]["members"]
 
 
-def test_cli_selection_score_and_its_former_name(run_dir, tmp_path, capsys):
-    out, former = tmp_path / "score.json", tmp_path / "former.json"
+def test_cli_selection_score_reaches_the_manifest(run_dir, tmp_path, capsys):
+    out = tmp_path / "score.json"
     assert main(["ensemble", "--run-dir", str(run_dir), "--selection-score", "gaussian", "--out", str(out)]) == 0
-    assert "deprecated" not in capsys.readouterr().err
-    assert main(["ensemble", "--run-dir", str(run_dir), "--objective", "gaussian", "--out", str(former)]) == 0
-    err = capsys.readouterr().err
-    assert "autodeuq: warning: --objective is deprecated and will be removed in the next release; use " \
-           "--selection-score" in err
-    chosen, again = (json.loads(path.read_text()) for path in (out, former))
-    assert chosen["selection"]["score"] == again["selection"]["score"] == "gaussian"
-    assert [(m["id"], m["weight"]) for m in chosen["members"]] == [(m["id"], m["weight"]) for m in again["members"]]
+    assert json.loads(out.read_text())["selection"]["score"] == "gaussian"
+    with pytest.raises(SystemExit):  # the pre-release name is gone
+        main(["ensemble", "--run-dir", str(run_dir), "--objective", "gaussian"])
+    capsys.readouterr()
     err = one_line_error(capsys, ["ensemble", "--run-dir", str(run_dir), "--selection-bags", "-1"])
     assert "--selection-bags must be an integer >= 0, got -1" in err
 

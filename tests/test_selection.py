@@ -379,16 +379,12 @@ def test_invalid_arguments(kwargs, match):
         select(means, variances, y, **kwargs)
 
 
-def test_former_keyword_names_still_work_with_a_deprecation_warning():
+def test_former_keyword_names_are_gone():
     means, variances, y = random_catalog(0)
-    expected = select(means, variances, y, 3, selector="greedy-noreplace", score="gaussian")
-    with pytest.warns(DeprecationWarning, match=r"objective= is deprecated.*use score="):
-        with pytest.warns(DeprecationWarning, match=r"method= is deprecated.*use selector="):
-            chosen = select(means, variances, y, 3, method="greedy-noreplace", objective="gaussian")
-    np.testing.assert_array_equal(chosen.indices, expected.indices)
-    np.testing.assert_array_equal(chosen.weights, expected.weights)
-    with pytest.raises(TypeError, match="both method= and its new name selector="):
-        select(means, variances, y, 3, method="topk", selector="topk")
+    with pytest.raises(TypeError, match="objective"):
+        select(means, variances, y, 3, objective="gaussian")
+    with pytest.raises(TypeError, match="method"):
+        select(means, variances, y, 3, method="topk")
 
 
 def test_invalid_shapes_and_catalogs():

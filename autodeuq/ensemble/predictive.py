@@ -49,7 +49,6 @@ from autodeuq.catalog import (
     read_verified,
 )
 from autodeuq.data import FLOAT32_MAX, DataError, encode_table, feature_frame, feature_matrix
-from autodeuq.deprecation import renamed_keywords
 from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage, resolve_calibration
 from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
 from autodeuq.ensemble.selection import select, select_bagged
@@ -380,7 +379,6 @@ class Ensemble:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    @renamed_keywords(method="selector", objective="score")
     def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: str = "mixture", *,
                      stop: str = "size", diversity: str = "none", calibrate: str = "auto",
                      calibration_folds: int = 2, bags: int = 0, seed: int = 0) -> "Ensemble":

@@ -18,7 +18,6 @@ import operator
 
 import numpy as np
 
-from autodeuq.deprecation import renamed_keywords
 from autodeuq.ensemble.options import METHODS, SCORES, STOPS
 from autodeuq.errors import ParameterError
 from autodeuq.metrics import LOG_2PI, check_mixture
@@ -57,7 +56,6 @@ class Selection(tuple):
         return float(1.0 / np.sum(np.square(self.weights)))
 
 
-@renamed_keywords(method="selector", objective="score")
 def select(
     means, variances, y, size=5, selector="greedy", score="mixture", *, stop="size",
     groups=None, max_selections=None
@@ -352,7 +350,6 @@ class _GaussianState:
         return 0.5 * (LOG_2PI + work.mean(axis=1))
 
 
-@renamed_keywords(method="selector", objective="score")
 def select_bagged(means, variances, y, size=5, *, bags=10, fraction=0.5, seed=0, **options):
     """Selection averaged over random halves of the validation rows (bagged ensemble selection).
 
