@@ -1041,7 +1041,7 @@ class Catalog:
         frame = pd.DataFrame.from_records(records, columns=columns)
         # Same dtypes as reading results.csv back: numbers (NaN where missing) or strings.
         for column in columns:
-            if column in ("status", "reason", "arch", "architecture", "worker", "node", "gpus"):
+            if column in ("status", "reason", "arch", "architecture", "worker"):
                 continue
             with contextlib.suppress(ValueError, TypeError):
                 frame[column] = pd.to_numeric(frame[column])

@@ -25,13 +25,13 @@ def test_every_choice_list_is_its_registry():
         "acq": list(search.ACQUISITIONS), "early_discarding": list(discard.POLICIES),
         "sha_rungs": list(discard.RUNG_UNITS),
         "evaluator": list(evaluator.EVALUATORS), "selector": list(options.METHODS),
-        "selection_score": list(options.SCORES), "former_objective": list(options.SCORES),
+        "selection_score": list(options.SCORES),
         "selection_stop": list(options.STOPS), "diversity": list(options.DIVERSITY),
         "calibrate": list(options.CALIBRATIONS),
     }
     assert _choices("run") == expected
     assert _choices("search") == {k: v for k, v in expected.items() if k not in (
-        "selector", "selection_score", "former_objective", "selection_stop", "diversity", "calibrate")}
+        "selector", "selection_score", "selection_stop", "diversity", "calibrate")}
 
 
 def test_the_bo_searchers_are_those_whose_class_takes_a_surrogate():
