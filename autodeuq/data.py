@@ -266,7 +266,7 @@ def _numeric_block(frame, cols: list[str], source: str, role: str, allow_nan: bo
         kinds = ", ".join(f"{c!r} ({frame[c].dtype})" for c in bad)
         raise DataError(f"{source}: non-numeric {role} column(s) {kinds}; encode them as numbers first")
     arr = frame[cols].to_numpy(dtype=np.float64, na_value=np.nan)
-    _check_values(arr, cols, source, role, allow_nan=allow_nan)
+    check_values(arr, cols, source, role, allow_nan=allow_nan)
     return arr
 
 
@@ -289,7 +289,7 @@ def _target_rows(frame, targets: list[str], source: str, drop_missing: bool | No
     return y, keep
 
 
-def _check_values(arr: np.ndarray, cols, source: str, role: str, allow_nan: bool = False) -> None:
+def check_values(arr: np.ndarray, cols, source: str, role: str, allow_nan: bool = False) -> None:
     """Refuse NaN/inf and magnitudes beyond float32, naming the column and the first (1-based) data row.
 
     With ``allow_nan`` (columns whose missing values are imputed later), only infinite values
@@ -426,7 +426,7 @@ def from_arrays(x, y, x_valid=None, y_valid=None, *, valid_fraction=DEFAULT_VALI
     for label, arr, names in (("X", x, feature_names), ("y", y, target_names)):
         if len(arr) == 0:
             raise DataError(f"{label} is empty")
-        _check_values(arr, names, label, "feature" if label == "X" else "target")
+        check_values(arr, names, label, "feature" if label == "X" else "target")
     if x_valid is None:
         tr, va = random_split(len(x), valid_fraction, seed)
         x, x_valid, y, y_valid = x[tr], x[va], y[tr], y[va]
@@ -436,8 +436,8 @@ def from_arrays(x, y, x_valid=None, y_valid=None, *, valid_fraction=DEFAULT_VALI
         if x_valid.shape[1] != x.shape[1] or y_valid.shape[1] != y.shape[1]:
             raise DataError(f"validation data has {x_valid.shape[1]} features / {y_valid.shape[1]} targets, "
                             f"training data {x.shape[1]} / {y.shape[1]}")
-        _check_values(x_valid, feature_names, "X_valid", "feature")
-        _check_values(y_valid, target_names, "y_valid", "target")
+        check_values(x_valid, feature_names, "X_valid", "feature")
+        check_values(y_valid, target_names, "y_valid", "target")
         split = {"kind": "given"}
     _check_targets_vary(y, target_names, name)
     if x_test is not None:
@@ -592,7 +592,7 @@ def encode_table(preprocessor, frame, source: str, ignore: Sequence[str] = ()) -
         raise DataError(f"{source}: columns do not match the model's features {preprocessor.feature_columns}: "
                         f"unexpected column(s) {unexpected}")
     x = preprocessor.transform(frame, source)
-    _check_values(x, preprocessor.output_names, source, "feature")
+    check_values(x, preprocessor.output_names, source, "feature")
     return x
 
 

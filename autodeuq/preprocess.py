@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autodeuq.data import FLOAT32_MAX, DataError, _check_values
+from autodeuq.data import FLOAT32_MAX, DataError, check_values
 from autodeuq.errors import AutoDEUQWarning, ParameterError
 
 CATEGORICAL = ("onehot", "ordinal", "none")
@@ -175,7 +175,7 @@ class TablePreprocessor:
             if kinds[c] == "categorical":
                 _check_not_mixed(frame[c], c, source)
             else:
-                _check_values(frame[[c]].to_numpy(dtype=np.float64, na_value=np.nan), [c], source, "feature",
+                check_values(frame[[c]].to_numpy(dtype=np.float64, na_value=np.nan), [c], source, "feature",
                               allow_nan=True)
             if kinds[c] == "categorical" and options.categorical == "none":
                 raise DataError(
