@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from autodeuq.search.age import AgingEvolution, population_for_budget  # noqa: E402
 from autodeuq.search.agebo import AgEBO  # noqa: E402
-from autodeuq.search.bo import VectorBO  # noqa: E402
+from autodeuq.search.bo import BayesianOptimization, VectorBO  # noqa: E402
 from autodeuq.space import load_space  # noqa: E402
 from benchmarks.surrogates import PROBLEMS  # noqa: E402
 
@@ -209,11 +209,15 @@ def simulate(adapter, workers, evals, seed):
 
 # ---------------------------------------------------------------- settings
 def make_adapter(problem, searcher, seed, options):
-    """``searcher``: "bo" (VectorBO alone, box problems), "agebo" or "age" (tabular problems)."""
+    """``searcher``: "bo" (VectorBO alone on box problems, BayesianOptimization over the joint space
+    on tabular ones), "agebo" or "age"."""
     if problem in PROBLEMS:
         _, sampler, cost, _ = PROBLEMS[problem]
         return VectorAdapter(VectorBO(sampler, **options.get("bo", {})), cost, seed)
     with_failures = problem == "tabular-fail"
+    if searcher == "bo":
+        made = BayesianOptimization(SPACE, seed=seed, **options.get("bo", {}))
+        return SearcherAdapter(made, lambda c: tabular_cost(c, with_failures))
     failures_in = options.get("failures_in", False)
     population = {"population_size": options["P"], "sample_size": options["S"]}
     if searcher == "agebo":
@@ -252,6 +256,7 @@ def settings_for(measurement, evals, searchers):
         lies.append(("qucb", {"bo": {"multi_point": "qucb"}}))
         return [(s, name, {**opts, "P": default_ps[0], "S": default_ps[1]}) for s in searchers for name, opts in lies]
     if measurement == "population":
+        searchers = [s for s in searchers if s != "bo"]
         sizes = [(100, 10), default_ps, (25, 5), (10, 3)]
         return [(s, f"P={p}, S={k}", {"P": p, "S": k}) for s in searchers for p, k in sizes]
     rules = [("failures out (autodeuq)", False), ("failures in as worst (DeepHyper)", True)]
@@ -269,7 +274,8 @@ def main():
                         help="comma-separated; default: liar tabular,mixed; population tabular; "
                              "failures tabular-fail")
     parser.add_argument("--searchers", default=None,
-                        help="comma-separated among agebo, age (tabular problems); box problems use VectorBO")
+                        help="comma-separated among agebo, age, bo (tabular problems; bo: BayesianOptimization "
+                             "over the joint space); box problems use VectorBO")
     parser.add_argument("--candidates", type=int, default=10_000, help="BO acquisition candidates per ask")
     args = parser.parse_args()
     default_problems = {"liar": "tabular,mixed", "population": "tabular", "failures": "tabular-fail"}
