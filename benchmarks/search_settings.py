@@ -22,9 +22,10 @@ Problems:
   whose center depends on the optimizer, a bowl in the log batch size, an offset per optimizer, two
   shallow bowls in the patiences). Cells and the two halves are independent, so the optimum is
   exact (enumeration per cell and per hyperparameter).
-* ``tabular-fail``: the same, where about 10 % of random configurations fail: networks whose
-  widths add up to more than 960 units, and learning rates above the 90th percentile of the
-  prior (a diverged training). The optimum (widths adding to 896) does not fail.
+* ``tabular-fail``: the same, where a fifth of random configurations fail (6-9 % of a search's
+  evaluations: the searchers learn to avoid them): networks whose widths add up to more than 900
+  units, and learning rates above the 90th percentile of the prior (a diverged training). The
+  optimum (widths adding to 896) does not fail, but borders the failing region.
 * ``mixed``, ``hartmann6``...: :mod:`benchmarks.surrogates`' problems, for VectorBO alone.
 
 Prints markdown tables: median [quartiles] over seeds of the simple regret (best cost found minus
@@ -61,7 +62,7 @@ _IDENTITY_COST = 0.9
 _OPT_COST = {"sgd": 0.3, "rmsprop": 0.15, "adagrad": 0.4, "adam": 0.0, "adadelta": 0.6, "adamax": 0.1,
              "nadam": 0.05}
 _OPT_LR_SHIFT = {"sgd": 0.2, "adagrad": 0.15, "adadelta": 0.3}  # the encoded learning rate they prefer, above 0.5
-MAX_TOTAL_UNITS, MAX_LR_CODE = 960, 0.9  # tabular-fail: what fails
+MAX_TOTAL_UNITS, MAX_LR_CODE = 900, 0.9  # tabular-fail: what fails
 
 
 def _cell_cost(cell, dense, skips):
