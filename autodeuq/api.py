@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-import numbers
+import inspect
 import os
 import shutil
 import tempfile
@@ -14,6 +14,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
+from autodeuq.options import BY_NAME, numpydoc_parameters, signature_parameters
+
 
 class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     """Automated deep ensemble with uncertainty quantification.
@@ -23,122 +25,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
 
     Parameters
     ----------
-    space : str, path or SearchSpace, default="tabular"
-        Search space: a shipped name (``"toy"``, ``"tabular"``) or a YAML/JSON file.
-    search : {"agebo", "age", "bo", "random", "age-fixed-hp", "bo-fixed-arch"}, default="agebo"
-        The two last are the thesis' ablations, with their default fixed halves (see
-        :func:`autodeuq.search.create`).
-    max_evals : int, default=100
-        Trainings to run (the catalog size).
-    population_size, tournament_size : int or "auto", default="auto"
-        P and S of aging evolution (``search`` "age", "agebo", "age-fixed-hp"): the population
-        holds the last P successful trainings and is random until full; each child mutates the
-        best of S members drawn from it. ``"auto"``: P a fifth of ``max_evals`` within [10, 100],
-        S a third of P (:func:`autodeuq.pipeline.evolution_options`).
-    ensemble_size : int, default=5
-        Maximum distinct members of the ensemble. When fewer trainings succeeded, the ensemble
-        is selected among all of them and an :class:`~autodeuq.ensemble.EnsembleSizeWarning`
-        says so.
-    workers : int, optional
-        Concurrent evaluations on Ray; default: what the local Ray instance can run.
-    run_dir : path, optional
-        Catalog directory (resumed when it exists), kept after the estimator. Default: a new
-        temporary directory that lives as long as the estimator: it is deleted when the
-        estimator is garbage-collected, refitted, or at interpreter exit. Pickling (or copying)
-        the fitted estimator keeps that directory, since the copy reads its models from it;
-        its path is ``run_dir_``, to delete by hand then. See Notes for persistence.
-    seed : int, optional
-        Seed of the validation split, the search and the trainings, from 0 to 2**32 - 1; ``None``
-        means 0.
-    epochs : int, optional
-        Override of the space's epoch budget.
-    evaluator : {"ray", "serial"}, default="ray"
-    valid_fraction : float, default=1/3
-        Fraction of the training data held out for validation when ``fit`` gets none.
-    selector : {"greedy", "greedy-noreplace", "topk"}, default="greedy"
-        Greedy selection with replacement (Caruana et al. 2004), without, or the best
-        ``ensemble_size`` models.
-    selection_score : {"mixture", "gaussian"}, default="mixture"
-        What selection minimizes on the validation rows: the ensemble's exact mixture NLL, or the
-        NLL of its moment-matched Gaussian. (The networks' own score, the search's objective, is
-        always their validation NLL.)
-    selection_stop : {"size", "improvement"}, default="size"
-        ``"size"``: the ensemble has ``ensemble_size`` distinct members whenever the catalog has
-        that many usable models; ``"improvement"``: greedy selection stops as soon as no addition
-        improves the validation NLL (Caruana et al. 2004), possibly at one member.
-    diversity : {"none", "architecture", "activations"}, default="none"
-        At most one member per architecture, or per set of activation functions.
-    calibrate : {"auto", "none", "scale"}, default="auto"
-        ``"scale"``: recalibrate each target's predictive std by a factor fitted on out-of-fold
-        selections of the validation rows (saved with the ensemble). ``"auto"``: when the
-        training and validation rows number more than 1000 (:data:`autodeuq.data.SMALL_DATA_ROWS`),
-        where it was measured to lower the test NLL (:mod:`autodeuq.ensemble.calibration`).
-    selection_bags : int, default=0
-        When > 0, bagged selection: repeated on that many random halves of the validation rows,
-        weights averaged (0: selection once on all the validation rows).
-    refit : {"auto", True, False}, default="auto"
-        Retrain the selected members on the training and validation rows together, each for
-        the epochs of its best validation loss with the learning rates it used then (see
-        :mod:`autodeuq.ensemble.refit`). ``"auto"``: when those rows number at most 1000 (the
-        same threshold), where it was measured to lower the test NLL (on 10 of 12 standard UCI splits, by 0.072 nats on
-        average). ``ensemble_`` keeps its catalog (``run_dir_``) and holds the refitted networks;
-        ``ensemble_.without_refit()`` is the ensemble before the refit, and
-        ``ensemble_.selection["refit"]`` says what was done. With ``evaluator="ray"`` the
-        members retrain at once on the search's workers. Under ``timeout``, a member is
-        refitted only when its retraining fits in the time left (else a
-        :class:`~autodeuq.ensemble.refit.RefitTimeWarning`).
-    early_discarding : {"auto", "none", "sha", "iepoch"}, default="auto"
-        ``"auto"``: ``"sha"`` when the training and validation rows number more than 1000, else
-        ``"none"`` (:data:`autodeuq.data.SMALL_DATA_ROWS`). ``"none"``: every configuration is
-        trained to its own early stop. ``"sha"``: asynchronous successive halving (Li et al.
-        2020) with rungs at epochs 1, 3, 9, 27, 81 (3, 9, 27, 81 on up to 1000 rows; see
-        ``sha_min_epochs``): a training continues past a rung only if its validation loss is
-        among the best third recorded there. ``"iepoch"``: i-Epoch (Egele
-        2024): every evaluation of the search trains 1 epoch, then the 10 configurations of
-        lowest validation loss are trained to the full budget as catalog entries of their own
-        (see :mod:`autodeuq.discard`).
-    sha_min_epochs : int or "auto", default="auto"
-    sha_reduction : int, default=3
-        The rungs of successive halving (``"sha"``, or ``"auto"`` when it becomes ``"sha"``):
-        epochs ``sha_min_epochs * sha_reduction**k``, where a training continues only if its
-        validation loss is among the best ``1 / sha_reduction`` recorded there. ``"auto"``: the
-        first rung is epoch 3 when the training and validation rows number at most 1000, where one
-        epoch was measured to rank configurations poorly, else epoch 1 (a resumed catalog keeps its
-        own; :mod:`autodeuq.discard`).
-    sha_rungs : {"auto", "epochs", "steps"}, default="auto"
-        What the rungs of successive halving count. ``"steps"``: optimizer steps, those of as many
-        epochs with the middle batch size of the space (the geometric mean of its range), so a
-        training with batches ``k`` times larger reaches each rung after ``k`` times the epochs,
-        and trainings are compared after the same number of updates. ``"epochs"``: epochs,
-        whatever the batch size. ``"auto"``: ``"epochs"`` (a resumed catalog keeps its own).
-    timeout : float, optional
-        Wall-clock limit of ``fit`` in seconds: the search stops early enough to leave the
-        ensemble step a tenth of it (30 s to 5 min; :func:`autodeuq.pipeline.search_timeout`).
-    eval_budget : float, optional
-        Seconds each training of the search may take: it ends after the epoch when another one
-        as long would pass them and keeps its best epoch so far, like an early stop (``None``:
-        no limit). Bounds what one evaluation costs on large data.
-    verbose : bool, default=False
-        Show the search progress bar.
-    categorical : {"onehot", "ordinal", "none"}, default="onehot"
-        Encoding of non-numeric columns of ``X`` (strings, categories, booleans): one 0/1 input
-        per training category (an unseen category is all zeros), the category's index in the
-        sorted training categories (unseen: -1), or none (such columns are refused). ``predict``
-        counts the rows with unseen categories, per column, in an
-        :class:`~autodeuq.UnseenCategoryWarning`. A text column that is mostly numbers, or that
-        looks like an identifier, is refused (see :mod:`autodeuq.preprocess`).
-    impute : {"mean", "median", "none"}, default="mean"
-        Missing values of ``X`` (NaN, None): replaced by the training rows' mean or median
-        (numeric columns) or most frequent category, at ``fit`` and ``predict``; ``"none"``
-        refuses them. Missing targets are refused unless ``drop_missing_target``.
-    drop : sequence of str, optional
-        Columns of ``X`` that are not features (read and ignored, also by ``predict``).
-    id_column : str, optional
-        A column of ``X`` that identifies rows: not a feature; ``autodeuq predict`` copies it
-        into its output.
-    drop_missing_target : bool, default=False
-        Leave out the rows whose target is missing (NaN), of ``X`` and of ``X_valid``, instead
-        of refusing them; ``n_dropped_missing_target_`` counts them.
+{parameters}
 
     The encoding and the imputation values are fitted on the training rows only (see
     :mod:`autodeuq.preprocess`) and saved with the ensemble as JSON.
@@ -177,44 +64,14 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     >>> parts.aleatoric_std, parts.epistemic_std                    # doctest: +SKIP
     """
 
-    def __init__(self, space="tabular", search="agebo", max_evals=100, ensemble_size=5, workers=None,
-                 run_dir=None, seed=None, epochs=None, evaluator="ray", valid_fraction=1 / 3,
-                 selector="greedy", selection_score="mixture", selection_stop="size", diversity="none",
-                 calibrate="auto", selection_bags=0, early_discarding="auto", timeout=None, verbose=False,
-                 categorical="onehot", impute="mean", drop=None, id_column=None, refit="auto",
-                 eval_budget=None, sha_min_epochs="auto", sha_reduction=3, sha_rungs="auto",
-                 drop_missing_target=False, population_size="auto", tournament_size="auto"):
-        self.space = space
-        self.search = search
-        self.max_evals = max_evals
-        self.ensemble_size = ensemble_size
-        self.workers = workers
-        self.run_dir = run_dir
-        self.seed = seed
-        self.epochs = epochs
-        self.evaluator = evaluator
-        self.valid_fraction = valid_fraction
-        self.selector = selector
-        self.selection_score = selection_score
-        self.selection_stop = selection_stop
-        self.diversity = diversity
-        self.calibrate = calibrate
-        self.selection_bags = selection_bags
-        self.early_discarding = early_discarding
-        self.timeout = timeout
-        self.verbose = verbose
-        self.categorical = categorical
-        self.impute = impute
-        self.drop = drop
-        self.id_column = id_column
-        self.refit = refit
-        self.eval_budget = eval_budget
-        self.sha_min_epochs = sha_min_epochs
-        self.sha_reduction = sha_reduction
-        self.sha_rungs = sha_rungs
-        self.drop_missing_target = drop_missing_target
-        self.population_size = population_size
-        self.tournament_size = tournament_size
+    def __init__(self, **params):
+        # One keyword-only parameter per option of a run (autodeuq.options.OPTIONS): the signature
+        # scikit-learn reads (get_params, clone) is set below from the same table.
+        unknown = sorted(set(params) - set(BY_NAME))
+        if unknown:
+            raise TypeError(f"AutoDEUQRegressor got an unexpected keyword argument {unknown[0]!r}")
+        for name, option in BY_NAME.items():
+            setattr(self, name, params.get(name, option.default))
 
     def fit(self, X, y, X_valid=None, y_valid=None):
         """Search, fill the catalog and build the ensemble.
@@ -247,19 +104,25 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             catalog in ``run_dir_`` is consistent and ``fit`` with that ``run_dir`` resumes it.
         """
         from autodeuq.data import DEFAULT_VALID_FRACTION, MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_table
-        from autodeuq.ensemble import Ensemble
-        from autodeuq.ensemble.refit import refit_selected
         from autodeuq.errors import ParameterError
-        from autodeuq.pipeline import ensemble_deadline, fill_catalog, search_timeout
+        from autodeuq.pipeline import (
+            ensemble_deadline,
+            fill_catalog,
+            refit_ensemble,
+            refit_where,
+            search_timeout,
+            select_ensemble,
+        )
         from autodeuq.preprocess import TableOptions
         from autodeuq.runner import Terminated
         from autodeuq.space import load_space
 
         started = time.monotonic()
-        score = self._check_parameters()
-        options = TableOptions(categorical=self.categorical, impute=self.impute, drop=self.drop,
-                               id_column=self.id_column, drop_missing_target=self.drop_missing_target)
-        space = load_space(self.space)
+        table_config, config, ensemble_config = self._check_parameters()
+        options = TableOptions(categorical=table_config.categorical, impute=table_config.impute,
+                               drop=table_config.drop, id_column=table_config.id_column,
+                               drop_missing_target=table_config.drop_missing_target)
+        space = load_space(config.space)
         target_names = _target_names(y)
         # At least a training and a validation row; scikit-learn's message says "1 sample(s)".
         min_rows = MIN_TRAIN_ROWS + (MIN_VALID_ROWS if X_valid is None else 0)
@@ -279,14 +142,14 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
             X_valid = self._by_name(X_valid)
             valid_checked = validate_data(self, X_valid, reset=False, dtype=None, ensure_all_finite=False)
             y_valid = np.asarray(y_valid, dtype=np.float64).reshape(len(valid_checked), -1)
-        seed = 0 if self.seed is None else int(self.seed)
+        seed = 0 if config.seed is None else int(config.seed)
         # The catalog records the real column names, so `autodeuq predict --data table.csv` works.
         if not (target_names and len(target_names) == y2.shape[1]):
             target_names = ["y"] if y2.shape[1] == 1 else [f"y{j}" for j in range(y2.shape[1])]
         if X_valid is not None:
             valid = (_with_targets(self._table(X_valid, valid_checked), y_valid, target_names), "X_valid")
         dataset = from_table(_with_targets(self._table(X, checked), y2, target_names), target_names, "X", options,
-                             valid=valid, valid_fraction=self.valid_fraction, seed=seed, name="<fit arrays>")
+                             valid=valid, valid_fraction=table_config.valid_fraction, seed=seed, name="<fit arrays>")
         self.n_targets_ = y2.shape[1]
         self.n_dropped_missing_target_ = sum(dataset.dropped_missing_target.values())
         space = space.for_rows(len(dataset.x_train))
@@ -297,57 +160,27 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         else:
             self.run_dir_ = Path(tempfile.mkdtemp(prefix="autodeuq-"))
             self._temporary_catalog = weakref.finalize(self, shutil.rmtree, str(self.run_dir_), ignore_errors=True)
-        self.search_summary_ = summary = fill_catalog(
-            space, dataset, self.run_dir_, search=self.search, max_evals=self.max_evals,
-            timeout=search_timeout(self.timeout),
-            seed=seed, epochs=self.epochs, early_discarding=self.early_discarding, evaluator=self.evaluator,
-            sha_min_epochs=self.sha_min_epochs, sha_reduction=self.sha_reduction, sha_rungs=self.sha_rungs,
-            workers=self.workers,
-            eval_budget=self.eval_budget, progress=bool(self.verbose), population_size=self.population_size,
-            tournament_size=self.tournament_size)
+        self.search_summary_ = summary = fill_catalog(space, dataset, self.run_dir_, config,
+                                                      timeout=search_timeout(config.timeout))
         if summary.interrupted:
             # Ctrl-C (or SIGTERM) is the caller's: no ensemble of whatever happened to finish.
             interrupt = Terminated if summary.stopped_by == "terminated" else KeyboardInterrupt
             raise interrupt(f"search interrupted; {self.run_dir_} is consistent: fit again with "
                             f"run_dir={str(self.run_dir_)!r} to resume it")
         summary.raise_for_error()
-        self.ensemble_ = Ensemble.from_catalog(self.run_dir_, size=self.ensemble_size, selector=self.selector,
-                                               score=score, stop=self.selection_stop, diversity=self.diversity,
-                                               calibrate=self.calibrate, bags=self.selection_bags, seed=seed)
+        ensemble = select_ensemble(self.run_dir_, ensemble_config, seed=seed)
         # The members retrain in parallel on the search's workers (still up) when it ran on Ray.
-        self.ensemble_, _ = refit_selected(self.ensemble_, np.vstack([dataset.x_train, dataset.x_valid]),
-                                           np.vstack([dataset.y_train, dataset.y_valid]), self.refit,
-                                           deadline=ensemble_deadline(started, self.timeout),
-                                           evaluator=self.evaluator, evaluator_options={"workers": self.workers})
+        self.ensemble_, _ = refit_ensemble(ensemble, ensemble_config.refit,
+                                           deadline=ensemble_deadline(started, config.timeout),
+                                           where=refit_where(config))
         return self
 
-    def _check_parameters(self) -> str:
-        """Refuse a bad parameter before any work; the selection score to use.
+    def _check_parameters(self) -> tuple:
+        """The (table, search, ensemble) configurations of the parameters, each checked before any
+        work (:func:`autodeuq.options.resolve`)."""
+        from autodeuq.options import EnsembleConfig, SearchConfig, TableConfig, resolve
 
-        Checks every constructor parameter but the space (whose loading checks it) and the data.
-        """
-        from autodeuq.errors import ParameterError
-        from autodeuq.pipeline import check_ensemble_parameters, check_search_parameters
-        from autodeuq.space import SearchSpace
-
-        score = self.selection_score
-        if not isinstance(self.space, (str, os.PathLike, dict, SearchSpace)):
-            raise ParameterError("space", "must be a shipped space's name, a space file or a SearchSpace", self.space)
-        if self.run_dir is not None and not isinstance(self.run_dir, (str, os.PathLike)):
-            raise ParameterError("run_dir", "must be None or a path", self.run_dir)
-        if not isinstance(self.verbose, numbers.Integral) or self.verbose < 0:  # bool is Integral
-            raise ParameterError("verbose", "must be a bool", self.verbose)
-        check_search_parameters(search=self.search, max_evals=self.max_evals, epochs=self.epochs, seed=self.seed,
-                                timeout=self.timeout, eval_budget=self.eval_budget, evaluator=self.evaluator,
-                                workers=self.workers,
-                                valid_fraction=self.valid_fraction, early_discarding=self.early_discarding,
-                                sha_min_epochs=self.sha_min_epochs, sha_reduction=self.sha_reduction,
-                                sha_rungs=self.sha_rungs, population_size=self.population_size,
-                                tournament_size=self.tournament_size)
-        check_ensemble_parameters(ensemble_size=self.ensemble_size, selector=self.selector, selection_score=score,
-                                  selection_stop=self.selection_stop, diversity=self.diversity,
-                                  selection_bags=self.selection_bags, calibrate=self.calibrate, refit=self.refit)
-        return score
+        return resolve(self.get_params(), (TableConfig, SearchConfig, EnsembleConfig))
 
     def _remove_temporary_catalog(self):
         finalizer = self.__dict__.pop("_temporary_catalog", None)
@@ -418,6 +251,11 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         tags.input_tags.string = self.categorical != "none"
         tags.input_tags.allow_nan = self.impute != "none"
         return tags
+
+
+AutoDEUQRegressor.__init__.__signature__ = inspect.Signature(
+    [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *signature_parameters()])
+AutoDEUQRegressor.__doc__ = AutoDEUQRegressor.__doc__.replace("{parameters}", numpydoc_parameters())
 
 
 def _with_targets(table, y, names):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import sys
 import time
@@ -19,8 +18,9 @@ import traceback
 import warnings
 from pathlib import Path
 
-from autodeuq.data import BUILTIN_DATASETS, DEFAULT_VALID_FRACTION, SMALL_DATA_ROWS
+from autodeuq.data import BUILTIN_DATASETS
 from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
+from autodeuq.options import BY_NAME, add_option, add_to_parser
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1  # an unexpected exception (a bug), as for any Python program that dies of one
@@ -38,25 +38,29 @@ class CLIError(AutoDEUQError):
     """A user-facing error: printed as one line, exit status 2."""
 
 
-# Options not named after the library parameter they set (the others are ``--`` + its name, dashed).
-OPTIONS = {"size": "--size", "ensemble_size": "--size", "address": "--ray-address", "min_epochs": "--sha-min-epochs",
-           "reduction": "--sha-reduction", "score": "--selection-score", "stop": "--selection-stop",
-           "bags": "--selection-bags", "manifest": "--out", "level": "--interval"}
-
-
-def _auto_or_int(text: str):
-    """An option's value that is ``auto`` or an integer (checked later, with its parameter)."""
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be auto or an integer, got {text!r}") from None
+# Parameters of the library's functions (not options of a run) and the options that set them.
+PARAMETER_FLAGS = {"size": "--size", "address": "--ray-address", "min_epochs": "--sha-min-epochs",
+                   "reduction": "--sha-reduction", "score": "--selection-score", "stop": "--selection-stop",
+                   "bags": "--selection-bags", "manifest": "--out", "level": "--interval"}
+#: The command line's options that are not options of a run (:data:`autodeuq.options.OPTIONS`):
+#: what they give, and how the estimator receives the same.
+INPUTS = {
+    "--data": "fit(X, y): the training table",
+    "--target": "fit(X, y): the target column(s) are y",
+    "--valid": "fit(X, y, X_valid, y_valid)",
+    "--test": "score the ensemble on test rows: predict(X_test) and autodeuq.metrics.evaluate",
+    "--dataset": "fit(X, y) with the built-in dataset's arrays (autodeuq.data.load_builtin)",
+    "--out": "ensemble_.save(path)",
+}
 
 
 def option(parameter: str) -> str:
     """The command-line option that sets a library parameter."""
-    return OPTIONS.get(parameter, "--" + parameter.replace("_", "-"))
+    from autodeuq.options import BY_NAME
+
+    if parameter in BY_NAME:
+        return BY_NAME[parameter].cli_flag
+    return PARAMETER_FLAGS.get(parameter, "--" + parameter.replace("_", "-"))
 
 
 def error_line(exc: AutoDEUQError) -> str:
@@ -64,7 +68,7 @@ def error_line(exc: AutoDEUQError) -> str:
     options that can fix the problem are appended as a hint."""
     if isinstance(exc, ParameterError):
         value = f"{exc.value:g}" if isinstance(exc.value, float) else repr(exc.value)
-        return f"{option(exc.parameter)} {exc.requirement}, got {value}"
+        return f"{option(exc.parameter)} {exc.describe(option)}, got {value}"
     text = str(exc).strip()
     line = text.splitlines()[0] if text else type(exc).__name__
     hints = [option(p) for p in exc.parameters if option(p) not in line]
@@ -80,160 +84,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
 
 
-def _add_data_args(p):
-    from autodeuq.preprocess import CATEGORICAL, IMPUTE
+GROUP_TITLES = {
+    "table": "table columns (--data only, but --valid-fraction; fitted on the training rows, saved with every model)",
+    "search": "search", "evaluation": "evaluation", "ensemble": "ensemble",
+}
 
+
+def _add_data_args(p):
     g = p.add_argument_group("data (give --data or --dataset)")
     g.add_argument("--data", metavar="FILE", help="training table: .csv, .parquet or .npz (arrays X, y)")
     g.add_argument("--target", metavar="COL", action="append",
                    help="target column; repeat for several targets (default: the column 'y')")
     g.add_argument("--valid", metavar="FILE", help="separate validation table (default: a random split)")
-    g.add_argument("--valid-fraction", metavar="F", type=float, default=None,
-                   help="fraction of --data held out for validation when --valid is not given (default: 1/3)")
     g.add_argument("--test", metavar="FILE", help="test table, scored after the ensemble is built")
     g.add_argument("--dataset", choices=BUILTIN_DATASETS,
                    help="built-in dataset instead of --data (boston/concrete need the 'benchmarks' extra)")
-    g = p.add_argument_group("table columns (--data only; fitted on the training rows, saved with every model)")
-    g.add_argument("--categorical", choices=CATEGORICAL, default=None,
-                   help="encoding of non-numeric columns: onehot (one 0/1 input per training category; an unseen "
-                        "category is all zeros), ordinal (the category's index; unseen: -1), none (refuse them) "
-                        "(default: onehot)")
-    g.add_argument("--impute", choices=IMPUTE, default=None,
-                   help="missing feature values: the training mean or median of a numeric column, the most frequent "
-                        "training category of a categorical one, also at prediction; none refuses them "
-                        "(default: mean)")
-    g.add_argument("--drop", metavar="COL", action="append", default=None,
-                   help="a column that is not a feature (ignored, also by predict); repeat for several")
-    g.add_argument("--id-column", metavar="COL", default=None,
-                   help="a row identifier: not a feature; 'autodeuq predict' copies it into its output")
-    g.add_argument("--drop-missing-target", action="store_true", default=None,
-                   help="leave out the rows whose target is missing (of --data and --valid), and say how many, "
-                        "instead of refusing the table")
-
-
-def _add_search_args(p):
-    from autodeuq import discard, evaluator, search  # their name tables import none of what they name
-
-    bo_searches = ", ".join(search.surrogate_searchers())
-
-    g = p.add_argument_group("search")
-    g.add_argument("--space", default=None, metavar="NAME_OR_FILE",
-                   help="search space: 'toy', 'tabular' or a YAML/JSON file "
-                        "(default: toy for --dataset toy-sine, else tabular)")
-    g.add_argument("--search", default="agebo", choices=list(search.SEARCHERS) + list(search.ABLATIONS),
-                   help="search algorithm (default: agebo); the ablations: age-fixed-hp (aging evolution over "
-                        "the architecture, training hyperparameters fixed by --fixed-hp), bo-fixed-arch (BO over "
-                        "the training hyperparameters, architecture fixed by --fixed-arch)")
-    g.add_argument("--surrogate", default=None, choices=list(search.SURROGATES),
-                   help=f"surrogate model of the BO-based searchers ({bo_searches}) (default: et)")
-    g.add_argument("--acq", default=None, choices=list(search.ACQUISITIONS),
-                   help=f"acquisition function of the BO-based searchers ({bo_searches}) (default: lcb)")
-    g.add_argument("--fixed-hp", default=None, metavar="JSON",
-                   help="with --search age-fixed-hp: training hyperparameters as a JSON object; those not given "
-                        "keep their defaults (default: learning_rate 0.01, batch_size 16, optimizer adam, "
-                        "patience_reduce_lr 10, patience_early_stopping 20)")
-    g.add_argument("--fixed-arch", default=None, metavar="JSON",
-                   help="with --search bo-fixed-arch: the architecture vector as a JSON list of integers, one per "
-                        "architecture variable (default: every cell Dense with the units nearest 64 and tanh, "
-                        "no skip connection)")
-    g.add_argument("--max-evals", type=int, default=100, metavar="N",
-                   help="evaluations to finish in the run directory, earlier sessions included (default: 100)")
-    evolving = ", ".join(search.evolution_searchers())
-    g.add_argument("--population-size", type=_auto_or_int, default="auto", metavar="P",
-                   help=f"population of aging evolution ({evolving}): the last P successful evaluations, random "
-                        "until there are P; auto: a fifth of --max-evals, from 10 to 100 (default: auto)")
-    g.add_argument("--tournament-size", type=_auto_or_int, default="auto", metavar="S",
-                   help=f"tournament of aging evolution ({evolving}): each child mutates the best of S members drawn "
-                        "from the population, 1 <= S <= P; auto: a third of P, at least 2 (default: auto)")
-    g.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help="wall-clock limit in seconds, > 0: of the search (search), of the search and the ensemble "
-                        "step (run: the search keeps a tenth of it, 30 s to 5 min, for the ensemble step); "
-                        "no evaluation starts that would not finish in time (default: none)")
-    g.add_argument("--eval-timeout", type=float, default=None, metavar="S",
-                   help="per-evaluation limit in seconds (> 0) of running on a worker; overrunning evaluations are "
-                        "cancelled and recorded as failures (default: none)")
-    g.add_argument("--eval-budget", type=float, default=None, metavar="S",
-                   help="seconds (> 0) each training may take: it ends after the epoch when another one as long "
-                        "would pass them, keeping its best epoch so far, like an early stop (default: none)")
-    g.add_argument("--epochs", type=int, default=None, metavar="E",
-                   help="override the space's epoch budget (default: the space's)")
-    g.add_argument("--early-discarding", choices=discard.POLICIES, default="auto",
-                   help=f"auto: sha above {SMALL_DATA_ROWS} training + validation rows, else none (a "
-                        "resumed run keeps its catalog's policy). none: every configuration trains to its own "
-                        "early stop. sha: asynchronous successive halving; a training continues past each rung epoch "
-                        "(min x reduction^k) only if its validation loss is among the best 1/reduction recorded "
-                        "there. iepoch: every evaluation of the search trains --iepoch-epochs epochs, then the "
-                        "--iepoch-top-k best configurations are trained to the full budget (default: auto)")
-    g.add_argument("--sha-min-epochs", type=_auto_or_int, default="auto", metavar="E",
-                   help=f"first rung of --early-discarding sha; auto: 3 up to {SMALL_DATA_ROWS} training + validation "
-                        "rows, else 1 (a resumed run keeps its catalog's) (default: auto)")
-    g.add_argument("--sha-reduction", type=int, default=3, metavar="R",
-                   help="reduction factor of --early-discarding sha, >= 2 (default: 3)")
-    g.add_argument("--sha-rungs", choices=discard.RUNG_UNITS, default="auto",
-                   help="what the rungs of --early-discarding sha count: epochs, or steps (the optimizer steps of "
-                        "as many epochs with the space's middle batch size (geometric mean), so larger batches are "
-                        "judged after more epochs, smaller ones after fewer); auto: epochs (a resumed run keeps "
-                        "its catalog's) (default: auto)")
-    g.add_argument("--iepoch-epochs", type=int, default=1, metavar="I",
-                   help="epochs of each search evaluation under --early-discarding iepoch, >= 1 and below the "
-                        "epoch budget (default: 1)")
-    g.add_argument("--iepoch-top-k", type=int, default=10, metavar="K",
-                   help="configurations trained to the full budget after the search under --early-discarding "
-                        "iepoch, >= 1 (default: 10)")
-    g.add_argument("--seed", type=int, default=0,
-                   help="seed, an integer from 0 to 2**32 - 1, of the split, the searcher and the trainings "
-                        "(default: 0)")
-    g.add_argument("--run-dir", default=None, metavar="DIR",
-                   help="catalog directory; an existing one is resumed (default: runs/<dataset>-<search>)")
-    g.add_argument("--new-run", action="store_true", help="refuse to resume: DIR must not hold a catalog yet")
-    e = p.add_argument_group("evaluation")
-    e.add_argument("--evaluator", choices=list(evaluator.EVALUATORS), default="ray",
-                   help="ray: parallel Ray tasks (default); serial: in-process, one at a time")
-    e.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="concurrent evaluations (default: what the Ray cluster can run)")
-    e.add_argument("--ray-address", default=None, metavar="ADDR",
-                   help="join an existing Ray cluster ('auto' or host:port); default: the RAY_ADDRESS environment "
-                        "variable when set, else start a new local instance")
-    e.add_argument("--cpus-per-eval", type=float, default=None, metavar="C",
-                   help="CPUs per evaluation, > 0; TensorFlow uses that many threads (default: 1)")
-    e.add_argument("--gpus-per-eval", type=float, default=None, metavar="G",
-                   help="GPUs per evaluation (default: 1 when the cluster has GPUs, else 0)")
-    e.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _add_ensemble_args(p, with_test=True):
-    from autodeuq.ensemble import options
-
-    g = p.add_argument_group("ensemble")
-    g.add_argument("--size", type=int, default=5, metavar="K", help="distinct ensemble members (default: 5)")
-    g.add_argument("--selector", choices=options.METHODS, default="greedy",
-                   help="selection method (default: greedy, with replacement)")
-    g.add_argument("--selection-score", choices=options.SCORES, default="mixture",
-                   help="what selection minimizes: the ensemble's exact mixture NLL or its moment-matched Gaussian "
-                        "NLL (default: mixture)")
-    g.add_argument("--selection-stop", choices=options.STOPS, default="size",
-                   help="size: always K distinct members (when the catalog has K usable models); improvement: "
-                        "stop as soon as no addition improves the validation NLL (may leave one member) "
-                        "(default: size)")
-    g.add_argument("--diversity", choices=options.DIVERSITY, default="none",
-                   help="at most one member per architecture, or per set of activation functions (default: none)")
-    g.add_argument("--selection-bags", type=int, default=0, metavar="B",
-                   help="repeat the selection on B random halves of the validation rows and average the weights "
-                        "(bagged selection; 0: select once on all rows) (default: 0)")
-    g.add_argument("--calibrate", choices=options.CALIBRATIONS, default="auto",
-                   help="scale: recalibrate each target's predictive std by a factor fitted on out-of-fold "
-                        "selections of the validation rows; auto: scale when the training and validation rows "
-                        f"number more than {SMALL_DATA_ROWS}, where it was measured to lower the test NLL "
-                        "(default: auto)")
-    g.add_argument("--refit", action=argparse.BooleanOptionalAction, default="auto",
-                   help="retrain the selected members on the training and validation rows together, each for the "
-                        "epochs of its best validation loss with the learning rates it used then (their networks "
-                        "are written beside the --out manifest, DIR/ensemble_refit/<id>.keras by default); "
-                        "--no-refit: keep the networks the search trained. run retrains them at once on its "
-                        "search's Ray workers, ensemble one after the other. Under run's --timeout, a member is "
-                        "refitted only if its retraining fits in the time left (default: when the training and "
-                        f"validation rows number at most {SMALL_DATA_ROWS}, where it was measured to lower the "
-                        "test NLL)")
+    g = add_to_parser(p, ["ensemble"], GROUP_TITLES)["ensemble"]
     g.add_argument("--out", default=None, metavar="FILE",
                    help="ensemble manifest; metrics.json and the figures are written beside it "
                         "(default: DIR/ensemble.json)")
@@ -250,9 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("search", help="search architectures and training hyperparameters, filling a catalog")
     _add_data_args(p)
-    _add_search_args(p)
+    add_to_parser(p, ["table", "search", "evaluation"], GROUP_TITLES)
     p = sub.add_parser("ensemble", help="select an ensemble from a catalog, score it, plot it")
-    p.add_argument("--run-dir", required=True, metavar="DIR", help="catalog directory written by 'search'")
+    add_option(p, BY_NAME["run_dir"], required=True, help="catalog directory written by 'search'")
     _add_ensemble_args(p)
     p = sub.add_parser("predict", help="predict with a saved ensemble",
                        description="Predict with a saved ensemble. " + PREDICT_COLUMNS)
@@ -272,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder to write (new, empty, or an earlier export): ensemble.json and members/<id>.keras")
     p = sub.add_parser("run", help="search, then build and score the ensemble (the whole job)")
     _add_data_args(p)
-    _add_search_args(p)
+    add_to_parser(p, ["table", "search", "evaluation"], GROUP_TITLES)
     _add_ensemble_args(p, with_test=False)
     p = sub.add_parser("catalog", aliases=["show"], help="the best networks of a run: validation NLL, epochs, time, "
                        "architecture in words")
@@ -283,130 +152,75 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ----------------------------------------------------------------------------- commands
-def _valid_fraction(args) -> float:
-    """``--valid-fraction``, or its default when not given (None tells whether it was)."""
-    return DEFAULT_VALID_FRACTION if args.valid_fraction is None else args.valid_fraction
+def _configs(args, *configs):
+    """The configurations ``configs`` (classes of :mod:`autodeuq.options`) of the options given
+    to this command, every value checked before any work. The built-in toy dataset's space is
+    the toy space unless ``--space`` says otherwise."""
+    from autodeuq.options import given, resolve
+
+    groups = {group for c in configs for group in c.GROUPS}
+    values = {name: value for name, value in given(args).items() if BY_NAME[name].group in groups}
+    if getattr(args, "dataset", None) == "toy-sine" and any("space" in c.__dataclass_fields__ for c in configs):
+        values.setdefault("space", "toy")
+    return resolve(values, configs)
 
 
-def _load_dataset(args):
+def _load_dataset(args, table, seed):
     from autodeuq.data import load_builtin, load_files
+    from autodeuq.options import flag, given
 
     if args.dataset and args.data:
         raise CLIError("give either --data FILE or --dataset NAME, not both")
-    if args.valid and args.valid_fraction is not None:
+    chosen = given(args)
+    if args.valid and "valid_fraction" in chosen:
         raise CLIError("give either --valid FILE or --valid-fraction F, not both: the validation rows are --valid's")
-    valid_fraction = _valid_fraction(args)
-    table_flags = [flag for flag, value in (("--categorical", args.categorical), ("--impute", args.impute),
-                                            ("--drop", args.drop), ("--id-column", args.id_column),
-                                            ("--drop-missing-target", args.drop_missing_target))
-                   if value is not None]
+    table_flags = [flag(name) for name in chosen if BY_NAME[name].group == "table" and name != "valid_fraction"]
     if args.dataset:
         if table_flags:
             raise CLIError(f"{table_flags[0]} applies to --data tables, not to the built-in --dataset")
         test_fraction = None if args.dataset == "toy-sine" else 0.1
-        return load_builtin(args.dataset, seed=args.seed, valid_fraction=valid_fraction,
-                            test_fraction=test_fraction)
+        return load_builtin(args.dataset, seed=seed, valid_fraction=table.valid_fraction, test_fraction=test_fraction)
     if not args.data:
         raise CLIError("no data: give --data FILE (with --target COL) or --dataset NAME")
     from autodeuq.preprocess import TableOptions
 
-    options = TableOptions(categorical=args.categorical or "onehot", impute=args.impute or "mean",
-                           drop=tuple(args.drop or ()), id_column=args.id_column,
-                           drop_missing_target=bool(args.drop_missing_target))
+    options = TableOptions(categorical=table.categorical, impute=table.impute, drop=tuple(table.drop or ()),
+                           id_column=table.id_column, drop_missing_target=table.drop_missing_target)
     dataset = load_files(args.data, args.target, valid=args.valid, test=args.test,
-                         valid_fraction=valid_fraction, seed=args.seed, options=options)
+                         valid_fraction=table.valid_fraction, seed=seed, options=options)
     for source, n in dataset.dropped_missing_target.items():
         print(f"autodeuq: {source}: left out {n} row(s) whose target is missing (--drop-missing-target)", flush=True)
     return dataset
 
 
-def _json_option(flag, text):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CLIError(f"{flag}: not valid JSON ({exc})") from None
-
-
-def _search_options(args, space) -> dict:
-    """The searcher options the flags ask for, checked against ``--search`` and the space."""
-    from autodeuq.search import ablation_fixed_arch, ablation_fixed_hp, surrogate_searchers
-    from autodeuq.space import SpaceError
-
-    bo_searches = surrogate_searchers()
-    for flag, value in (("--surrogate", args.surrogate), ("--acq", args.acq)):
-        if value is not None and args.search not in bo_searches:
-            raise CLIError(f"{flag} applies to the BO-based searchers ({', '.join(bo_searches)}), "
-                           f"not to --search {args.search}")
-    options = {}
-    if args.search in bo_searches:
-        options = {"surrogate": args.surrogate or "et", "acq": args.acq or "lcb"}
-    for flag, value, search, option, resolve in (
-        ("--fixed-hp", args.fixed_hp, "age-fixed-hp", "fixed_hp", ablation_fixed_hp),
-        ("--fixed-arch", args.fixed_arch, "bo-fixed-arch", "fixed_arch", ablation_fixed_arch),
-    ):
-        if value is not None and args.search != search:
-            raise CLIError(f"{flag} applies to --search {search}, not to --search {args.search}")
-        if args.search == search:
-            try:
-                options[option] = resolve(space, None if value is None else _json_option(flag, value))
-            except SpaceError as exc:
-                raise CLIError(f"{flag}: {exc}") from None
-    return options
-
-
-def _check_ensemble_args(args):
-    from autodeuq.pipeline import check_ensemble_parameters
-
-    check_ensemble_parameters(ensemble_size=args.size, selector=args.selector, selection_score=args.selection_score,
-                              selection_stop=args.selection_stop, diversity=args.diversity,
-                              selection_bags=args.selection_bags, calibrate=args.calibrate, refit=args.refit)
-
-
-def _check_search_args(args):
-    """Refuse, before anything starts, option values that would make every evaluation fail or misbehave."""
-    from autodeuq.pipeline import check_search_parameters
-
-    check_search_parameters(search=args.search, max_evals=args.max_evals, epochs=args.epochs, seed=args.seed,
-                            timeout=args.timeout, eval_timeout=args.eval_timeout, eval_budget=args.eval_budget,
-                            evaluator=args.evaluator,
-                            workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
-                            valid_fraction=_valid_fraction(args), early_discarding=args.early_discarding,
-                            population_size=args.population_size, tournament_size=args.tournament_size,
-                            sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction,
-                            sha_rungs=args.sha_rungs, iepoch_epochs=args.iepoch_epochs, iepoch_top_k=args.iepoch_top_k)
+def _check_targets(args):
     repeated = sorted({t for t in args.target or [] if args.target.count(t) > 1})
     if repeated:
         raise CLIError(f"--target {repeated[0]} is given more than once; name each target column once")
 
 
-def cmd_search(args, *, timeout=None):
-    """``autodeuq search``; ``timeout``: the search's wall-clock limit when not ``args.timeout``."""
+def cmd_search(args, *, timeout=None, configs=None):
+    """``autodeuq search``; ``timeout``: the search's wall-clock limit when not ``--timeout``;
+    ``configs``: the (table, search) configurations when ``run`` checked them already."""
+    from autodeuq.options import SearchConfig, TableConfig
     from autodeuq.pipeline import fill_catalog
     from autodeuq.space import load_space
 
-    _check_search_args(args)
-    dataset = _load_dataset(args)
-    space = load_space(args.space or ("toy" if args.dataset == "toy-sine" else "tabular")).for_rows(
-        len(dataset.x_train))
-    search_options = _search_options(args, space)
-    run_dir = Path(args.run_dir or f"runs/{Path(dataset.name).stem}-{args.search}")
+    table, config = configs or _configs(args, TableConfig, SearchConfig)
+    _check_targets(args)
+    dataset = _load_dataset(args, table, config.seed or 0)
+    space = load_space(config.space).for_rows(len(dataset.x_train))
+    run_dir = Path(config.run_dir or f"runs/{Path(dataset.name).stem}-{config.search}")
 
     def announce(evaluator):
         print(f"autodeuq: {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_valid)} validation rows, "
               f"{dataset.n_features} feature(s), target(s) {dataset.target_names}; space {space.name} "
               f"({space.describe_sizes()}); "
-              f"search {args.search}; {evaluator.n_slots} parallel evaluation(s); catalog {run_dir}", flush=True)
+              f"search {config.search}; {evaluator.n_slots} parallel evaluation(s); catalog {run_dir}", flush=True)
 
     try:
-        summary = fill_catalog(
-            space, dataset, run_dir, search=args.search, search_options=search_options, max_evals=args.max_evals,
-            timeout=timeout or args.timeout, seed=args.seed, epochs=args.epochs, early_discarding=args.early_discarding,
-            sha_min_epochs=args.sha_min_epochs, sha_reduction=args.sha_reduction, sha_rungs=args.sha_rungs,
-            iepoch_epochs=args.iepoch_epochs, iepoch_top_k=args.iepoch_top_k, evaluator=args.evaluator,
-            workers=args.workers, cpus_per_eval=args.cpus_per_eval, gpus_per_eval=args.gpus_per_eval,
-            ray_address=args.ray_address, eval_timeout=args.eval_timeout, eval_budget=args.eval_budget,
-            new_run=args.new_run, population_size=args.population_size, tournament_size=args.tournament_size,
-            progress=not args.no_progress, on_start=announce, log=lambda line: print(line, flush=True))
+        summary = fill_catalog(space, dataset, run_dir, config, timeout=timeout or config.timeout, on_start=announce,
+                               log=lambda line: print(line, flush=True))
     except OSError as exc:  # the run directory cannot be written, say
         raise _os_error(exc) from None
     print(f"search: {summary}", flush=True)
@@ -433,31 +247,23 @@ def _os_error(exc: OSError) -> CLIError:
     return CLIError(f"{where}{exc.strerror or exc}")
 
 
-def _refit_evaluator(args) -> dict:
-    """Where ``run`` refits the members: on its search's evaluator (Ray's workers are still up);
-    ``ensemble`` alone refits in its own process."""
-    if getattr(args, "evaluator", "serial") != "ray":
-        return {}
-    return {"refit_evaluator": "ray",
-            "refit_evaluator_options": {"workers": args.workers, "cpus_per_eval": args.cpus_per_eval,
-                                        "gpus_per_eval": args.gpus_per_eval, "address": args.ray_address}}
-
-
-def cmd_ensemble(args, run_dir=None, deadline=None):
-    """``autodeuq ensemble``; ``deadline``: the :func:`time.monotonic` time by which a run must end."""
+def cmd_ensemble(args, run_dir=None, deadline=None, config=None, search=None):
+    """``autodeuq ensemble``; ``deadline``: the :func:`time.monotonic` time by which a run must end;
+    ``config``: the ensemble configuration when ``run`` checked it already; ``search``: the
+    search configuration of ``run``, whose workers refit the members."""
+    from autodeuq.options import EnsembleConfig
+    from autodeuq.pipeline import refit_where
     from autodeuq.report import build_and_report
 
-    _check_ensemble_args(args)
+    config = config or _configs(args, EnsembleConfig)[0]
     run_dir = Path(run_dir or args.run_dir)
     out = Path(args.out) if args.out else run_dir / "ensemble.json"
     _check_out(out, "--out")
     with warnings.catch_warnings(record=True) as caught:  # shown after the report's lines
         try:
-            report = build_and_report(run_dir, size=args.size, selector=args.selector, score=args.selection_score,
-                                      test_file=getattr(args, "test", None), manifest=out,
-                                      stop=args.selection_stop, diversity=args.diversity, calibrate=args.calibrate,
-                                      bags=args.selection_bags, refit=args.refit, deadline=deadline,
-                                      **_refit_evaluator(args))
+            report = build_and_report(run_dir, config, test_file=getattr(args, "test", None), manifest=out,
+                                      deadline=deadline, refit_where=refit_where(search),
+                                      seed=0 if search is None else search.seed)
         except OSError as exc:  # FileNotFoundError of a --test file included
             raise _os_error(exc) from None
     for warning in caught:
@@ -627,16 +433,18 @@ def cmd_export(args):
 
 
 def cmd_run(args):
+    from autodeuq.options import EnsembleConfig, SearchConfig, TableConfig
     from autodeuq.pipeline import ensemble_deadline, search_timeout
 
     started = time.monotonic()
-    _check_ensemble_args(args)  # before the search, not after it
+    table, search, ensemble = _configs(args, TableConfig, SearchConfig, EnsembleConfig)  # all before the search
     if args.out:
         _check_out(Path(args.out), "--out")
     # --timeout bounds the whole run: the search stops early enough for the ensemble step, whose
     # refit retrains only the members that fit in what is left.
-    run_dir = cmd_search(args, timeout=search_timeout(args.timeout))
-    cmd_ensemble(args, run_dir=run_dir, deadline=ensemble_deadline(started, args.timeout))
+    run_dir = cmd_search(args, timeout=search_timeout(search.timeout), configs=(table, search))
+    cmd_ensemble(args, run_dir=run_dir, deadline=ensemble_deadline(started, search.timeout), config=ensemble,
+                 search=search)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):

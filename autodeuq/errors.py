@@ -34,14 +34,23 @@ class ParameterError(AutoDEUQError, ValueError, TypeError):
     ``str(exc)`` is ``"<parameter> <requirement>, got <value>"``; the parts are kept apart
     (``parameter``, ``requirement``, ``value``) so that a front end can name the parameter its
     own way.
+
+    A requirement that names other parameters (``refers``) writes each in braces
+    (``"applies to {search} agebo"``): ``str(exc)`` shows the plain names, and :meth:`describe`
+    lets a front end show its own (the command line, its options).
     """
 
-    def __init__(self, parameter: str, requirement: str, value):
-        super().__init__(f"{parameter} {requirement}, got {value!r}", parameters=(parameter,))
-        self.parameter, self.requirement, self.value = parameter, requirement, value
+    def __init__(self, parameter: str, requirement: str, value, refers: tuple[str, ...] = ()):
+        self.parameter, self.value, self.refers, self.template = parameter, value, tuple(refers), requirement
+        self.requirement = self.describe(str)
+        super().__init__(f"{parameter} {self.requirement}, got {value!r}", parameters=(parameter, *refers))
+
+    def describe(self, name_of) -> str:
+        """The requirement, with the parameters it refers to named by ``name_of``."""
+        return self.template.format_map({r: name_of(r) for r in self.refers}) if self.refers else self.template
 
     def __reduce__(self):
-        return type(self), (self.parameter, self.requirement, self.value)
+        return type(self), (self.parameter, self.template, self.value, self.refers)
 
 
 class AutoDEUQWarning(UserWarning):

@@ -1,21 +1,21 @@
-"""The one path from a dataset to a filled catalog, shared by the command line and the estimator.
+"""The job's two stages, the one implementation that the command line and the estimator call.
 
-:func:`fill_catalog` wires training objective -> evaluator -> search driver; the checks below
-refuse bad parameter values before any of it starts, with the same rules (and the same
-parameter names) for :class:`~autodeuq.AutoDEUQRegressor` and ``autodeuq search``. Heavy modules
-(TensorFlow, Ray, ConfigSpace) are imported only when a search runs, so the command line's
-``--help`` stays fast.
+:func:`fill_catalog` is the search stage: training objective -> evaluator -> search driver,
+filling (or resuming) a catalog. :func:`select_ensemble` and :func:`refit_ensemble` are the
+ensemble stage: selection and calibration on the catalog's validation predictions, then the
+refit of the members. Both take the configurations of :mod:`autodeuq.options`, checked once
+before any work. Scoring, figures and files (the command line's) are :mod:`autodeuq.report`'s.
+Heavy modules (TensorFlow, Ray, ConfigSpace) are imported only when a stage runs.
 """
 from __future__ import annotations
 
-import numbers
 import os
 import time
 
 from autodeuq.errors import ParameterError
 
-__all__ = ["check_ensemble_parameters", "check_search_parameters", "discarder", "ensemble_deadline", "fill_catalog",
-           "search_timeout"]
+__all__ = ["discarder", "ensemble_deadline", "fill_catalog", "refit_ensemble", "refit_where", "search_timeout",
+           "searcher_options", "select_ensemble"]
 
 #: Part of a whole-run time budget (search, then ensemble) kept for the ensemble step: this share
 #: of the budget, within these bounds in seconds, and never more than half of it. Selecting from a
@@ -47,95 +47,6 @@ def ensemble_deadline(started: float, timeout: float | None) -> float | None:
     return None if timeout is None else started + timeout - min(REPORT_RESERVE_S, timeout / 10)
 
 
-#: Upper bounds of the numeric parameters. Past them a value is a slip of the keyboard, not a
-#: setting, and it would fail deep inside (a seed beyond SQLite's and NumPy's integer range, a CPU
-#: count Ray cannot schedule) or run until killed (a billion selection bags).
-MAXIMUM = {
-    "seed": 2**32 - 1,  # what numpy.random.seed and keras.utils.set_random_seed accept
-    "max_evals": 10**6, "epochs": 10**5, "workers": 10**5, "iepoch_epochs": 10**5, "iepoch_top_k": 10**6,
-    "sha_min_epochs": 10**5, "sha_reduction": 1000,
-    "timeout": 10 * 365 * 86400.0, "eval_timeout": 10 * 365 * 86400.0, "eval_budget": 10 * 365 * 86400.0,
-    "cpus_per_eval": 4096.0, "gpus_per_eval": 1024.0,
-    "ensemble_size": 1000, "selection_bags": 10**4, "population_size": 10**5, "tournament_size": 10**5,
-}
-
-
-def _integer(name, value, minimum, *, optional=False):
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ParameterError(name, f"must be an integer >= {minimum}", value)
-    if name in MAXIMUM and value > MAXIMUM[name]:
-        raise ParameterError(name, f"must be an integer <= {MAXIMUM[name]}", value)
-
-
-def _positive(name, value, *, strict=True):
-    if value is None:
-        return
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and (value > 0 if strict else value >= 0)
-    if not ok:
-        raise ParameterError(name, "must be > 0" if strict else "must be >= 0", value)
-    if not value <= MAXIMUM[name]:  # also infinity
-        raise ParameterError(name, f"must be a finite number <= {MAXIMUM[name]:g}", value)
-
-
-def _one_of(name, value, allowed):
-    if not isinstance(value, str) or value not in allowed:
-        raise ParameterError(name, f"must be one of {list(allowed)}", value)
-
-
-def check_search_parameters(*, search="agebo", max_evals=100, epochs=None, seed=0, timeout=None, eval_timeout=None,
-                            eval_budget=None, evaluator="ray", workers=None, cpus_per_eval=None, gpus_per_eval=None,
-                            valid_fraction=1 / 3, early_discarding="auto", sha_min_epochs="auto", sha_reduction=3,
-                            sha_rungs="auto", iepoch_epochs=1, iepoch_top_k=10, population_size="auto",
-                            tournament_size="auto") -> None:
-    """Refuse, before any work, a search parameter that would fail later or make every evaluation fail.
-
-    ``None`` means "not given" wherever it is allowed (``seed`` None is 0).
-
-    Raises
-    ------
-    ParameterError
-        Naming the first bad parameter, what it must be and the value given.
-    """
-    from autodeuq.discard import POLICIES, RUNG_UNITS
-    from autodeuq.evaluator import EVALUATORS
-    from autodeuq.search import ABLATIONS, SEARCHERS
-
-    _one_of("search", search, (*SEARCHERS, *ABLATIONS))
-    _integer("max_evals", max_evals, 1)
-    _integer("epochs", epochs, 1, optional=True)
-    _integer("seed", seed, 0, optional=True)
-    _positive("timeout", timeout)
-    _positive("eval_timeout", eval_timeout)
-    _positive("eval_budget", eval_budget)
-    _one_of("evaluator", evaluator, EVALUATORS)
-    _integer("workers", workers, 1, optional=True)
-    _positive("cpus_per_eval", cpus_per_eval)
-    _positive("gpus_per_eval", gpus_per_eval, strict=False)
-    if isinstance(valid_fraction, bool) or not isinstance(valid_fraction, numbers.Real) or not 0 < valid_fraction < 1:
-        raise ParameterError("valid_fraction", "must be a number strictly between 0 and 1", valid_fraction)
-    _one_of("early_discarding", early_discarding, POLICIES)
-    # "auto" may become successive halving: its settings are checked as well.
-    if early_discarding in ("auto", "sha"):
-        integer = isinstance(sha_min_epochs, numbers.Integral) and not isinstance(sha_min_epochs, bool)
-        if sha_min_epochs != "auto" and not (integer and sha_min_epochs >= 1):
-            raise ParameterError("sha_min_epochs", 'must be "auto" or an integer >= 1', sha_min_epochs)
-        if sha_min_epochs != "auto":
-            _integer("sha_min_epochs", sha_min_epochs, 1)
-        _integer("sha_reduction", sha_reduction, 2)
-        _one_of("sha_rungs", sha_rungs, RUNG_UNITS)
-    if early_discarding == "iepoch":
-        _integer("iepoch_epochs", iepoch_epochs, 1)
-        _integer("iepoch_top_k", iepoch_top_k, 1)
-    discarder("sha" if early_discarding == "auto" else early_discarding,
-              sha_min_epochs=1 if sha_min_epochs == "auto" else sha_min_epochs,
-              sha_reduction=sha_reduction, iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
-    if early_discarding == "iepoch" and epochs is not None and iepoch_epochs >= epochs:
-        raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({epochs})", iepoch_epochs)
-    evolution_options(search, population_size, tournament_size, max_evals)
-
-
 def evolution_options(search, population_size="auto", tournament_size="auto", max_evals=100) -> dict:
     """The options of aging evolution (P, S) for ``search``: those given, ``"auto"`` sized for a
     budget of ``max_evals`` evaluations (:func:`autodeuq.search.age.population_for_budget`); {}
@@ -144,6 +55,7 @@ def evolution_options(search, population_size="auto", tournament_size="auto", ma
     >>> evolution_options("agebo"), evolution_options("agebo", 40, max_evals=500), evolution_options("bo")
     ({'population_size': 20, 'sample_size': 7}, {'population_size': 40, 'sample_size': 13}, {})
     """
+    from autodeuq.options import BY_NAME
     from autodeuq.search import evolution_searchers
     from autodeuq.search.age import population_for_budget, tournament_for
 
@@ -152,7 +64,7 @@ def evolution_options(search, population_size="auto", tournament_size="auto", ma
             if search not in evolution_searchers():
                 raise ParameterError(name, f'must be "auto" with search {search!r}: only aging evolution '
                                            f'({", ".join(evolution_searchers())}) has a population', value)
-            _integer(name, value, 2 if name == "population_size" else 1)
+            BY_NAME[name].constraint.check(name, value)
     size = population_for_budget(max_evals)[0] if population_size == "auto" else population_size
     tournament = tournament_for(size) if tournament_size == "auto" else tournament_size
     if tournament > size:
@@ -227,40 +139,37 @@ def discarding_policy(early_discarding, dataset, recorded=None) -> tuple[str, st
     return policy, (why if early_discarding == "auto" and policy != "none" else None)
 
 
-def check_ensemble_parameters(*, ensemble_size=5, selector="greedy", selection_score="mixture", selection_stop="size",
-                              diversity="none", selection_bags=0, calibrate="auto", refit="auto") -> None:
-    """Refuse, before any work, a bad ensemble-selection parameter (see
-    :meth:`autodeuq.ensemble.Ensemble.from_catalog`).
+def searcher_options(config, space) -> dict:
+    """The options of the searcher that ``config`` (a :class:`~autodeuq.options.SearchConfig`)
+    names on ``space`` (sized for the data): surrogate and acquisition of the BO-based searchers,
+    the fixed halves of the ablations, P and S of aging evolution.
 
     Raises
     ------
     ParameterError
-        Naming the first bad parameter, what it must be and the value given.
+        A fixed half that the space refuses.
     """
-    from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
-    from autodeuq.ensemble.refit import check_refit
-    from autodeuq.ensemble.selection import METHODS, SCORES, STOPS
+    from autodeuq.search import ablation_fixed_arch, ablation_fixed_hp, surrogate_searchers
+    from autodeuq.space import SpaceError
 
-    _integer("ensemble_size", ensemble_size, 1)
-    _one_of("selector", selector, METHODS)
-    _one_of("selection_score", selection_score, SCORES)
-    _one_of("selection_stop", selection_stop, STOPS)
-    _one_of("diversity", diversity, DIVERSITY)
-    _integer("selection_bags", selection_bags, 0)
-    _one_of("calibrate", calibrate, CALIBRATIONS)
-    check_refit(refit)
+    options = {}
+    if config.search in surrogate_searchers():
+        options = {"surrogate": config.surrogate, "acq": config.acq}
+    for name, search, resolve in (("fixed_hp", "age-fixed-hp", ablation_fixed_hp),
+                                  ("fixed_arch", "bo-fixed-arch", ablation_fixed_arch)):
+        if config.search == search:
+            try:
+                options[name] = resolve(space, getattr(config, name))
+            except SpaceError as exc:
+                raise ParameterError(name, f"does not fit the space: {exc}", getattr(config, name)) from None
+    return {**options, **evolution_options(config.search, config.population_size, config.tournament_size,
+                                           config.max_evals)}
 
 
-def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "agebo",
-                 search_options: dict | None = None, max_evals: int = 100, timeout: float | None = None,
-                 seed: int = 0, epochs: int | None = None, early_discarding: str = "auto",
-                 sha_min_epochs: int | str = "auto", sha_rungs: str = "auto",
-                 sha_reduction: int = 3, iepoch_epochs: int = 1, iepoch_top_k: int = 10, evaluator: str = "ray",
-                 workers: int | None = None, cpus_per_eval: float | None = None, gpus_per_eval: float | None = None,
-                 ray_address: str | None = None, eval_timeout: float | None = None,
-                 eval_budget: float | None = None, new_run: bool = False, progress: bool = True, on_start=None,
-                 log=None, population_size: int | str = "auto", tournament_size: int | str = "auto"):
-    """Search ``space`` on ``dataset``, filling (or resuming) the catalog in ``run_dir``.
+def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout: float | None = None,
+                 on_start=None, log=None):
+    """The search stage: search ``space`` on ``dataset`` as ``config`` says, filling (or resuming)
+    the catalog in ``run_dir``.
 
     Parameters
     ----------
@@ -268,47 +177,21 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
         Already sized for the data (:meth:`SearchSpace.for_rows`).
     dataset : Dataset
     run_dir : path
-    search, search_options, max_evals, seed, new_run, progress, log
-        Of :func:`autodeuq.runner.run_search` (``log`` receives the line saying a run resumes).
+    config : SearchConfig
+        Checked by :func:`autodeuq.options.resolve`. Early discarding ``"auto"`` is settled here
+        from the data and the catalog being resumed (:func:`discarding_policy`,
+        :func:`first_rung`, :func:`rung_unit`); ``"iepoch"`` runs i-Epoch's search, then trains
+        the best configurations to the full budget, in this call (with a timeout its search
+        phase uses at most half of it).
     timeout : float, optional
         Wall-clock seconds for this call, starting the evaluator included (see
         :func:`autodeuq.runner.run_search`); :func:`search_timeout` gives the search's part of a
-        budget for a whole run.
-    epochs : int, optional
-        Override of the space's epoch budget.
-    early_discarding : {"auto", "none", "sha", "iepoch"}
-        ``"auto"``: ``"sha"`` when the dataset's training and validation rows number more than
-        :data:`autodeuq.data.SMALL_DATA_ROWS`, else ``"none"``; a resumed run keeps the policy its
-        catalog was searched with. ``"sha"``: asynchronous successive halving (Li et al. 2020) with rungs at
-        ``sha_min_epochs * sha_reduction**k`` epochs (:class:`autodeuq.discard.SuccessiveHalving`);
-        ``sha_min_epochs="auto"`` is epoch 3 on small tables and 1 above (or the first rung of the
-        catalog being resumed; :func:`first_rung`). ``sha_rungs="steps"`` counts the rungs in
-        optimizer steps, those of as many epochs with the middle batch size of the space (geometric
-        mean of its range), so that a training with larger batches reaches each rung after more
-        epochs and one with smaller batches after fewer; ``"epochs"`` counts epochs; ``"auto"`` is
-        ``"epochs"`` (or the unit of the catalog being resumed; :func:`rung_unit`).
-        ``"iepoch"``: every search evaluation trains ``iepoch_epochs`` epochs, then the
-        ``iepoch_top_k`` best configurations are trained to the full budget, in this call
-        (Egele 2024; :class:`autodeuq.discard.IEpoch`); with a ``timeout`` the search phase
-        uses at most half of it.
-    evaluator : {"ray", "serial"}
-        ``"serial"`` runs one evaluation at a time in this process and ignores the Ray options
-        (``workers``, ``cpus_per_eval``, ``gpus_per_eval``, ``ray_address``).
-    cpus_per_eval : float, optional
-        CPUs of each evaluation; its TensorFlow uses that many threads (default 1).
-    eval_timeout : float, optional
-        Seconds an evaluation may run on a worker before it is cancelled as failed.
-    eval_budget : float, optional
-        Seconds each training may take: it ends after the epoch when another one as long would
-        pass them, keeping its best epoch so far (``time_limit`` of :func:`autodeuq.train.train`),
-        instead of being cancelled. Bounds the cost of one evaluation on large data.
+        budget for a whole run. None: no limit (``config.timeout`` is the caller's to split).
     on_start : callable, optional
         Called with the evaluator once it is ready, before the search starts (the command line
         prints the number of parallel evaluations).
-    population_size, tournament_size : int or "auto"
-        P and S of aging evolution (searchers ``age``, ``agebo``, ``age-fixed-hp``); ``"auto"``
-        sizes them for ``max_evals`` (:func:`evolution_options`), so that evolution runs for most
-        of the budget.
+    log : callable, optional
+        Receives the lines saying what "auto" settings chose and that a run resumes.
 
     Returns
     -------
@@ -319,52 +202,104 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, *, search: str = "a
     Raises
     ------
     ParameterError
-        A bad parameter, before anything starts.
+        A setting the space or the data refuse, before anything starts.
     """
     from autodeuq import evaluator as evaluators
     from autodeuq.evaluator.base import evaluation_threads
     from autodeuq.runner import recorded_rule, run_search
 
+    c = config
     deadline = None if timeout is None else time.monotonic() + timeout
-    check_search_parameters(search=search, max_evals=max_evals, epochs=epochs, seed=seed, timeout=timeout,
-                            eval_timeout=eval_timeout, eval_budget=eval_budget, evaluator=evaluator, workers=workers,
-                            cpus_per_eval=cpus_per_eval, gpus_per_eval=gpus_per_eval,
-                            early_discarding=early_discarding, sha_min_epochs=sha_min_epochs,
-                            sha_reduction=sha_reduction, sha_rungs=sha_rungs, iepoch_epochs=iepoch_epochs,
-                            iepoch_top_k=iepoch_top_k, population_size=population_size,
-                            tournament_size=tournament_size)
-    search_options = {**(search_options or {}),
-                      **evolution_options(search, population_size, tournament_size, max_evals)}
-    if early_discarding == "iepoch" and iepoch_epochs >= (epochs or space.epochs):
-        raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({epochs or space.epochs})",
-                             iepoch_epochs)
-    seed = 0 if seed is None else int(seed)
+    search_options = searcher_options(c, space)
+    if c.early_discarding == "iepoch" and c.iepoch_epochs >= (c.epochs or space.epochs):
+        raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({c.epochs or space.epochs})",
+                             c.iepoch_epochs)
+    seed = 0 if c.seed is None else int(c.seed)
     # The rule a resumed catalog was searched with, read once: "auto" settings keep it.
-    recorded = None if new_run or early_discarding not in ("auto", "sha") else recorded_rule(run_dir)
-    early_discarding, news = discarding_policy(early_discarding, dataset, recorded)
+    recorded = None if c.new_run or c.early_discarding not in ("auto", "sha") else recorded_rule(run_dir)
+    policy, news = discarding_policy(c.early_discarding, dataset, recorded)
     if news and log is not None:
         log(news)
-    reference_batch = None
-    if early_discarding == "sha":
-        sha_min_epochs, why = first_rung(sha_min_epochs, dataset, recorded)
+    min_epochs, reference_batch = c.sha_min_epochs, None
+    if policy == "sha":
+        min_epochs, why = first_rung(c.sha_min_epochs, dataset, recorded)
         if why and log is not None:
             log(why)
-        reference_batch = rung_unit(sha_rungs, space, recorded)
-    rule = discarder(early_discarding, sha_min_epochs=sha_min_epochs, sha_reduction=sha_reduction,
-                     sha_reference_batch=reference_batch, iepoch_epochs=iepoch_epochs, iepoch_top_k=iepoch_top_k)
-    objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=epochs,
-                                             threads=evaluation_threads(cpus_per_eval), discarder=rule,
-                                             time_limit=eval_budget)
-    if evaluator == "serial":
-        runner = evaluators.create("serial", objective, eval_timeout=eval_timeout)
+        reference_batch = rung_unit(c.sha_rungs, space, recorded)
+    rule = discarder(policy, sha_min_epochs=min_epochs, sha_reduction=c.sha_reduction,
+                     sha_reference_batch=reference_batch, iepoch_epochs=c.iepoch_epochs, iepoch_top_k=c.iepoch_top_k)
+    objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=c.epochs,
+                                             threads=evaluation_threads(c.cpus_per_eval), discarder=rule,
+                                             time_limit=c.eval_budget)
+    if c.evaluator == "serial":
+        runner = evaluators.create("serial", objective, eval_timeout=c.eval_timeout)
     else:
-        runner = evaluators.create("ray", objective, workers=workers, cpus_per_eval=cpus_per_eval,
-                                   gpus_per_eval=gpus_per_eval, address=ray_address, eval_timeout=eval_timeout)
+        runner = evaluators.create("ray", objective, workers=c.workers, cpus_per_eval=c.cpus_per_eval,
+                                   gpus_per_eval=c.gpus_per_eval, address=c.ray_address, eval_timeout=c.eval_timeout)
     with runner:
         if on_start is not None:
             on_start(runner)
-        return run_search(space, dataset, runner, run_dir, search=search, search_options=search_options,
-                          max_evals=max_evals, seed=seed, new_run=new_run, progress=progress, log=log,
+        return run_search(space, dataset, runner, run_dir, search=c.search, search_options=search_options,
+                          max_evals=c.max_evals, seed=seed, new_run=c.new_run, progress=c.progress, log=log,
                           # Starting the workers (a Ray instance, say) counts against the limit too.
                           timeout=None if deadline is None else max(deadline - time.monotonic(), 1e-3),
-                          run_options={"epochs": epochs, "eval_timeout": eval_timeout, "eval_budget": eval_budget})
+                          run_options={"epochs": c.epochs, "eval_timeout": c.eval_timeout,
+                                       "eval_budget": c.eval_budget})
+
+
+def select_ensemble(run_dir, config, *, seed: int | None = 0):
+    """The first half of the ensemble stage: the ensemble that ``config`` (an
+    :class:`~autodeuq.options.EnsembleConfig`) selects and calibrates from the catalog in
+    ``run_dir`` (:meth:`autodeuq.ensemble.Ensemble.from_catalog`), its members loaded, so that a
+    member that cannot be read fails before anything is refitted or written.
+    """
+    from autodeuq.ensemble import Ensemble
+
+    ensemble = Ensemble.from_catalog(run_dir, size=config.ensemble_size, selector=config.selector,
+                                     score=config.selection_score, stop=config.selection_stop,
+                                     diversity=config.diversity, calibrate=config.calibrate,
+                                     bags=config.selection_bags, seed=0 if seed is None else int(seed))
+    ensemble._load()
+    return ensemble
+
+
+def refit_where(config) -> dict:
+    """Where the members of an ensemble retrain after the search ``config`` (a
+    :class:`~autodeuq.options.SearchConfig`) ran: at once on its Ray workers (still up, or
+    started again with the same options), else one after the other in this process; None for
+    an ensemble built on its own (``autodeuq ensemble``)."""
+    if config is None or config.evaluator != "ray":
+        return {}
+    return {"evaluator": "ray",
+            "evaluator_options": {"workers": config.workers, "cpus_per_eval": config.cpus_per_eval,
+                                  "gpus_per_eval": config.gpus_per_eval, "address": config.ray_address}}
+
+
+def refit_ensemble(ensemble, when="auto", *, deadline: float | None = None, where: dict | None = None):
+    """The second half of the ensemble stage: ``ensemble`` refitted on the training and
+    validation rows its catalog stores when ``when`` (True, False or "auto":
+    :func:`autodeuq.ensemble.refit.should_refit`) says so, each member while its retraining fits
+    before ``deadline`` (a :func:`time.monotonic` time), on the evaluator ``where`` names
+    (:func:`refit_where`); and the line saying what was done.
+
+    Raises
+    ------
+    CatalogError
+        ``when`` is True and the catalog does not store the rows (made by an older autodeuq).
+    """
+    from autodeuq.catalog import CatalogError
+    from autodeuq.ensemble.refit import not_refitted, refit_selected, should_refit
+
+    if when is False:
+        why = should_refit(False, 0)[1]
+        return not_refitted(ensemble, why), why
+    rows = ensemble.catalog.fit_data()
+    if rows is None:
+        if when == "auto":  # an older catalog: the ensemble as before
+            why = "not refitted: the catalog does not store the validation rows (made by an older autodeuq)"
+            return not_refitted(ensemble, why), why
+        raise CatalogError(f"{ensemble.catalog.run_dir}: its catalog does not store the training and validation "
+                           f"rows (it was created by an older autodeuq), so its members cannot be refitted here; "
+                           f"search again in a new run directory, or refit in Python with "
+                           f"autodeuq.ensemble.refit.refit(ensemble, x, y)", parameters=("refit", "run_dir"))
+    return refit_selected(ensemble, *rows, when, deadline=deadline, **(where or {}))

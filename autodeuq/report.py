@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from autodeuq import metrics, plots
-from autodeuq.catalog import Catalog, CatalogError
+from autodeuq.catalog import Catalog
 from autodeuq.data import BUILTIN_DATASETS, DataError, load_builtin, load_test_file
 from autodeuq.ensemble import Ensemble, UncertaintyPrediction
 from autodeuq.fileio import atomic_write, refuse_linked_folders
@@ -50,11 +50,12 @@ def _builtin_dataset(catalog: Catalog):
         return None
 
 
-def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_file=None,
-                     manifest=None, refit="auto", deadline=None, refit_evaluator="serial",
-                     refit_evaluator_options=None, **selection) -> Report:
-    """Select an ensemble, score it on validation (cached) and test data, write metrics.json, the
-    figures and the manifest.
+def build_and_report(run_dir, config=None, *, test_file=None, manifest=None, deadline=None, refit_where=None,
+                     seed=0) -> Report:
+    """The command line's ensemble step: build the ensemble that ``config`` (an
+    :class:`~autodeuq.options.EnsembleConfig`; default: the defaults) says
+    (:func:`autodeuq.pipeline.select_ensemble`, :func:`autodeuq.pipeline.refit_ensemble`), score it
+    on validation (cached) and test data, write metrics.json, the figures and the manifest.
 
     Every output goes to the folder of ``manifest`` (default ``run_dir/ensemble.json``):
     ``metrics.json`` and the figures sit beside the manifest they describe, so a second
@@ -63,39 +64,36 @@ def build_and_report(run_dir, size=5, selector="greedy", score="mixture", test_f
     and a catalog-backed manifest is written last: a failure (or a kill) leaves a previous
     ``ensemble.json`` in place. ``metrics.json`` records the member ids and weights it was
     computed for. The test set is ``test_file`` when given, else the one stored in the catalog at
-    its creation (e.g. ``search --test FILE``). ``selection`` holds further options of
-    :meth:`Ensemble.from_catalog` (``stop``, ``diversity``, ``calibrate``); the scores are those
+    its creation (e.g. ``search --test FILE``), read before the refit starts. The scores are those
     of the ensemble's predictions, recalibrated when it is, and ``metrics.json``'s
     ``calibration`` block gives the coverage before and after.
 
-    ``refit`` (True, False or "auto": :func:`autodeuq.ensemble.refit.should_refit`) retrains the
-    selected members on the training and validation rows the catalog stores
-    (:mod:`autodeuq.ensemble.refit`), each member while the estimated time of its retraining
-    fits before ``deadline`` (a :func:`time.monotonic` time; None: no limit), on the evaluator
-    ``refit_evaluator`` with ``refit_evaluator_options`` (:func:`autodeuq.ensemble.refit.refit`). The refitted
-    networks are written beside the manifest (``<stem>_refit/<id>.keras``), the test scores and
-    figures are the refitted ensemble's, and ``validation`` stays the score of the selection
-    before the refit (the refitted members have trained on those rows). ``metrics.json`` says
-    whether the ensemble was refitted (``ensemble.refitted``) and how (``ensemble.selection.refit``).
+    The refit (``config.refit``) retrains the members while each retraining fits before
+    ``deadline`` (a :func:`time.monotonic` time; None: no limit), where ``refit_where`` says
+    (:func:`autodeuq.pipeline.refit_where`). The refitted networks are written beside the
+    manifest (``<stem>_refit/<id>.keras``), the test scores and figures are the refitted
+    ensemble's, and ``validation`` stays the score of the selection before the refit (the
+    refitted members have trained on those rows). ``metrics.json`` says whether the ensemble was
+    refitted (``ensemble.refitted``) and how (``ensemble.selection.refit``).
     """
-    from autodeuq.ensemble.refit import check_refit
+    from autodeuq.options import EnsembleConfig, resolve
+    from autodeuq.pipeline import refit_ensemble, select_ensemble
 
-    check_refit(refit)
+    if config is None:
+        config, = resolve({}, (EnsembleConfig,))
     run_dir = Path(run_dir)
     manifest = Path(manifest) if manifest else run_dir / MANIFEST_NAME
     out_dir = manifest.parent
     refuse_linked_folders(run_dir, out_dir)  # before any work: every output goes there
-    ensemble = Ensemble.from_catalog(run_dir, size=size, selector=selector, score=score, **selection)
+    ensemble = select_ensemble(run_dir, config, seed=seed)  # an unreadable member fails before any file is written
     catalog = ensemble.catalog
-    ensemble._load()  # a member that cannot be loaded fails the report before anything is written
     _, means, variances = catalog.validation_predictions(ensemble.member_ids)
     means, variances = ensemble.recalibrated(means, variances)
     valid_targets = catalog.validation_targets()
     results = {"validation": metrics.evaluate(means, variances, ensemble.weights, valid_targets)}
     calibration = dict(ensemble.calibration) if ensemble.calibration else None
     test, train = _test_and_training_data(catalog, ensemble, test_file)
-    ensemble, refit_line = _refitted(ensemble, catalog, run_dir, refit, deadline,
-                                     evaluator=refit_evaluator, evaluator_options=refit_evaluator_options)
+    ensemble, refit_line = refit_ensemble(ensemble, config.refit, deadline=deadline, where=refit_where)
 
     # The figures of the predictions show test data when there is some, else validation data.
     scored = ("validation", means, variances, valid_targets)
@@ -137,26 +135,6 @@ def search_counts(catalog) -> dict:
     counts = frame["status"].value_counts()
     return {"evaluations": len(frame), **{str(status): int(counts.get(status, 0)) for status in Status},
             "mutated": int(frame["parent"].notna().sum())}
-
-
-def _refitted(ensemble, catalog, run_dir, when, deadline, **where):
-    """(the ensemble refitted when ``when`` says so, the line saying what was done); ``where``: the
-    ``evaluator`` and ``evaluator_options`` of :func:`autodeuq.ensemble.refit.refit`."""
-    from autodeuq.ensemble.refit import not_refitted, refit_selected, should_refit
-
-    if when is False:
-        why = should_refit(False, 0)[1]
-        return not_refitted(ensemble, why), why
-    rows = catalog.fit_data()
-    if rows is None:
-        if when == "auto":  # an older catalog: the ensemble as before
-            why = "not refitted: the catalog does not store the validation rows (made by an older autodeuq)"
-            return not_refitted(ensemble, why), why
-        raise CatalogError(f"{run_dir}: its catalog does not store the training and validation rows (it was created "
-                           f"by an older autodeuq), so its members cannot be refitted here; search again in a new "
-                           f"run directory, or refit in Python with autodeuq.ensemble.refit.refit(ensemble, x, y)",
-                           parameters=("refit", "run_dir"))
-    return refit_selected(ensemble, *rows, when, deadline=deadline, **where)
 
 
 def _prediction_plots(ensemble, data, means, variances, y) -> dict[str, bytes]:

@@ -223,13 +223,14 @@ def draw_toy(ens: Ensemble, table, grid, run_dir: Path, path: Path, evals: int) 
 
 def toy_catalog(seed: int, runs: Path, max_evals: int, epochs: int | None = None) -> Path:
     from autodeuq.data import toy_sine
+    from autodeuq.options import SearchConfig, configure
     from autodeuq.pipeline import fill_catalog
     from autodeuq.space import load_space
 
     run_dir = runs / f"toy-seed{seed}"
     space, data = load_space("toy"), toy_sine(seed=seed)
-    fill_catalog(space, data, run_dir, search="agebo", max_evals=max_evals, seed=seed, epochs=epochs,
-                 progress=False).raise_for_error()
+    config = configure(SearchConfig, search="agebo", max_evals=max_evals, seed=seed, epochs=epochs, progress=False)
+    fill_catalog(space, data, run_dir, config).raise_for_error()
     return run_dir
 
 

@@ -194,11 +194,17 @@ BAD_PARAMETERS = [
     ("space", 3), ("search", "grid"), ("max_evals", 0), ("ensemble_size", 2.5), ("workers", 0), ("run_dir", 5),
     ("seed", -1), ("epochs", 0), ("evaluator", "dask"), ("valid_fraction", 1.5), ("selector", "best"),
     ("selection_score", "crps"), ("selection_stop", "never"), ("diversity", "colour"), ("calibrate", "isotonic"),
-    ("selection_bags", -1), ("early_discarding", "hyperband"), ("timeout", 0), ("verbose", "yes"),
+    ("selection_bags", -1), ("early_discarding", "hyperband"), ("timeout", 0), ("progress", "yes"),
     ("categorical", "label"), ("impute", "zero"), ("drop", "note"), ("id_column", 3), ("drop_missing_target", "yes"),
     ("refit", "yes"), ("eval_budget", -5), ("sha_min_epochs", "soon"), ("sha_reduction", 1), ("sha_rungs", "updates"),
-    ("population_size", 1), ("tournament_size", 0),
+    ("population_size", 1), ("tournament_size", 0), ("surrogate", "svm"), ("acq", "ucb"), ("fixed_hp", "adam"),
+    ("fixed_arch", {"a": 1}), ("eval_timeout", 0), ("ray_address", 6379), ("cpus_per_eval", 0),
+    ("gpus_per_eval", -1), ("new_run", "yes"), ("iepoch_epochs", 0), ("iepoch_top_k", 0),
 ]
+#: The settings under which an option applies (else its value is not used).
+APPLIES = {"fixed_hp": {"search": "age-fixed-hp"}, "fixed_arch": {"search": "bo-fixed-arch"}, "surrogate": {"search": "bo"},
+           "acq": {"search": "bo"},
+           "iepoch_epochs": {"early_discarding": "iepoch"}, "iepoch_top_k": {"early_discarding": "iepoch"}}
 
 
 def test_every_parameter_is_covered_by_the_bad_value_table():
@@ -209,12 +215,19 @@ def test_every_parameter_is_covered_by_the_bad_value_table():
 def test_a_bad_parameter_is_refused_before_any_work(tmp_path, name, value):
     from autodeuq.errors import AutoDEUQError, ParameterError
 
-    params = {**TINY, "run_dir": tmp_path / "run", name: value}
+    params = {**TINY, "run_dir": tmp_path / "run", **APPLIES.get(name, {}), name: value}
     # one row is also bad data: the parameter is checked first, before the data and the search
     with pytest.raises(ParameterError, match=f"^{name} must ") as caught:
         AutoDEUQRegressor(**params).fit(np.ones((1, 2)), np.ones(1))
     assert caught.value.parameter == name and isinstance(caught.value, (AutoDEUQError, ValueError))
     assert not (tmp_path / "run").exists()
+
+
+def test_parameters_are_keyword_only_and_unknown_ones_refused():
+    with pytest.raises(TypeError):
+        AutoDEUQRegressor("tabular")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'verbose'"):
+        AutoDEUQRegressor(verbose=True)
 
 
 def test_an_unknown_space_is_refused_before_any_work(tmp_path):

@@ -9,6 +9,7 @@ from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.data import toy_sine
 from autodeuq.discard import SuccessiveHalving
 from autodeuq.evaluator import SerialEvaluator, TrainingObjective
+from autodeuq.options import SearchConfig, configure
 from autodeuq.result import TrainResult
 from autodeuq.runner import run_search
 from autodeuq.space import load_space
@@ -139,8 +140,9 @@ def test_auto_policy_follows_the_data_and_a_resumed_catalog(tmp_path, setup, mon
     lines = []
 
     def fill(run, max_evals=3, **kw):
-        return pipeline.fill_catalog(space, data, run, search="random", max_evals=max_evals, epochs=4,
-                                     evaluator="serial", progress=False, log=lines.append, **kw)
+        config = configure(SearchConfig, search="random", max_evals=max_evals, epochs=4, evaluator="serial",
+                           progress=False, **kw)
+        return pipeline.fill_catalog(space, data, run, config, log=lines.append)
 
     fill(tmp_path / "small")  # the default is "auto": toy-sine is far below the threshold
     assert Catalog(tmp_path / "small").meta["search"]["early_discarding"] is None
@@ -169,9 +171,9 @@ def test_auto_first_rung_follows_the_data_and_a_resumed_catalog(tmp_path, setup,
     lines = []
 
     def fill(run, max_evals=3, **kw):
-        return pipeline.fill_catalog(space, data, run, search="random", max_evals=max_evals, epochs=4,
-                                     evaluator="serial", early_discarding="sha", progress=False, log=lines.append,
-                                     **kw)
+        config = configure(SearchConfig, search="random", max_evals=max_evals, epochs=4, evaluator="serial",
+                           early_discarding="sha", progress=False, **kw)
+        return pipeline.fill_catalog(space, data, run, config, log=lines.append)
 
     def first(run):
         return Catalog(run).meta["search"]["early_discarding"]["min_epochs"]
@@ -203,9 +205,9 @@ def test_rungs_in_steps_use_the_middle_batch_searched_and_resume(tmp_path, setup
     run = tmp_path / "run"
 
     def fill(max_evals, **kw):
-        return pipeline.fill_catalog(space, data, run, search="random", max_evals=max_evals, epochs=12,
-                                     evaluator="serial", early_discarding="sha", sha_min_epochs=1,
-                                     sha_reduction=2, progress=False, **kw)
+        config = configure(SearchConfig, search="random", max_evals=max_evals, epochs=12, evaluator="serial",
+                           early_discarding="sha", sha_min_epochs=1, sha_reduction=2, progress=False, **kw)
+        return pipeline.fill_catalog(space, data, run, config)
 
     fill(10, sha_rungs="steps")
     cat = Catalog(run)

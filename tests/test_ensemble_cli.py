@@ -205,11 +205,12 @@ def test_report_of_a_recalibrated_ensemble_gives_coverage_before_and_after(run_d
     import shutil
 
     from autodeuq import metrics as m
+    from autodeuq.options import EnsembleConfig, configure
     from autodeuq.report import build_and_report
 
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
-    report = build_and_report(copy, size=3, calibrate="scale")
+    report = build_and_report(copy, configure(EnsembleConfig, ensemble_size=3, calibrate="scale"))
     document = json.loads((copy / "metrics.json").read_text())
     block = document["calibration"]
     scale = np.asarray(block["scale"])
@@ -351,13 +352,16 @@ def test_search_options_are_checked_before_anything_runs(tmp_path, capsys):
         (["--search", "age", "--fixed-arch", "[0]"], "--fixed-arch"),
         (["--search", "age-fixed-hp", "--fixed-hp", '{"batch_size": 1000}'], "batch_size"),
         (["--search", "age-fixed-hp", "--fixed-hp", '{"lr": 0.1}'], "'lr'"),
-        (["--search", "age-fixed-hp", "--fixed-hp", "adam"], "JSON"),
         (["--search", "bo-fixed-arch", "--fixed-arch", "[1, 2]"], "2 variables"),
         (["--search", "bo-fixed-arch", "--surrogate", "rf", "--fixed-arch", '{"a": 1}'], "--fixed-arch"),
     ]
     for extra, needle in cases:
         err = one_line_error(capsys, base + extra)
         assert needle in err, (extra, err)
+    with pytest.raises(SystemExit) as usage:  # text that is not JSON: argparse's usage error, one line
+        main(base + ["--search", "age-fixed-hp", "--fixed-hp", "adam"])
+    err = capsys.readouterr().err
+    assert usage.value.code == 2 and "--fixed-hp: not valid JSON" in err and err.count("\n") == 1
     assert not run.exists()
 
 

@@ -36,7 +36,7 @@ def test_population_and_tournament_follow_the_budget():
     ({"search": "bo", "tournament_size": 3}, "tournament_size must be \"auto\" with search 'bo'"),
     ({"search": "agebo", "population_size": 5, "tournament_size": 6}, r"tournament_size must be at most the "
                                                                      r"population size \(5\)"),
-    ({"search": "age", "population_size": 1}, "population_size must be an integer >= 2"),
+    ({"search": "age", "population_size": 1}, "population_size must be \"auto\" or an integer >= 2"),
 ])
 def test_bad_evolution_settings_are_refused(kwargs, words):
     with pytest.raises(ParameterError, match=words):

@@ -1,5 +1,5 @@
-"""One wiring path: the command line and the estimator fill their catalog through pipeline.fill_catalog,
-whose parameter checks refuse bad values before anything starts."""
+"""One wiring path: the command line and the estimator check their options once (autodeuq.options)
+and fill their catalog through pipeline.fill_catalog, before anything starts."""
 import numpy as np
 import pytest
 
@@ -7,6 +7,7 @@ from autodeuq import pipeline
 from autodeuq.catalog import Catalog
 from autodeuq.data import toy_sine
 from autodeuq.errors import ParameterError
+from autodeuq.options import EnsembleConfig, SearchConfig, TableConfig, configure
 from autodeuq.space import load_space
 
 BAD_SEARCH_PARAMETERS = [
@@ -24,17 +25,18 @@ BAD_SEARCH_PARAMETERS = [
 
 @pytest.mark.parametrize("name, value", BAD_SEARCH_PARAMETERS)
 def test_check_search_parameters_names_the_bad_one(name, value):
+    config = TableConfig if name == "valid_fraction" else SearchConfig
     with pytest.raises(ParameterError, match=f"^{name} must ") as caught:
-        pipeline.check_search_parameters(**{name: value})
+        configure(config, **{name: value})
     assert caught.value.parameter == name and caught.value.value is value
 
 
 def test_sha_settings_are_checked_only_with_sha():
-    pipeline.check_search_parameters(early_discarding="none", sha_reduction=1, sha_min_epochs=0)
+    configure(SearchConfig, early_discarding="none", sha_reduction=1, sha_min_epochs=0)
     with pytest.raises(ParameterError, match='^sha_min_epochs must be "auto" or an integer >= 1, got 0'):
-        pipeline.check_search_parameters(sha_min_epochs=0)  # early_discarding "auto" may become "sha"
+        configure(SearchConfig, sha_min_epochs=0)  # early_discarding "auto" may become "sha"
     with pytest.raises(ParameterError, match="reduction must be an integer >= 2, got 1"):
-        pipeline.check_search_parameters(early_discarding="sha", sha_reduction=1)
+        configure(SearchConfig, early_discarding="sha", sha_reduction=1)
 
 
 @pytest.mark.parametrize("name, value", [("ensemble_size", 0), ("selector", "best"), ("selection_score", "crps"),
@@ -43,15 +45,17 @@ def test_sha_settings_are_checked_only_with_sha():
                                          ("selection_bags", 10**23), ("ensemble_size", 10**6)])
 def test_check_ensemble_parameters_names_the_bad_one(name, value):
     with pytest.raises(ParameterError, match=f"^{name} must ") as caught:
-        pipeline.check_ensemble_parameters(**{name: value})
+        configure(EnsembleConfig, **{name: value})
     assert caught.value.parameter == name
 
 
 def test_fill_catalog_searches_and_records_its_settings(tmp_path):
     space, data = load_space("toy"), toy_sine(seed=0)
     started = []
-    summary = pipeline.fill_catalog(space, data, tmp_path / "run", search="random", max_evals=2, epochs=2, seed=3,
-                                    evaluator="serial", progress=False, on_start=lambda ev: started.append(ev.n_slots))
+    config = configure(SearchConfig, search="random", max_evals=2, epochs=2, seed=3, evaluator="serial",
+                       progress=False)
+    summary = pipeline.fill_catalog(space, data, tmp_path / "run", config,
+                                    on_start=lambda ev: started.append(ev.n_slots))
     assert started == [1]
     assert summary.n_done + summary.n_failed == 2 and not summary.interrupted
     with Catalog(tmp_path / "run") as catalog:
@@ -62,8 +66,9 @@ def test_fill_catalog_searches_and_records_its_settings(tmp_path):
 
 def test_an_evaluation_budget_ends_trainings_early_as_done_entries(tmp_path):
     space, data = load_space("toy"), toy_sine(seed=0)
-    summary = pipeline.fill_catalog(space, data, tmp_path / "run", search="random", max_evals=2, epochs=6,
-                                    evaluator="serial", eval_budget=1e-9, progress=False)
+    config = configure(SearchConfig, search="random", max_evals=2, epochs=6, evaluator="serial", eval_budget=1e-9,
+                       progress=False)
+    summary = pipeline.fill_catalog(space, data, tmp_path / "run", config)
     assert summary.n_done == summary.n_out_of_time == 2 and str(summary).startswith(
         "2 done (2 ended by the evaluation budget), 0 failed")
     with Catalog(tmp_path / "run") as catalog:
@@ -73,9 +78,10 @@ def test_an_evaluation_budget_ends_trainings_early_as_done_entries(tmp_path):
     assert [(e["status"], e["epochs"], e["extra"]["out_of_time"]) for e in entries] == [("done", 1, True)] * 2
 
 
-def test_fill_catalog_refuses_a_bad_parameter_before_creating_anything(tmp_path):
-    with pytest.raises(ParameterError, match="max_evals"):
-        pipeline.fill_catalog(load_space("toy"), toy_sine(seed=0), tmp_path / "run", max_evals=0, evaluator="serial")
+def test_fill_catalog_refuses_a_setting_the_space_refuses_before_creating_anything(tmp_path):
+    config = configure(SearchConfig, search="age-fixed-hp", fixed_hp={"lr": 0.1}, evaluator="serial")
+    with pytest.raises(ParameterError, match="^fixed_hp does not fit the space: .*'lr'"):
+        pipeline.fill_catalog(load_space("toy"), toy_sine(seed=0), tmp_path / "run", config)
     assert not (tmp_path / "run").exists()
 
 
@@ -84,13 +90,15 @@ class Planted(Exception):
 
 
 def test_cli_and_estimator_share_the_wiring(tmp_path, monkeypatch):
-    """Both front ends reach fill_catalog, and the same settings arrive under the same names."""
+    """Both front ends reach fill_catalog with the same configuration for the same settings."""
+    import dataclasses
+
     from autodeuq import AutoDEUQRegressor, cli
 
     calls = []
 
-    def recorder(space, dataset, run_dir, **settings):
-        calls.append(settings)
+    def recorder(space, dataset, run_dir, config, **settings):
+        calls.append(dataclasses.replace(config, run_dir=None))
         raise Planted()
 
     monkeypatch.setattr(pipeline, "fill_catalog", recorder)
@@ -102,10 +110,9 @@ def test_cli_and_estimator_share_the_wiring(tmp_path, monkeypatch):
     with pytest.raises(Planted):
         AutoDEUQRegressor(space="toy", search="random", max_evals=7, epochs=3, seed=2, evaluator="serial",
                           early_discarding="sha", run_dir=tmp_path / "b").fit(X, X[:, 0])
-    shared = ("search", "max_evals", "epochs", "seed", "evaluator", "early_discarding", "timeout", "workers")
-    expected = {"search": "random", "max_evals": 7, "epochs": 3, "seed": 2, "evaluator": "serial",
-                "early_discarding": "sha", "timeout": None, "workers": None}
-    assert [{k: c[k] for k in shared} for c in calls] == [expected, expected]
+    expected = configure(SearchConfig, space="toy", search="random", max_evals=7, epochs=3, seed=2,
+                         evaluator="serial", early_discarding="sha")
+    assert calls == [expected, expected]
 
 
 def test_search_timeout_keeps_a_share_for_the_ensemble_step():
@@ -122,8 +129,8 @@ def test_a_whole_run_budget_leaves_time_for_the_ensemble(tmp_path, monkeypatch):
 
     timeouts = []
 
-    def recorder(space, dataset, run_dir, **settings):
-        timeouts.append(settings["timeout"])
+    def recorder(space, dataset, run_dir, config, *, timeout, **settings):
+        timeouts.append(timeout)
         raise Planted()
 
     monkeypatch.setattr(pipeline, "fill_catalog", recorder)

@@ -1,0 +1,595 @@
+"""Every option of a run, defined once.
+
+:data:`OPTIONS` lists each option of the whole job (reading the table, the search, its workers,
+the ensemble): its name, its constraint, its default, its help and its command-line flag. From it
+come the options of ``autodeuq search | ensemble | run`` (:func:`add_to_parser`), the keyword-only
+parameters of :class:`~autodeuq.AutoDEUQRegressor` and their documentation, and the command-line
+reference of the documentation. The values a front end received are checked once, before any
+work, into three typed configurations (:class:`TableConfig`, :class:`SearchConfig`,
+:class:`EnsembleConfig`; :func:`resolve`), which the stages of the job (:mod:`autodeuq.job`)
+take.
+
+A help text names other options in braces (``{max_evals}``): the command line shows them as its
+flags (``--max-evals``), the estimator's documentation as parameters (``max_evals``).
+
+This module imports nothing heavy (the name tables it reads import none of what they name), so
+``autodeuq --help`` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import numbers
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from autodeuq import discard, evaluator, preprocess, search
+from autodeuq.data import DEFAULT_VALID_FRACTION, SMALL_DATA_ROWS
+from autodeuq.ensemble import options as ensemble_choices
+from autodeuq.errors import ParameterError
+
+__all__ = ["OPTIONS", "EnsembleConfig", "Option", "SearchConfig", "TableConfig", "add_option", "add_to_parser",
+           "configure", "flag", "given", "numpydoc_parameters", "resolve", "signature_parameters"]
+
+#: Seconds in ten years: the largest time limit that is a setting rather than a slip of the keyboard.
+_TEN_YEARS = 10 * 365 * 86400.0
+
+
+# ----------------------------------------------------------------------------- constraints
+class Constraint:
+    """What values an option takes: :meth:`check` refuses others with a :class:`ParameterError`;
+    :meth:`parse` reads the command line's text; :attr:`choices` (if any) are argparse's."""
+
+    choices: tuple | None = None
+    metavar: str | None = None
+
+    def check(self, name: str, value) -> None:
+        raise NotImplementedError
+
+    def parse(self, text: str):
+        return text
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class Integer(Constraint):
+    """An integer from ``minimum`` to ``maximum``; ``auto`` also accepts ``"auto"``, ``optional`` None."""
+
+    minimum: int
+    maximum: int
+    auto: bool = False
+    optional: bool = False
+
+    def check(self, name, value):
+        if (self.optional and value is None) or (self.auto and value == "auto"):
+            return
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < self.minimum:
+            prefix = '"auto" or ' if self.auto else ""
+            raise ParameterError(name, f"must be {prefix}an integer >= {self.minimum}", value)
+        if value > self.maximum:
+            raise ParameterError(name, f"must be an integer <= {self.maximum}", value)
+
+    def parse(self, text):
+        if self.auto and text == "auto":
+            return text
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {'auto or ' if self.auto else ''}an integer, got {text!r}") \
+                from None
+
+    def describe(self):
+        return (('"auto" or ' if self.auto else "") + f"int in [{self.minimum}, {self.maximum}]"
+                + (" or None" if self.optional else ""))
+
+
+@dataclasses.dataclass(frozen=True)
+class Real(Constraint):
+    """A number in ``(minimum, maximum]`` (``[minimum, maximum]`` unless ``strict``), or None."""
+
+    minimum: float
+    maximum: float
+    strict: bool = True
+
+    def check(self, name, value):
+        if value is None:
+            return
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and (
+            value > self.minimum if self.strict else value >= self.minimum)
+        if not ok:
+            raise ParameterError(name, f"must be {'>' if self.strict else '>='} {self.minimum:g}", value)
+        if not value <= self.maximum:  # also infinity and NaN
+            raise ParameterError(name, f"must be a finite number <= {self.maximum:g}", value)
+
+    def parse(self, text):
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+
+    def describe(self):
+        return f"float {'>' if self.strict else '>='} {self.minimum:g} or None"
+
+
+@dataclasses.dataclass(frozen=True)
+class Fraction(Constraint):
+    """A number strictly between 0 and 1."""
+
+    def check(self, name, value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < 1:
+            raise ParameterError(name, "must be a number strictly between 0 and 1", value)
+
+    parse = Real.parse
+
+    def describe(self):
+        return "float in (0, 1)"
+
+
+class OneOf(Constraint):
+    """One of the names ``values`` (a sequence, or a callable giving it: read when first needed)."""
+
+    def __init__(self, values: Sequence[str] | Callable[[], Sequence[str]]):
+        self._values = values
+
+    @property
+    def choices(self) -> tuple:
+        return tuple(self._values() if callable(self._values) else self._values)
+
+    def check(self, name, value):
+        if not isinstance(value, str) or value not in self.choices:
+            raise ParameterError(name, f"must be one of {list(self.choices)}", value)
+
+    def describe(self):
+        return "{" + ", ".join(repr(v) for v in self.choices) + "}"
+
+
+class Boolean(Constraint):
+    """True or False; ``auto`` also accepts ``"auto"``."""
+
+    def __init__(self, auto: bool = False):
+        self.auto = auto
+
+    def check(self, name, value):
+        import numpy as np
+
+        if isinstance(value, (bool, np.bool_)) or (self.auto and isinstance(value, str) and value == "auto"):
+            return
+        raise ParameterError(name, 'must be True, False or "auto"' if self.auto else "must be a bool", value)
+
+    def describe(self):
+        return '{"auto", True, False}' if self.auto else "bool"
+
+
+class Text(Constraint):
+    """A string, or None."""
+
+    metavar = "TEXT"
+
+    def check(self, name, value):
+        if value is not None and not isinstance(value, str):
+            raise ParameterError(name, "must be None or a string", value)
+
+    def describe(self):
+        return "str or None"
+
+
+class Names(Constraint):
+    """A sequence of strings (given one at a time on the command line), or None."""
+
+    def check(self, name, value):
+        if value is None:
+            return
+        if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+            raise ParameterError(name, "must be None or a list of column names", value)
+
+    def describe(self):
+        return "list of str or None"
+
+
+class Path(Constraint):
+    """A file-system path (str or os.PathLike), or None."""
+
+    def check(self, name, value):
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise ParameterError(name, "must be None or a path", value)
+
+    def describe(self):
+        return "path or None"
+
+
+class Space(Constraint):
+    """A shipped space's name, a space file, a mapping or a :class:`~autodeuq.space.SearchSpace`."""
+
+    def check(self, name, value):
+        from autodeuq.space import SearchSpace
+
+        if not isinstance(value, (str, os.PathLike, dict, SearchSpace)):
+            raise ParameterError(name, "must be a shipped space's name, a space file or a SearchSpace", value)
+
+    def describe(self):
+        return "str, path or SearchSpace"
+
+
+class Json(Constraint):
+    """A JSON value (written as JSON text on the command line) of type ``kind``, or None."""
+
+    def __init__(self, kind: type, what: str):
+        self.kind, self.what = kind, what
+
+    def check(self, name, value):
+        if value is not None and not isinstance(value, self.kind):
+            raise ParameterError(name, f"must be None or {self.what}", value)
+
+    def parse(self, text):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"not valid JSON ({exc})") from None
+
+    def describe(self):
+        return f"{self.kind.__name__} or None"
+
+
+# ----------------------------------------------------------------------------- the table
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option of a run.
+
+    ``group`` is the configuration it belongs to ("table", "search", "evaluation" (part of the
+    search's configuration) or "ensemble"); ``default_text`` says what the default means when the
+    value alone does not (the command line's help shows it); ``applies`` (given the other values)
+    says whether the option is used, and ``unused`` what a non-default value gets when it is not:
+    ``"refuse"`` (an error) or ``"ignore"`` (not even checked).
+    """
+
+    name: str
+    group: str
+    default: Any
+    constraint: Constraint
+    help: str
+    flag: str | None = None
+    metavar: str | None = None
+    default_text: str | None = None
+    applies: Callable[[Mapping], bool] | None = None
+    unused: str = "ignore"
+    requirement: str = ""  #: what ``applies`` asks for, in the words of an error (with {option} fields)
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    def help_text(self, name_of: Callable[[str], str]) -> str:
+        """The help with other options named by ``name_of`` (a flag, or a parameter name)."""
+        return self.help.format_map(_Names(name_of))
+
+    def shown_default(self) -> str:
+        if self.default_text is not None:
+            return self.default_text
+        if isinstance(self.default, bool):
+            return "on" if self.default else "off"
+        return "none" if self.default is None else ("1/3" if self.default == 1 / 3 else str(self.default))
+
+
+class _Names(dict):
+    def __init__(self, name_of):
+        super().__init__()
+        self.name_of = name_of
+
+    def __missing__(self, key):
+        return self.name_of(key)
+
+
+def _is_sha(values):
+    return values["early_discarding"] in ("auto", "sha")
+
+
+def _is_iepoch(values):
+    return values["early_discarding"] == "iepoch"
+
+
+def _evolves(values):
+    return values["search"] in search.evolution_searchers()
+
+
+def _takes_surrogate(values):
+    return values["search"] in search.surrogate_searchers()
+
+
+_SEARCHES = (*search.SEARCHERS, *search.ABLATIONS)
+_BO = ", ".join(search.surrogate_searchers())
+
+OPTIONS: tuple[Option, ...] = (
+    # ------------------------------------------------------------------ table
+    Option("categorical", "table", "onehot", OneOf(preprocess.CATEGORICAL),
+           "encoding of non-numeric columns: onehot (one 0/1 input per training category; an unseen category is "
+           "all zeros), ordinal (the category's index; unseen: -1), none (refuse them)"),
+    Option("impute", "table", "mean", OneOf(preprocess.IMPUTE),
+           "missing feature values: the training mean or median of a numeric column, the most frequent training "
+           "category of a categorical one, also at prediction; none refuses them"),
+    Option("drop", "table", None, Names(), "a column that is not a feature (ignored, also by predict); repeat the "
+           "option for several", metavar="COL"),
+    Option("id_column", "table", None, Text(), "a row identifier: not a feature; 'autodeuq predict' copies it into "
+           "its output", metavar="COL"),
+    Option("drop_missing_target", "table", False, Boolean(), "leave out the rows whose target is missing (of the "
+           "training and validation rows), and say how many, instead of refusing the table"),
+    Option("valid_fraction", "table", DEFAULT_VALID_FRACTION, Fraction(),
+           "fraction of the training rows held out for validation when no validation rows are given",
+           metavar="F"),
+    # ------------------------------------------------------------------ search
+    Option("space", "search", "tabular", Space(), "search space: 'toy', 'tabular' or a YAML/JSON file",
+           metavar="NAME_OR_FILE", default_text="tabular (toy for the built-in dataset toy-sine)"),
+    Option("search", "search", "agebo", OneOf(_SEARCHES),
+           "search algorithm; the ablations: age-fixed-hp (aging evolution over the architecture, training "
+           "hyperparameters fixed by {fixed_hp}), bo-fixed-arch (BO over the training hyperparameters, "
+           "architecture fixed by {fixed_arch})"),
+    Option("surrogate", "search", "et", OneOf(lambda: tuple(search.SURROGATES)),
+           f"surrogate model of the BO-based searchers ({_BO})", applies=_takes_surrogate, unused="refuse",
+           requirement="applies to the BO-based searchers ({searchers}), not to {search} {value}"),
+    Option("acq", "search", "lcb", OneOf(lambda: tuple(search.ACQUISITIONS)),
+           f"acquisition function of the BO-based searchers ({_BO})", applies=_takes_surrogate, unused="refuse",
+           requirement="applies to the BO-based searchers ({searchers}), not to {search} {value}"),
+    Option("fixed_hp", "search", None, Json(dict, "a dict"),
+           "with {search} age-fixed-hp: the training hyperparameters (a JSON object on the command line); those "
+           "not given keep their defaults", metavar="JSON",
+           default_text="learning_rate 0.01, batch_size 16, optimizer adam, patience_reduce_lr 10, "
+                        "patience_early_stopping 20",
+           applies=lambda v: v["search"] == "age-fixed-hp", unused="refuse",
+           requirement="applies to {search} age-fixed-hp, not to {search} {value}"),
+    Option("fixed_arch", "search", None, Json(list, "a list of integers"),
+           "with {search} bo-fixed-arch: the architecture vector (a JSON list on the command line), one integer "
+           "per architecture variable", metavar="JSON",
+           default_text="every cell Dense with the units nearest 64 and tanh, no skip connection",
+           applies=lambda v: v["search"] == "bo-fixed-arch", unused="refuse",
+           requirement="applies to {search} bo-fixed-arch, not to {search} {value}"),
+    Option("max_evals", "search", 100, Integer(1, 10**6),
+           "evaluations to finish in the run directory, earlier sessions included (the catalog's size)",
+           metavar="N"),
+    Option("population_size", "search", "auto", Integer(2, 10**5, auto=True),
+           "population of aging evolution: the last P successful evaluations, random until there are P; auto: a "
+           "fifth of {max_evals}, from 10 to 100", metavar="P", applies=_evolves, unused="refuse"),
+    Option("tournament_size", "search", "auto", Integer(1, 10**5, auto=True),
+           "tournament of aging evolution: each child mutates the best of S members drawn from the population, "
+           "1 <= S <= P; auto: a third of P, at least 2", metavar="S", applies=_evolves, unused="refuse"),
+    Option("timeout", "search", None, Real(0, _TEN_YEARS),
+           "wall-clock limit in seconds: of the search ('autodeuq search'), of the search and the ensemble step "
+           "('autodeuq run' and the estimator's fit: the search keeps a tenth of it, 30 s to 5 min, for the "
+           "ensemble step); no evaluation starts that would not finish in time", metavar="S"),
+    Option("eval_timeout", "evaluation", None, Real(0, _TEN_YEARS),
+           "seconds an evaluation may run on a worker; overrunning evaluations are cancelled and recorded as "
+           "failures", metavar="S"),
+    Option("eval_budget", "search", None, Real(0, _TEN_YEARS),
+           "seconds each training may take: it ends after the epoch when another one as long would pass them, "
+           "keeping its best epoch so far, like an early stop", metavar="S"),
+    Option("epochs", "search", None, Integer(1, 10**5, optional=True), "override of the space's epoch budget",
+           metavar="E", default_text="the space's"),
+    Option("early_discarding", "search", "auto", OneOf(discard.POLICIES),
+           f"auto: sha above {SMALL_DATA_ROWS} training + validation rows, else none (a resumed run keeps its "
+           "catalog's policy). none: every configuration trains to its own early stop. sha: asynchronous "
+           "successive halving; a training continues past each rung epoch (min x reduction^k) only if its "
+           "validation loss is among the best 1/reduction recorded there. iepoch: every evaluation of the search "
+           "trains {iepoch_epochs} epochs, then the {iepoch_top_k} best configurations are trained to the full "
+           "budget"),
+    Option("sha_min_epochs", "search", "auto", Integer(1, 10**5, auto=True),
+           f"first rung of successive halving; auto: 3 up to {SMALL_DATA_ROWS} training + validation rows, else 1 "
+           "(a resumed run keeps its catalog's)", metavar="E", applies=_is_sha),
+    Option("sha_reduction", "search", 3, Integer(2, 1000), "reduction factor of successive halving", metavar="R",
+           applies=_is_sha),
+    Option("sha_rungs", "search", "auto", OneOf(discard.RUNG_UNITS),
+           "what the rungs of successive halving count: epochs, or steps (the optimizer steps of as many epochs "
+           "with the space's middle batch size (geometric mean), so larger batches are judged after more epochs, "
+           "smaller ones after fewer); auto: epochs (a resumed run keeps its catalog's)", applies=_is_sha),
+    Option("iepoch_epochs", "search", 1, Integer(1, 10**5),
+           "epochs of each search evaluation under i-Epoch, below the epoch budget", metavar="I",
+           applies=_is_iepoch),
+    Option("iepoch_top_k", "search", 10, Integer(1, 10**6),
+           "configurations trained to the full budget after the search under i-Epoch", metavar="K",
+           applies=_is_iepoch),
+    Option("seed", "search", 0, Integer(0, 2**32 - 1, optional=True),
+           "seed of the validation split, the searcher, the trainings and the selection, from 0 to 2**32 - 1 "
+           "(None: 0)", metavar="N"),
+    Option("run_dir", "search", None, Path(), "catalog directory; an existing one is resumed", metavar="DIR",
+           default_text="runs/<dataset>-<search> on the command line; for the estimator a temporary directory "
+                        "deleted with it"),
+    Option("new_run", "search", False, Boolean(), "refuse to resume: the run directory must not hold a catalog yet"),
+    Option("progress", "search", True, Boolean(), "a progress bar (plain lines when the output is not a terminal)"),
+    # ------------------------------------------------------------------ evaluation
+    Option("evaluator", "evaluation", "ray", OneOf(tuple(evaluator.EVALUATORS)),
+           "ray: parallel Ray tasks; serial: in-process, one at a time (the other evaluation options are then "
+           "ignored)"),
+    Option("workers", "evaluation", None, Integer(1, 10**5, optional=True), "concurrent evaluations", metavar="N",
+           default_text="what the Ray cluster can run"),
+    Option("ray_address", "evaluation", None, Text(), "join an existing Ray cluster ('auto' or host:port)",
+           metavar="ADDR", default_text="the RAY_ADDRESS environment variable when set, else a new local instance"),
+    Option("cpus_per_eval", "evaluation", None, Real(0, 4096.0),
+           "CPUs per evaluation; TensorFlow uses that many threads", metavar="C", default_text="1"),
+    Option("gpus_per_eval", "evaluation", None, Real(0, 1024.0, strict=False),
+           "GPUs per evaluation (a fraction shares a GPU)", metavar="G",
+           default_text="1 when the cluster has GPUs, else 0"),
+    # ------------------------------------------------------------------ ensemble
+    Option("ensemble_size", "ensemble", 5, Integer(1, 1000), "distinct ensemble members (at most)", flag="--size",
+           metavar="K"),
+    Option("selector", "ensemble", "greedy", OneOf(ensemble_choices.METHODS),
+           "selection method: greedy with replacement (Caruana et al. 2004), without, or the best {ensemble_size} "
+           "models"),
+    Option("selection_score", "ensemble", "mixture", OneOf(ensemble_choices.SCORES),
+           "what selection minimizes on the validation rows: the ensemble's exact mixture NLL or its moment-matched "
+           "Gaussian NLL"),
+    Option("selection_stop", "ensemble", "size", OneOf(ensemble_choices.STOPS),
+           "size: always {ensemble_size} distinct members (when the catalog has that many usable models); "
+           "improvement: stop as soon as no addition improves the validation NLL (may leave one member)"),
+    Option("diversity", "ensemble", "none", OneOf(ensemble_choices.DIVERSITY),
+           "at most one member per architecture, or per set of activation functions"),
+    Option("selection_bags", "ensemble", 0, Integer(0, 10**4),
+           "repeat the selection on B random halves of the validation rows and average the weights (bagged "
+           "selection; 0: select once on all rows)", metavar="B"),
+    Option("calibrate", "ensemble", "auto", OneOf(ensemble_choices.CALIBRATIONS),
+           "scale: recalibrate each target's predictive std by a factor fitted on out-of-fold selections of the "
+           f"validation rows; auto: scale when the training and validation rows number more than {SMALL_DATA_ROWS}"),
+    Option("refit", "ensemble", "auto", Boolean(auto=True),
+           "retrain the selected members on the training and validation rows together, each for the epochs of its "
+           "best validation loss with the learning rates it used then; off: keep the networks the search trained. "
+           "After a search, the members retrain at once on its Ray workers. Under {timeout}, a member is refitted "
+           "only if its retraining fits in the time left",
+           default_text=f"auto: when the training and validation rows number at most {SMALL_DATA_ROWS}"),
+)
+
+BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+
+
+def flag(name: str) -> str:
+    """The command-line flag of the option ``name``."""
+    return BY_NAME[name].cli_flag
+
+
+# ----------------------------------------------------------------------------- configurations
+def _config(name: str, groups: tuple[str, ...], doc: str):
+    fields = [(o.name, Any, dataclasses.field(default=o.default)) for o in OPTIONS if o.group in groups]
+    cls = dataclasses.make_dataclass(name, fields, frozen=True, kw_only=True)
+    cls.__module__ = __name__
+    cls.__doc__ = doc + "\n\nFields: " + ", ".join(f[0] for f in fields) + " (see :data:`OPTIONS`)."
+    cls.GROUPS = groups
+    return cls
+
+
+TableConfig = _config("TableConfig", ("table",), "How a table is read and split (checked by :func:`resolve`).")
+SearchConfig = _config("SearchConfig", ("search", "evaluation"),
+                       "What the search does and where it runs (checked by :func:`resolve`).")
+EnsembleConfig = _config("EnsembleConfig", ("ensemble",), "How the ensemble is built (checked by :func:`resolve`).")
+
+
+def resolve(values: Mapping[str, Any], configs=(TableConfig, SearchConfig, EnsembleConfig)) -> tuple:
+    """Check ``values`` (option name -> value; the others keep their defaults) and return one
+    configuration of each class of ``configs``, in that order.
+
+    Every value is checked against its option's constraint, then against the others (an option
+    that does not apply: see :class:`Option`); nothing has started yet.
+
+    Raises
+    ------
+    ParameterError
+        Naming the first bad option, what it must be and the value given.
+    """
+    unknown = sorted(set(values) - set(BY_NAME))
+    if unknown:
+        raise ParameterError(unknown[0], "is not an option of autodeuq", values[unknown[0]])
+    groups = {g for c in configs for g in c.GROUPS}
+    elsewhere = sorted(name for name in values if BY_NAME[name].group not in groups)
+    if elsewhere:
+        raise ParameterError(elsewhere[0], f"is not an option of {', '.join(c.__name__ for c in configs)}",
+                             values[elsewhere[0]])
+    full = {o.name: values.get(o.name, o.default) for o in OPTIONS}
+    for o in OPTIONS:
+        if o.group not in groups:
+            continue
+        value = full[o.name]
+        if o.applies is not None and not o.applies(full):
+            if o.unused == "refuse" and value != o.default:
+                raise _unused(o, value, full)
+            continue
+        o.constraint.check(o.name, value)
+    if "search" in groups:
+        _check_search(full)
+    return tuple(c(**{o.name: full[o.name] for o in OPTIONS if o.group in c.GROUPS}) for c in configs)
+
+
+def _unused(o: Option, value, full) -> ParameterError:
+    if o.name in ("population_size", "tournament_size"):
+        return ParameterError(o.name, f'must be "auto" with search {full["search"]!r}: only aging evolution '
+                                      f'({", ".join(search.evolution_searchers())}) has a population', value)
+    requirement = o.requirement.format(searchers=", ".join(search.surrogate_searchers()), search="{search}",
+                                       value=full["search"])
+    return ParameterError(o.name, requirement, value, refers=("search",))
+
+
+def _check_search(v: Mapping) -> None:
+    """The rules between search options."""
+    from autodeuq.pipeline import discarder, evolution_options
+
+    if v["early_discarding"] in ("auto", "sha", "iepoch"):  # the rule can be built
+        policy = "sha" if v["early_discarding"] == "auto" else v["early_discarding"]
+        discarder(policy, sha_min_epochs=1 if v["sha_min_epochs"] == "auto" else v["sha_min_epochs"],
+                  sha_reduction=v["sha_reduction"], iepoch_epochs=v["iepoch_epochs"], iepoch_top_k=v["iepoch_top_k"])
+    if v["early_discarding"] == "iepoch" and v["epochs"] is not None and v["iepoch_epochs"] >= v["epochs"]:
+        raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({v['epochs']})", v["iepoch_epochs"])
+    evolution_options(v["search"], v["population_size"], v["tournament_size"], v["max_evals"])
+
+
+def configure(config_class, **values):
+    """One configuration of ``config_class`` from keyword values, checked as :func:`resolve` does.
+
+    >>> configure(SearchConfig, search="random", max_evals=4).max_evals
+    4
+    """
+    return resolve(values, (config_class,))[0]
+
+
+# ----------------------------------------------------------------------------- front ends
+def add_to_parser(parser: argparse.ArgumentParser, groups: Sequence[str], titles: Mapping[str, str]) -> dict:
+    """Add the options of ``groups`` to ``parser``, one argument group each (titled by ``titles``);
+    the argument groups by name.
+
+    Arguments default to :data:`argparse.SUPPRESS`: an option not given is absent from the
+    parsed namespace, so the command line knows what was given (:func:`given`) and the defaults
+    come from :data:`OPTIONS` alone.
+    """
+    added = {}
+    for group in groups:
+        added[group] = parser.add_argument_group(titles[group])
+        for o in OPTIONS:
+            if o.group == group:
+                add_option(added[group], o)
+    return added
+
+
+def add_option(parser, o: Option, *, required: bool = False, help: str | None = None) -> None:
+    """Add the option ``o`` to ``parser`` (or an argument group); ``help`` replaces its own where a
+    command uses it in a narrower sense."""
+    text = help or o.help_text(flag)
+    kwargs: dict[str, Any] = {"dest": o.name, "default": argparse.SUPPRESS, "metavar": o.metavar}
+    if required:
+        kwargs["required"] = True
+    else:
+        text += f" (default: {o.shown_default()})"
+    if isinstance(o.constraint, Boolean):
+        del kwargs["metavar"]
+        # An option that is on by default (or "auto") can be turned off: --x / --no-x.
+        kwargs["action"] = argparse.BooleanOptionalAction if o.default is not False else "store_true"
+    elif isinstance(o.constraint, Names):
+        kwargs["action"] = "append"
+    else:
+        kwargs["type"] = o.constraint.parse
+        kwargs["choices"] = o.constraint.choices
+    parser.add_argument(o.cli_flag, help=text.replace("%", "%%"), **kwargs)
+
+
+def given(namespace: argparse.Namespace) -> dict[str, Any]:
+    """The options of :data:`OPTIONS` that a parsed command line gave (see :func:`add_to_parser`)."""
+    return {name: value for name, value in vars(namespace).items() if name in BY_NAME}
+
+
+def signature_parameters():
+    """The estimator's keyword-only parameters, one per option, with its default."""
+    import inspect
+
+    return [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default) for o in OPTIONS]
+
+
+def numpydoc_parameters(indent: str = "    ") -> str:
+    """A numpydoc ``Parameters`` section of every option, for the estimator's docstring."""
+    import textwrap
+
+    lines = []
+    for o in OPTIONS:
+        default = "1/3" if o.default == DEFAULT_VALID_FRACTION else repr(o.default)
+        lines.append(f"{indent}{o.name} : {o.constraint.describe()}, default={default}")
+        text = o.help_text(lambda name: f"``{name}``")
+        if o.default_text is not None:
+            text += f" (default: {o.default_text})"
+        text = text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
+        lines.extend(textwrap.wrap(text, 100, initial_indent=2 * indent, subsequent_indent=2 * indent,
+                                   break_on_hyphens=False))
+    return "\n".join(lines)
