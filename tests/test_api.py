@@ -202,8 +202,8 @@ BAD_PARAMETERS = [
     ("gpus_per_eval", -1), ("new_run", "yes"), ("iepoch_epochs", 0), ("iepoch_top_k", 0),
 ]
 #: The settings under which an option applies (else its value is not used).
-APPLIES = {"fixed_hp": {"search": "age-fixed-hp"}, "fixed_arch": {"search": "bo-fixed-arch"}, "surrogate": {"search": "bo"},
-           "acq": {"search": "bo"},
+APPLIES = {"fixed_hp": {"search": "age-fixed-hp"}, "fixed_arch": {"search": "bo-fixed-arch"},
+           "surrogate": {"search": "bo"}, "acq": {"search": "bo"},
            "iepoch_epochs": {"early_discarding": "iepoch"}, "iepoch_top_k": {"early_discarding": "iepoch"}}
 
 
