@@ -253,9 +253,10 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         return tags
 
 
-AutoDEUQRegressor.__init__.__signature__ = inspect.Signature(
-    [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *signature_parameters()])
-AutoDEUQRegressor.__doc__ = AutoDEUQRegressor.__doc__.replace("{parameters}", numpydoc_parameters())
+# scikit-learn reads the parameters from the signature (get_params, clone); help() shows them.
+setattr(AutoDEUQRegressor.__init__, "__signature__", inspect.Signature(
+    [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *signature_parameters()]))
+AutoDEUQRegressor.__doc__ = str(AutoDEUQRegressor.__doc__).replace("{parameters}", numpydoc_parameters())
 
 
 def _with_targets(table, y, names):

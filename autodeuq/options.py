@@ -42,8 +42,9 @@ class Constraint:
     """What values an option takes: :meth:`check` refuses others with a :class:`ParameterError`;
     :meth:`parse` reads the command line's text; :attr:`choices` (if any) are argparse's."""
 
-    choices: tuple | None = None
-    metavar: str | None = None
+    @property
+    def choices(self) -> tuple | None:
+        return None
 
     def check(self, name: str, value) -> None:
         raise NotImplementedError
@@ -166,8 +167,6 @@ class Boolean(Constraint):
 
 class Text(Constraint):
     """A string, or None."""
-
-    metavar = "TEXT"
 
     def check(self, name, value):
         if value is not None and not isinstance(value, str):
@@ -448,10 +447,9 @@ def flag(name: str) -> str:
 # ----------------------------------------------------------------------------- configurations
 def _config(name: str, groups: tuple[str, ...], doc: str):
     fields = [(o.name, Any, dataclasses.field(default=o.default)) for o in OPTIONS if o.group in groups]
-    cls = dataclasses.make_dataclass(name, fields, frozen=True, kw_only=True)
+    cls = dataclasses.make_dataclass(name, fields, namespace={"GROUPS": groups}, frozen=True, kw_only=True)
     cls.__module__ = __name__
     cls.__doc__ = doc + "\n\nFields: " + ", ".join(f[0] for f in fields) + " (see :data:`OPTIONS`)."
-    cls.GROUPS = groups
     return cls
 
 

@@ -266,8 +266,8 @@ def select_ensemble(run_dir, config, *, seed: int | None = 0):
 def refit_where(config) -> dict:
     """Where the members of an ensemble retrain after the search ``config`` (a
     :class:`~autodeuq.options.SearchConfig`) ran: at once on its Ray workers (still up, or
-    started again with the same options), else one after the other in this process; None for
-    an ensemble built on its own (``autodeuq ensemble``)."""
+    started again with the same options), else one after the other in this process (also for
+    ``config`` None: an ensemble built on its own, by ``autodeuq ensemble``)."""
     if config is None or config.evaluator != "ray":
         return {}
     return {"evaluator": "ray",
@@ -302,4 +302,6 @@ def refit_ensemble(ensemble, when="auto", *, deadline: float | None = None, wher
                            f"rows (it was created by an older autodeuq), so its members cannot be refitted here; "
                            f"search again in a new run directory, or refit in Python with "
                            f"autodeuq.ensemble.refit.refit(ensemble, x, y)", parameters=("refit", "run_dir"))
-    return refit_selected(ensemble, *rows, when, deadline=deadline, **(where or {}))
+    where = where or {}
+    return refit_selected(ensemble, rows[0], rows[1], when, deadline=deadline,
+                          evaluator=where.get("evaluator", "serial"), evaluator_options=where.get("evaluator_options"))

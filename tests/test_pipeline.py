@@ -24,7 +24,7 @@ BAD_SEARCH_PARAMETERS = [
 
 
 @pytest.mark.parametrize("name, value", BAD_SEARCH_PARAMETERS)
-def test_check_search_parameters_names_the_bad_one(name, value):
+def test_a_bad_search_option_is_named(name, value):
     config = TableConfig if name == "valid_fraction" else SearchConfig
     with pytest.raises(ParameterError, match=f"^{name} must ") as caught:
         configure(config, **{name: value})
@@ -43,7 +43,7 @@ def test_sha_settings_are_checked_only_with_sha():
                                          ("selection_stop", "never"), ("diversity", "colour"),
                                          ("selection_bags", -1), ("calibrate", "isotonic"),
                                          ("selection_bags", 10**23), ("ensemble_size", 10**6)])
-def test_check_ensemble_parameters_names_the_bad_one(name, value):
+def test_a_bad_ensemble_option_is_named(name, value):
     with pytest.raises(ParameterError, match=f"^{name} must ") as caught:
         configure(EnsembleConfig, **{name: value})
     assert caught.value.parameter == name
