@@ -13,6 +13,8 @@ build warning (an error under ``-W``).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 
 from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
@@ -52,6 +54,24 @@ def _help(action: argparse.Action, formatter: argparse.HelpFormatter) -> str:
     return " ".join(formatter._expand_help(action).split())
 
 
+#: Width of the usage lines, in characters.
+USAGE_WIDTH = 100
+
+
+@contextlib.contextmanager
+def _columns(width: int):
+    """``COLUMNS`` (what argparse's formatters read) set to ``width`` for the block."""
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(width)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
+
+
 def _value(value) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(map(str, value))
@@ -64,6 +84,11 @@ class CLIReference(SphinxDirective):
     has_content = False
 
     def run(self):
+        # argparse wraps usage lines at the terminal's width: the page's must not depend on it.
+        with _columns(USAGE_WIDTH):
+            return self._run()
+
+    def _run(self):
         from autodeuq.cli import build_parser
 
         parser = build_parser()
