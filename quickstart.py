@@ -33,7 +33,8 @@ def ensure_env() -> None:
     # setuptools and wheel in the environment itself: the packaging test builds with --no-build-isolation
     # (Python 3.12's venv has no setuptools).
     subprocess.run(pip + ["--upgrade", "pip", "setuptools>=68", "wheel"], check=True)
-    subprocess.run(pip + ["-e", f"{ROOT}[test,benchmarks]"], check=True)
+    # docs: .ci/run builds the documentation after the tests.
+    subprocess.run(pip + ["-e", f"{ROOT}[test,benchmarks,docs]"], check=True)
     STAMP.write_text(wanted)
 
 
