@@ -27,9 +27,6 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
     ----------
 {parameters}
 
-    The encoding and the imputation values are fitted on the training rows only (see
-    :mod:`autodeuq.preprocess`) and saved with the ensemble as JSON.
-
     Attributes
     ----------
     ensemble_ : Ensemble
@@ -46,6 +43,9 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
 
     Notes
     -----
+    The encoding and the imputation values are fitted on the training rows only (see
+    :mod:`autodeuq.preprocess`) and saved with the ensemble as JSON.
+
     Persistence: ``joblib.dump(model, "model.joblib")`` and ``model = joblib.load("model.joblib")``
     (or :mod:`pickle`) work, before or after ``predict``; the file holds the estimator and the
     absolute path of its catalog, from which the loaded estimator reads its member models, so it

@@ -353,7 +353,7 @@ def cmd_predict(args):
     except OSError as exc:
         raise CLIError(f"--out {out}: cannot create its folder: {exc.strerror or exc}") from None
     atomic_write(out, pd.DataFrame(columns).to_csv(index=False).encode())
-    # What the columns hold is in `predict --help` and the README; each run printed it again.
+    # What the columns hold is in `predict --help` and the documentation's predict-CSV page.
     print(f"wrote {len(x)} predictions to {out}: columns {', '.join(columns)} "
           f"(all standard deviations, explained in `autodeuq predict --help`)")
 
