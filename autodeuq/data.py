@@ -414,15 +414,7 @@ def from_arrays(x, y, x_valid=None, y_valid=None, *, valid_fraction=DEFAULT_VALI
     y = _as_2d(y, "y")
     if len(x) != len(y):
         raise DataError(f"X has {len(x)} rows but y has {len(y)}")
-    if feature_names is None:
-        feature_names = [f"x{i}" for i in range(x.shape[1])]
-    if target_names is None:
-        target_names = ["y"] if y.shape[1] == 1 else [f"y{j}" for j in range(y.shape[1])]
-    feature_names, target_names = [str(c) for c in feature_names], [str(c) for c in target_names]
-    for label, names, arr in (("feature", feature_names, x), ("target", target_names, y)):
-        if len(names) != arr.shape[1]:
-            raise DataError(f"{len(names)} {label} names {names} for {arr.shape[1]} {label} column(s)")
-    _check_unique_names(feature_names + target_names, name)
+    feature_names, target_names = _column_names(x, y, feature_names, target_names, name)
     for label, arr, names in (("X", x, feature_names), ("y", y, target_names)):
         if len(arr) == 0:
             raise DataError(f"{label} is empty")
@@ -444,6 +436,21 @@ def from_arrays(x, y, x_valid=None, y_valid=None, *, valid_fraction=DEFAULT_VALI
         x_test, y_test = _as_2d(x_test, "X_test"), _as_2d(y_test, "y_test")
     return Dataset(x, y, x_valid, y_valid, feature_names, target_names, name=name, split=split,
                    x_test=x_test, y_test=y_test)
+
+
+def _column_names(x, y, feature_names, target_names, name) -> tuple[list[str], list[str]]:
+    """The names of the columns of ``x`` and ``y`` (given, or ``x0``... and ``y`` / ``y0``...),
+    refused unless one per column and all distinct."""
+    if feature_names is None:
+        feature_names = [f"x{i}" for i in range(x.shape[1])]
+    if target_names is None:
+        target_names = ["y"] if y.shape[1] == 1 else [f"y{j}" for j in range(y.shape[1])]
+    feature_names, target_names = [str(c) for c in feature_names], [str(c) for c in target_names]
+    for label, names, arr in (("feature", feature_names, x), ("target", target_names, y)):
+        if len(names) != arr.shape[1]:
+            raise DataError(f"{len(names)} {label} names {names} for {arr.shape[1]} {label} column(s)")
+    _check_unique_names(feature_names + target_names, name)
+    return feature_names, target_names
 
 
 def _as_2d(a, label):

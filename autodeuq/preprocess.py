@@ -125,6 +125,65 @@ def _as_labels(values) -> np.ndarray:
     return np.array([None if m else str(v) for v, m in zip(values.to_numpy(), missing)], dtype=object)
 
 
+def _check_feature(frame, training, c: str, kind: str, options: TableOptions, source: str) -> None:
+    """Refuse the feature column ``c`` of ``frame`` (``training``: its training rows) as
+    :meth:`TablePreprocessor.fit` says, naming ``source``, the column and the data row."""
+    missing = frame[c].isna().to_numpy()
+    if training[c].isna().all():
+        raise DataError(f"{source}: feature column {c!r} has no value in the {len(training)} training "
+                        f"row(s): drop it", parameters=("drop",))
+    if kind == "categorical":
+        _check_not_mixed(frame[c], c, source)
+    else:
+        check_values(frame[[c]].to_numpy(dtype=np.float64, na_value=np.nan), [c], source, "feature",
+                      allow_nan=True)
+    if kind == "categorical" and options.categorical == "none":
+        raise DataError(
+            f"{source}: feature column {c!r} is categorical ({frame[c].dtype}, e.g. "
+            f"{_first_value(frame[c])!r}) but categorical encoding is 'none': encode it one-hot or "
+            f"ordinal, drop it or make it numbers", parameters=("categorical", "drop"))
+    if kind == "categorical":
+        distinct = {v for v in _as_labels(training[c]) if v is not None}
+        if len(distinct) > MAX_CATEGORIES and len(distinct) > MAX_CATEGORY_SHARE * len(training):
+            raise DataError(
+                f"{source}: feature column {c!r} looks like an identifier or free text, not categories: "
+                f"{len(distinct)} distinct values in {len(training)} training rows (a categorical column "
+                f"may have {MAX_CATEGORIES} distinct values, or more if they are at most "
+                f"{MAX_CATEGORY_SHARE:.0%} of the training rows): make it the id column or drop it",
+                parameters=("id_column", "drop"))
+    if missing.any() and options.impute == "none":
+        raise DataError(
+            f"{source}: feature column {c!r} has {int(missing.sum())} missing value(s) (first at data row "
+            f"{int(np.argmax(missing)) + 1}) and imputation is 'none': impute the mean or median, or drop "
+            f"it", parameters=("impute", "drop"))
+
+
+def _checked_column(k: int, c) -> dict:
+    """The ``k``-th column of a saved preprocessing, checked (it may come from an untrusted file).
+
+    Raises
+    ------
+    DataError
+        The field at fault, in the message.
+    """
+    where = f"'preprocessing.columns[{k}]'"
+    if not isinstance(c, dict) or not isinstance(c.get("name"), str) or c.get("kind") not in ("numeric",
+                                                                                              "categorical"):
+        raise DataError(f"{where} must have a 'name' and a 'kind' (numeric or categorical)")
+    fill = c.get("fill")
+    if c["kind"] == "numeric":
+        if not (fill is None or (isinstance(fill, (int, float)) and not isinstance(fill, bool) and np.isfinite(fill))):
+            raise DataError(f"{where}: 'fill' must be a finite number or null")
+        return {"name": c["name"], "kind": "numeric", "fill": None if fill is None else float(fill)}
+    categories = c.get("categories")
+    if (not isinstance(categories, list) or not categories or not all(isinstance(v, str) for v in categories)
+            or len(set(categories)) != len(categories)):
+        raise DataError(f"{where}: 'categories' must be a non-empty list of distinct strings")
+    if not (fill is None or fill in categories):
+        raise DataError(f"{where}: 'fill' must be one of its categories or null")
+    return {"name": c["name"], "kind": "categorical", "fill": fill, "categories": list(categories)}
+
+
 @dataclass
 class TablePreprocessor:
     """Fitted encoding of a table's feature columns into the networks' float inputs.
@@ -168,34 +227,7 @@ class TablePreprocessor:
         kinds = {c: "categorical" if is_categorical(frame[c]) else "numeric" for c in features}
         training = frame if rows is None else frame.iloc[rows]
         for c in features:
-            missing = frame[c].isna().to_numpy()
-            if training[c].isna().all():
-                raise DataError(f"{source}: feature column {c!r} has no value in the {len(training)} training "
-                                f"row(s): drop it", parameters=("drop",))
-            if kinds[c] == "categorical":
-                _check_not_mixed(frame[c], c, source)
-            else:
-                check_values(frame[[c]].to_numpy(dtype=np.float64, na_value=np.nan), [c], source, "feature",
-                              allow_nan=True)
-            if kinds[c] == "categorical" and options.categorical == "none":
-                raise DataError(
-                    f"{source}: feature column {c!r} is categorical ({frame[c].dtype}, e.g. "
-                    f"{_first_value(frame[c])!r}) but categorical encoding is 'none': encode it one-hot or "
-                    f"ordinal, drop it or make it numbers", parameters=("categorical", "drop"))
-            if kinds[c] == "categorical":
-                distinct = {v for v in _as_labels(training[c]) if v is not None}
-                if len(distinct) > MAX_CATEGORIES and len(distinct) > MAX_CATEGORY_SHARE * len(training):
-                    raise DataError(
-                        f"{source}: feature column {c!r} looks like an identifier or free text, not categories: "
-                        f"{len(distinct)} distinct values in {len(training)} training rows (a categorical column "
-                        f"may have {MAX_CATEGORIES} distinct values, or more if they are at most "
-                        f"{MAX_CATEGORY_SHARE:.0%} of the training rows): make it the id column or drop it",
-                        parameters=("id_column", "drop"))
-            if missing.any() and options.impute == "none":
-                raise DataError(
-                    f"{source}: feature column {c!r} has {int(missing.sum())} missing value(s) (first at data row "
-                    f"{int(np.argmax(missing)) + 1}) and imputation is 'none': impute the mean or median, or drop "
-                    f"it", parameters=("impute", "drop"))
+            _check_feature(frame, training, c, kinds[c], options, source)
         numeric = [c for c in features if kinds[c] == "numeric"]
         categorical = [c for c in features if kinds[c] == "categorical"]
         parts = []
@@ -278,26 +310,7 @@ class TablePreprocessor:
         columns = d.get("columns")
         if not isinstance(columns, list) or not columns:
             raise DataError("'preprocessing.columns' must be a non-empty list")
-        checked = []
-        for k, c in enumerate(columns):
-            where = f"'preprocessing.columns[{k}]'"
-            if not isinstance(c, dict) or not isinstance(c.get("name"), str) or c.get("kind") not in ("numeric",
-                                                                                                      "categorical"):
-                raise DataError(f"{where} must have a 'name' and a 'kind' (numeric or categorical)")
-            fill = c.get("fill")
-            if c["kind"] == "numeric":
-                if not (fill is None or (isinstance(fill, (int, float)) and not isinstance(fill, bool)
-                                         and np.isfinite(fill))):
-                    raise DataError(f"{where}: 'fill' must be a finite number or null")
-                checked.append({"name": c["name"], "kind": "numeric", "fill": None if fill is None else float(fill)})
-                continue
-            categories = c.get("categories")
-            if (not isinstance(categories, list) or not categories or not all(isinstance(v, str) for v in categories)
-                    or len(set(categories)) != len(categories)):
-                raise DataError(f"{where}: 'categories' must be a non-empty list of distinct strings")
-            if not (fill is None or fill in categories):
-                raise DataError(f"{where}: 'fill' must be one of its categories or null")
-            checked.append({"name": c["name"], "kind": "categorical", "fill": fill, "categories": list(categories)})
+        checked = [_checked_column(k, c) for k, c in enumerate(columns)]
         if (options.impute == "none") != all(c["fill"] is None for c in checked):
             raise DataError("'preprocessing': every column needs a 'fill' value unless imputation is 'none'")
         names = [c["name"] for c in checked] + options.ignored

@@ -506,7 +506,7 @@ class _SearchSession:
         self.entries.update((config_key(self.configs[i]), i) for i, _ in finished)
         self.unrecorded.extend(finished)
 
-    def run(self, sigterm) -> None:
+    def run(self, sigterm) -> None:  # noqa: C901 - the driver's event loop, read as one sequence (issue: scheduler)
         """Loop until the budget, the timeout, Ctrl-C/SIGTERM or early failures stop it."""
         writer, evaluator = self.writer, self.evaluator
         try:

@@ -21,13 +21,16 @@ import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from autodeuq.activations import ACTIVATIONS
 from autodeuq.errors import AutoDEUQError
 from autodeuq.optimizers import OPTIMIZERS
+
+if TYPE_CHECKING:  # imported where used: scipy.stats alone takes a second to import
+    import ConfigSpace as CS
 
 # The repository's search_spaces/ folder, used when autodeuq runs from a checkout that was not
 # installed (PYTHONPATH=.); installs carry the same files as the package autodeuq.search_spaces.
@@ -120,7 +123,7 @@ class SearchSpace:
     def _fail(self, where: str, what: str):
         raise SpaceError(f"{self.source}: {where}: {what}")
 
-    def _parse(self, spec):
+    def _check_keys(self, spec):
         if not isinstance(spec, dict):
             self._fail("top level", "expected a mapping with 'architecture', 'training', 'epochs'")
         unknown = set(spec) - {"name", "description", "architecture", "training", "epochs", *ROW_RULE_KEYS}
@@ -131,6 +134,18 @@ class SearchSpace:
                                                    "merge_activation", "dropout", "batch_norm"}
             if unknown:
                 self._fail("architecture", f"unknown key(s) {sorted(unknown)}")
+
+    def _activations(self, acts) -> list[str]:
+        if not isinstance(acts, list) or not acts:
+            self._fail("architecture.activations", "expected a non-empty list of activation names")
+        bad = [a for a in acts if not isinstance(a, str) or a not in ACTIVATIONS]
+        if bad:
+            self._fail("architecture.activations", f"unknown activation(s) {bad}; known: {list(ACTIVATIONS)}")
+        self._check_distinct("architecture.activations", acts)
+        return list(acts)
+
+    def _parse(self, spec):
+        self._check_keys(spec)
         self.name = str(spec.get("name", Path(self.source).stem))
         arch = spec.get("architecture")
         if not isinstance(arch, dict):
@@ -139,14 +154,7 @@ class SearchSpace:
         self.skip_window = self._positive_int(arch, "skip_window", "architecture", default=3)
         self.units = self._units(arch.get("units"))
         self._check_network_size()
-        acts = arch.get("activations", list(ACTIVATIONS))
-        if not isinstance(acts, list) or not acts:
-            self._fail("architecture.activations", "expected a non-empty list of activation names")
-        bad = [a for a in acts if not isinstance(a, str) or a not in ACTIVATIONS]
-        if bad:
-            self._fail("architecture.activations", f"unknown activation(s) {bad}; known: {list(ACTIVATIONS)}")
-        self._check_distinct("architecture.activations", acts)
-        self.activations = list(acts)
+        self.activations = self._activations(arch.get("activations", list(ACTIVATIONS)))
         self.dropout = self._dropout(arch.get("dropout", [0.0]))
         self.batch_norm = arch.get("batch_norm", False)
         if not isinstance(self.batch_norm, bool):
@@ -226,7 +234,7 @@ class SearchSpace:
             self._fail("architecture.dropout", f"{len(rates)} rates listed, more than {MAX_CHOICES}")
         return [float(r) for r in rates]
 
-    def _training_space(self, training) -> CS.ConfigurationSpace:  # noqa: F821
+    def _training_space(self, training) -> CS.ConfigurationSpace:
         import ConfigSpace as CS  # here, not at the top: scipy.stats alone takes a second to import
 
         if not isinstance(training, dict):
@@ -239,33 +247,40 @@ class SearchSpace:
             self._fail("training", f"unknown hyperparameter(s) {unknown}; known: {list(HP_NAMES)}")
         cs = CS.ConfigurationSpace()
         for name in HP_NAMES:
-            entry = training[name]
-            where = f"training.{name}"
-            if name == "optimizer":
-                if not isinstance(entry, list) or not entry:
-                    self._fail(where, "expected a non-empty list of optimizer names")
-                bad = [o for o in entry if not isinstance(o, str) or o not in OPTIMIZERS]
-                if bad:
-                    self._fail(where, f"unknown optimizer(s) {bad}; known: {list(OPTIMIZERS)}")
-                self._check_distinct(where, entry)
-                cs.add(CS.Categorical(name, list(entry)))
-                continue
-            if not isinstance(entry, dict) or "low" not in entry or "high" not in entry:
-                self._fail(where, "expected a mapping with 'low' and 'high' (and optional 'log')")
-            low, high, log = entry["low"], entry["high"], bool(entry.get("log", False))
-            is_float = name == "learning_rate"
-            try:
-                low, high = (float(low), float(high)) if is_float else (int(low), int(high))
-            except (TypeError, ValueError):
-                self._fail(where, f"low/high must be numbers, got {entry}")
-            if not (0 < low < high if (log or is_float) else HP_MINIMUM[name] <= low < high):
-                bound = "0 <" if (log or is_float) else f"{HP_MINIMUM[name]} <="
-                self._fail(where, f"need {bound} low < high, got low={low}, high={high}")
-            if not is_float and high > MAX_SIZES[name]:  # a learning rate that diverges fails its training
-                self._fail(where, f"high={high} is above the largest supported, {MAX_SIZES[name]}")
-            kind = CS.Float if is_float else CS.Integer
-            cs.add(kind(name, (low, high), log=log))
+            cs.add(self._optimizer_hp(training[name]) if name == "optimizer" else self._range_hp(name, training[name]))
         return cs
+
+    def _optimizer_hp(self, entry):
+        import ConfigSpace as CS
+
+        where = "training.optimizer"
+        if not isinstance(entry, list) or not entry:
+            self._fail(where, "expected a non-empty list of optimizer names")
+        bad = [o for o in entry if not isinstance(o, str) or o not in OPTIMIZERS]
+        if bad:
+            self._fail(where, f"unknown optimizer(s) {bad}; known: {list(OPTIMIZERS)}")
+        self._check_distinct(where, entry)
+        return CS.Categorical("optimizer", list(entry))
+
+    def _range_hp(self, name: str, entry):
+        import ConfigSpace as CS
+
+        where = f"training.{name}"
+        if not isinstance(entry, dict) or "low" not in entry or "high" not in entry:
+            self._fail(where, "expected a mapping with 'low' and 'high' (and optional 'log')")
+        low, high, log = entry["low"], entry["high"], bool(entry.get("log", False))
+        is_float = name == "learning_rate"
+        try:
+            low, high = (float(low), float(high)) if is_float else (int(low), int(high))
+        except (TypeError, ValueError):
+            self._fail(where, f"low/high must be numbers, got {entry}")
+        if not (0 < low < high if (log or is_float) else HP_MINIMUM[name] <= low < high):
+            bound = "0 <" if (log or is_float) else f"{HP_MINIMUM[name]} <="
+            self._fail(where, f"need {bound} low < high, got low={low}, high={high}")
+        if not is_float and high > MAX_SIZES[name]:  # a learning rate that diverges fails its training
+            self._fail(where, f"high={high} is above the largest supported, {MAX_SIZES[name]}")
+        kind = CS.Float if is_float else CS.Integer
+        return kind(name, (low, high), log=log)
 
     def for_rows(self, n_rows: int) -> "SearchSpace":
         """The space as searched on ``n_rows`` training rows.
@@ -488,7 +503,7 @@ class SearchSpace:
     def encode_hp(self, hps) -> np.ndarray:
         """Hyperparameter dicts -> (n, n_hp) floats in [0, 1]."""
         hps = [hps] if isinstance(hps, dict) else list(hps)
-        columns = {name: [h[name] for h in hps] for name in HP_NAMES}
+        columns: dict[str, Any] = {name: [h[name] for h in hps] for name in HP_NAMES}
         choices = self.configspace["optimizer"]
         columns["optimizer"] = np.asarray(
             choices.to_vector(np.array(columns["optimizer"], dtype=object)), dtype=float
@@ -499,7 +514,7 @@ class SearchSpace:
         """Inverse of :meth:`encode_hp` (values snapped to the nearest legal ones)."""
         columns = self._decode_hp_columns(vectors)
         choices = self.configspace["optimizer"].choices
-        plain = {
+        plain: dict[str, list] = {
             "optimizer": [str(choices[i]) for i in columns["optimizer"]],
             "learning_rate": [float(x) for x in columns["learning_rate"]],
         }
@@ -617,6 +632,12 @@ def load_space(name_or_path: str | Path | dict | SearchSpace) -> SearchSpace:
         path = shipped[str(name_or_path)]
     elif not path.exists():
         raise SpaceError(f"{path}: search-space file not found")
+    return SearchSpace(_read_spec(path), source=str(path))
+
+
+def _read_spec(path: Path):
+    """The parsed content of the space file ``path`` (JSON, else YAML), refused in one line when
+    too large, unreadable, not UTF-8 or not parseable."""
     try:
         if path.stat().st_size > MAX_SPACE_FILE_BYTES:
             raise SpaceError(f"{path}: {path.stat().st_size} bytes, larger than a search-space file can be "
@@ -634,9 +655,9 @@ def load_space(name_or_path: str | Path | dict | SearchSpace) -> SearchSpace:
         if path.suffix == ".json":
             spec = json.loads(text)
         else:
-            import yaml
+            import yaml  # type: ignore[import-untyped]
 
             spec = yaml.safe_load(text)
     except Exception as exc:  # noqa: BLE001 - any parse error becomes one clear message
         raise SpaceError(f"{path}: cannot parse: {exc}".splitlines()[0]) from None
-    return SearchSpace(spec, source=str(path))
+    return spec

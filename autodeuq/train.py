@@ -428,9 +428,10 @@ def _seed32(seed) -> int:
     return int(np.random.SeedSequence(seed).generate_state(1, np.uint32)[0])
 
 
-def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
+def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,  # noqa: C901
           threads: int | None = None, discarder=None, schedule=None,
           time_limit: float | None = None) -> TrainResult:
+    # Complexity 11: the one try block that turns every failure of a training into its result.
     """Train one configuration; never raises (problems become a failed :class:`TrainResult`).
 
     Parameters
@@ -578,8 +579,10 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
         return failure(f"{type(exc).__name__}: {exc}".strip())
 
 
-def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_epochs: int, history,
+def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_epochs: int, history,  # noqa: C901
                 discarder=None, schedule=None, limit: float | None = None, batch_size: int | None = None):
+    # One branch per way an epoch loop ends (budget, early stop, rung, time, schedule): the loop
+    # reads as the training's steps in order; split, its state would travel between functions.
     """The epoch loop; with a ``schedule`` of learning rates, those epochs and the last one's weights.
     ``limit``: a ``perf_counter`` time that no further epoch may be expected to end after;
     ``batch_size``: the training's, for a discarder whose rungs count optimizer steps.

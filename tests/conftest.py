@@ -23,3 +23,11 @@ def ray_local(request):
     cloudpickle.register_pickle_by_value(request.module)
     init_ray(num_cpus=2)
     yield ray
+
+
+def pytest_collection_modifyitems(items):
+    """Every test that uses the shared local Ray instance is a ``ray`` test (``-m "not ray"`` runs
+    the suite without starting Ray); tests that start Ray otherwise carry the marker themselves."""
+    for item in items:
+        if "ray_local" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)

@@ -59,6 +59,7 @@ def test_ensemble_and_predict_print_no_tensorflow_noise(run_dir, tmp_path):
     assert help_text.returncode == 0 and help_text.stderr == ""
 
 
+@pytest.mark.ray
 def test_local_ray_start_prints_no_token_banner():
     code = ("from autodeuq.evaluator.ray import init_ray; import ray; init_ray(num_cpus=1); "
             "print(ray.is_initialized()); ray.shutdown()")

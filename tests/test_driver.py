@@ -255,6 +255,7 @@ def test_ray_evaluator_refuses_non_positive_resources():
 
 
 # ----------------------------------------------------------------------------- item 12: starting / joining Ray
+@pytest.mark.ray
 def test_stale_cluster_pointer_does_not_hang_the_default_start():
     tmp = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))  # short: Ray's socket paths must stay short
     (tmp / "ray").mkdir()
@@ -289,6 +290,7 @@ def test_unreachable_ray_address_fails_fast_with_one_line(tmp_path):
     assert f"nothing answers at 127.0.0.1:{port}" in lines[0], lines[0]
 
 
+@pytest.mark.ray
 def test_ray_address_environment_variable_is_honoured(tmp_path):
     code = ("import sys; from autodeuq.evaluator.ray import init_ray, RayConnectionError\n"
             "try:\n    init_ray(connect_timeout=2)\n"
@@ -339,6 +341,7 @@ def _session_processes(ray_tmp: Path) -> set[int]:
     return found
 
 
+@pytest.mark.ray
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("how", ["kill-9", "ctrl-c"])
 def test_a_local_ray_instance_does_not_outlive_its_driver(how):
@@ -437,6 +440,7 @@ print("not terminated")
 """
 
 
+@pytest.mark.ray
 def test_a_sigterm_while_ray_starts_reaches_the_callers_handler_without_a_native_dump(tmp_path):
     ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths must stay short
     try:

@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
 
 SCRIPT = textwrap.dedent('''
     import json, os, sys, time

@@ -78,8 +78,7 @@ def select(
         - ``"topk"``: the ``size`` models with the best individual score; uniform weights.
     score : {"mixture", "gaussian"}, default "mixture"
         What selection minimizes: the exact mixture NLL, or the NLL of the moment-matched
-        Gaussian. (Formerly ``objective``, a keyword that still works for one release, with a
-        ``DeprecationWarning``.)
+        Gaussian.
     stop : {"size", "improvement"}, default "size"
         When the greedy selectors stop.
 
@@ -130,24 +129,8 @@ def select(
     0
     """
     means, variances, y = check_mixture(means, variances, y=y)
-    size = _check_positive_int(size, "size")
-    if selector not in METHODS:
-        raise ParameterError("selector", f"must be one of {list(METHODS)}", selector)
-    if score not in SCORES:
-        raise ParameterError("score", f"must be one of {list(SCORES)}", score)
-    if stop not in STOPS:
-        raise ParameterError("stop", f"must be one of {list(STOPS)}", stop)
-    if groups is not None:
-        groups = np.asarray(groups)
-        if groups.shape != (means.shape[0],):
-            raise ValueError(f"groups must have one label per model ({means.shape[0]}), got shape {groups.shape}")
-        # Integer codes, so that "same group" is one comparison per step.
-        groups = np.unique(groups, return_inverse=True)[1].reshape(-1)
-    if max_selections is None:
-        max_selections = 10 * size
-    else:
-        max_selections = _check_positive_int(max_selections, "max_selections")
-
+    size, groups, max_selections = _check_selection(means.shape[0], size, selector, score, stop, groups,
+                                                    max_selections)
     n_models = means.shape[0]
     # Any non-finite or non-positive input makes the model's log-density NaN or -inf at
     # that point, so "individual NLL is finite" is exactly the usability rule.
@@ -193,6 +176,22 @@ def select(
     counts = counts[order]
     return Selection(usable[order], counts / counts.sum(), size,
                      _shortfall(order.size, size, n_models, usable.size, groups, stopped))
+
+
+def _check_selection(n_models, size, selector, score, stop, groups, max_selections):
+    """``select``'s settings checked: (size, the groups as integer codes or None, max_selections)."""
+    size = _check_positive_int(size, "size")
+    for name, value, allowed in (("selector", selector, METHODS), ("score", score, SCORES), ("stop", stop, STOPS)):
+        if value not in allowed:
+            raise ParameterError(name, f"must be one of {list(allowed)}", value)
+    if groups is not None:
+        groups = np.asarray(groups)
+        if groups.shape != (n_models,):
+            raise ValueError(f"groups must have one label per model ({n_models}), got shape {groups.shape}")
+        # Integer codes, so that "same group" is one comparison per step.
+        groups = np.unique(groups, return_inverse=True)[1].reshape(-1)
+    max_selections = 10 * size if max_selections is None else _check_positive_int(max_selections, "max_selections")
+    return size, groups, max_selections
 
 
 def _shortfall(chosen, size, n_models, n_usable, groups, stopped):
