@@ -40,6 +40,7 @@ def test_multi_output(tmp_path):
     assert model.predict_uncertainty(X).epistemic.shape == (45, 2)
 
 
+@pytest.mark.slow
 def test_check_estimator():
     # check_regressors_train asks for R^2 > 0.5: 3 epochs reach it for some seeds only, 10 for seeds 0-2.
     results = check_estimator(AutoDEUQRegressor(**{**TINY, "epochs": 10}), on_fail=None)

@@ -45,6 +45,7 @@ def test_filtered_stderr_writes_back_everything_but_the_noise(capfd):
     assert capfd.readouterr().err == "W0000 00:00:1.5   7 gpu.cc:9] a real warning\n"
 
 
+@pytest.mark.slow
 def test_ensemble_and_predict_print_no_tensorflow_noise(run_dir, tmp_path):
     result = _cli("ensemble", "--run-dir", str(run_dir), "--size", "1")
     assert result.returncode == 0, result.stderr

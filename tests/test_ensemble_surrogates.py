@@ -77,6 +77,7 @@ def _weights_digests():
     return [hashlib.sha256(b"".join(w.tobytes() for w in m.fit(X, y).params_)).hexdigest() for m in models]
 
 
+@pytest.mark.slow
 def test_surrogate_training_does_not_depend_on_the_thread_count():
     # Hundreds of full-batch Adam steps amplify any rounding difference (see the BO test below):
     # a reduction order that changed with the thread pools would give other weights, and another

@@ -55,6 +55,7 @@ def run_placement(tmp_path, gpus, per_eval, n=4):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_four_evaluations_with_one_gpu_each_see_four_distinct_devices(tmp_path):
     out = run_placement(tmp_path, gpus=4, per_eval=1)
     assert out["slots"] == 4
@@ -67,6 +68,7 @@ def test_four_evaluations_with_one_gpu_each_see_four_distinct_devices(tmp_path):
     assert len({r["placement"]["node"] for r in results}) == 1
 
 
+@pytest.mark.slow
 def test_a_quarter_gpu_each_puts_four_evaluations_on_one_device(tmp_path):
     out = run_placement(tmp_path, gpus=1, per_eval=0.25)
     assert out["slots"] == 4
@@ -94,6 +96,7 @@ CLUSTER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_a_search_through_an_address_runs_on_several_nodes_and_the_driver_keeps_everything(tmp_path):
     import pandas as pd
 

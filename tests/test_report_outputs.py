@@ -169,6 +169,7 @@ def test_refit_replays_the_schedule_to_the_best_epoch_and_is_reproducible(report
     np.testing.assert_array_equal(first.components(x[:10])[0], second.components(x[:10])[0])
 
 
+@pytest.mark.slow
 def test_refit_on_ray_runs_the_members_at_once_like_the_serial_refit_and_reproducibly(reported, ray_local):
     from autodeuq.ensemble import Ensemble
 

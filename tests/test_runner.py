@@ -119,6 +119,7 @@ def test_ray_eval_timeout_cancels(tmp_path, setup, ray_local):
     assert Catalog(tmp_path / "run").to_dataframe()["reason"].str.contains("timeout").all()
 
 
+@pytest.mark.slow
 def test_ray_runs_real_trainings_in_parallel(tmp_path, setup, ray_local):
     from autodeuq.evaluator import TrainingObjective
     from autodeuq.evaluator.ray import RayEvaluator

@@ -241,6 +241,7 @@ def test_batch_norm_network_trains_as_with_keras_fit():
     np.testing.assert_allclose(ours.history["val_loss"], theirs["val_loss"], rtol=1e-4)  # moving statistics
 
 
+@pytest.mark.slow
 def test_plan_trainer_and_keras_fit_reach_similar_losses_with_dropout_and_batch_norm():
     space = space_with(dropout=[0.0, 0.1], batch_norm=True)
     arch = cell(space, 16, "tanh", [0], 0.1, True) + cell(space, 16, "relu", [1, 0], 0.0, True)

@@ -438,7 +438,8 @@ def test_unseen_categories_at_prediction_are_counted_per_column(table_run, capsy
 
 
 def test_rows_with_a_missing_target_are_refused_or_dropped_and_counted(tmp_path, capsys):
-    from autodeuq.cli import _load_dataset, build_parser
+    from autodeuq.cli import _configs, _load_dataset, build_parser
+    from autodeuq.options import TableConfig
 
     frame = text_table()
     frame.loc[[3, 11], "y"] = np.nan
@@ -461,7 +462,8 @@ def test_rows_with_a_missing_target_are_refused_or_dropped_and_counted(tmp_path,
     argv = ["search", "--data", str(tmp_path / "train.csv"), "--valid", str(tmp_path / "valid.csv"), "--target", "y",
             "--run-dir", str(tmp_path / "run"), "--evaluator", "serial", "--max-evals", "1"]
     assert cli_error(argv, capsys).endswith("leave out the rows whose target is missing (--drop-missing-target)")
-    ds = _load_dataset(build_parser().parse_args([*argv, "--drop-missing-target"]))
+    args = build_parser().parse_args([*argv, "--drop-missing-target"])
+    ds = _load_dataset(args, _configs(args, TableConfig)[0], seed=0)
     assert (len(ds.x_train), len(ds.x_valid)) == (18, 9)
     assert capsys.readouterr().out.splitlines() == [
         f"autodeuq: {tmp_path / 'train.csv'}: left out 2 row(s) whose target is missing (--drop-missing-target)",
