@@ -104,6 +104,9 @@ _PROGRESS_STEPS = 10_000  # SQLite virtual-machine steps between two checks of t
 PROMOTED_FROM = "promoted_from"
 #: Key of an entry's ``extra`` naming the entry whose configuration aging evolution mutated into it.
 MUTATED_FROM = "mutated_from"
+#: Key of the run's search options holding the decision of ``early_discarding="auto"``
+#: (:mod:`autodeuq.scheduler`).
+DISCARDING_DECISION = "discarding_decision"
 _KERAS_MEMBERS = ("metadata.json", "config.json", "model.weights.h5")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MAX_ID = 2**63 - 1  # SQLite's largest integer
@@ -1472,6 +1475,20 @@ class CatalogWriter(Catalog):
             warnings.warn(f"could not rewrite {CSV_NAME}: {exc}", CatalogWarning, stacklevel=3)
 
     # ----------------------------------------------------------------- driver API
+    def record_discarding(self, rule: dict[str, Any] | None, decision: dict[str, Any]) -> dict[str, Any]:
+        """Record in the run's search options the early-discarding ``rule`` (its ``describe()``;
+        None: none) that the trainings submitted from now on follow, and the ``decision`` that chose
+        it (:data:`DISCARDING_DECISION`), so that a resumed search keeps both; returns the search
+        options as recorded."""
+        meta = json.loads(json.dumps(self._meta))
+        meta["search"] = {**(meta.get("search") or {}), "early_discarding": rule, DISCARDING_DECISION: decision}
+        db = self.run_dir / DB_NAME
+        with self._conn.limited(db):
+            self._conn.execute("UPDATE run SET value = ? WHERE key = 'meta_json'", (_dumps(meta, indent=2),))
+        self._meta = meta
+        replace_file(self.run_dir / META_NAME, (json.dumps(self.meta, indent=2, sort_keys=True) + "\n").encode())
+        return meta["search"]
+
     def submit(self, config: dict[str, Any], extra: dict[str, Any] | None = None) -> int:
         """Register a configuration about to be trained; returns its id (committed, never reused).
 

@@ -47,7 +47,7 @@ from autodeuq import data
 from autodeuq.errors import ParameterError
 
 __all__ = ["SuccessiveHalving", "IEpoch", "rung_epochs", "rung_schedule", "middle_batch", "POLICIES", "RUNG_UNITS",
-           "resolve_policy", "resolve_min_epochs"]
+           "resolve_min_epochs"]
 
 #: Early-discarding policies by name (``none`` trains every configuration to its own early stop;
 #: ``auto`` is ``sha`` on tables that are not small, else ``none``).
@@ -65,26 +65,6 @@ POLICIES = ("auto", "none", "sha", "iepoch")
 # energy but not on yacht (by 0.04) or concrete. With its batch sizes from 4, concrete's full search
 # has the lower mean too (3.00 against 3.05, 4 of 5 splits), and the full search keeps the lower
 # mean on all four against successive halving with its first rung at epoch 3 (see below).
-
-
-def resolve_policy(policy: str, n_rows: int) -> tuple[str, str]:
-    """The policy ``policy`` stands for on ``n_rows`` training and validation rows, and why.
-
-    >>> resolve_policy("auto", 500)
-    ('none', 'early discarding off: 500 training and validation rows (auto: successive halving above 1000)')
-    >>> resolve_policy("auto", 5000)[0], resolve_policy("none", 5000)[0], resolve_policy("sha", 10)[0]
-    ('sha', 'none', 'sha')
-    """
-    if policy not in POLICIES:
-        raise ParameterError("early_discarding", f"must be one of {list(POLICIES)}", policy)
-    if policy != "auto":
-        return policy, f"early discarding: {policy} (asked for)"
-    limit = data.SMALL_DATA_ROWS
-    if not data.is_small(n_rows):
-        return "sha", (f"early discarding: successive halving, {n_rows} training and validation rows "
-                       f"(auto: above {limit})")
-    return "none", (f"early discarding off: {n_rows} training and validation rows "
-                    f"(auto: successive halving above {limit})")
 
 
 # ``sha_min_epochs="auto"`` puts successive halving's first rung at epoch 3 on small tables and at

@@ -366,12 +366,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("epochs", "search", None, Integer(1, 10**5, optional=True), "override of the space's epoch budget",
            metavar="E", default_text="the space's"),
     Option("early_discarding", "search", "auto", OneOf(discard.POLICIES),
-           f"auto: sha above {SMALL_DATA_ROWS} training + validation rows, else none (a resumed run keeps its "
-           "catalog's policy). none: every configuration trains to its own early stop. sha: asynchronous "
+           "auto: none, until the first trainings tell what the search will cost: sha from then on if the search "
+           "is projected to take longer than {discard_budget} on the workers at hand (a resumed run keeps its "
+           "catalog's decision). none: every configuration trains to its own early stop. sha: asynchronous "
            "successive halving; a training continues past each rung epoch (min x reduction^k) only if its "
            "validation loss is among the best 1/reduction recorded there. iepoch: every evaluation of the search "
            "trains {iepoch_epochs} epochs, then the {iepoch_top_k} best configurations are trained to the full "
            "budget"),
+    Option("discard_budget", "search", 600.0, Real(0, _TEN_YEARS),
+           "seconds of search above which {early_discarding} auto turns successive halving on: the time so far "
+           "plus the median training time for each evaluation left, divided among the workers, projected once "
+           "two rounds of trainings (at least 4) have finished", metavar="S",
+           applies=lambda v: v["early_discarding"] == "auto"),
     Option("sha_min_epochs", "search", "auto", Integer(1, 10**5, auto=True),
            f"first rung of successive halving; auto: 3 up to {SMALL_DATA_ROWS} training + validation rows, else 1 "
            "(a resumed run keeps its catalog's)", metavar="E", applies=_is_sha),

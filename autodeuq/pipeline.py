@@ -126,17 +126,16 @@ def rung_unit(sha_rungs, space, recorded=None) -> int | None:
     return middle_batch(space.batch_size_min, space.batch_size_max) if unit == "steps" else None
 
 
-def discarding_policy(early_discarding, dataset, recorded=None) -> tuple[str, str | None]:
-    """The policy that ``early_discarding`` stands for on ``dataset`` (see
-    :func:`autodeuq.discard.resolve_policy`; ``"auto"`` keeps the policy of the ``recorded`` rule
-    of a catalog being resumed, :func:`autodeuq.runner.recorded_rule`), and a line for the user
-    when ``"auto"`` turned successive halving on (else None)."""
-    from autodeuq.discard import resolve_policy
-
-    if early_discarding == "auto" and recorded is not None:
-        return recorded["policy"], None
-    policy, why = resolve_policy(early_discarding, len(dataset.x_train) + len(dataset.x_valid))
-    return policy, (why if early_discarding == "auto" and policy != "none" else None)
+def discarding_policy(early_discarding, recorded=None) -> str:
+    """The policy that ``early_discarding`` stands for: as asked, or for ``"auto"`` the decision
+    recorded by the catalog being resumed (``recorded``: :func:`autodeuq.runner.recorded_rule`),
+    else ``"cost"``: decided from the first trainings' cost (:mod:`autodeuq.scheduler`). A
+    catalog searched with successive halving before decisions were recorded keeps it."""
+    if early_discarding != "auto":
+        return early_discarding
+    if recorded is not None and (recorded.get("decision") or recorded["policy"] != "none"):
+        return recorded["policy"]
+    return "cost"
 
 
 def searcher_options(config, space) -> dict:
@@ -207,6 +206,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
     from autodeuq import evaluator as evaluators
     from autodeuq.evaluator.base import evaluation_threads
     from autodeuq.runner import recorded_rule, run_search
+    from autodeuq.scheduler import DiscardByCost, decide_after
 
     c = config
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -217,20 +217,19 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
     seed = 0 if c.seed is None else int(c.seed)
     # The rule a resumed catalog was searched with, read once: "auto" settings keep it.
     recorded = None if c.new_run or c.early_discarding not in ("auto", "sha") else recorded_rule(run_dir)
-    policy, news = discarding_policy(c.early_discarding, dataset, recorded)
-    if news and log is not None:
-        log(news)
+    policy = discarding_policy(c.early_discarding, recorded)
     min_epochs, reference_batch = c.sha_min_epochs, None
-    if policy == "sha":
+    if policy in ("sha", "cost"):
         min_epochs, why = first_rung(c.sha_min_epochs, dataset, recorded)
-        if why and log is not None:
+        if why and log is not None and policy == "sha":
             log(why)
         reference_batch = rung_unit(c.sha_rungs, space, recorded)
-    rule = discarder(policy, sha_min_epochs=min_epochs, sha_reduction=c.sha_reduction,
+    rule = discarder("sha" if policy == "cost" else policy, sha_min_epochs=min_epochs, sha_reduction=c.sha_reduction,
                      sha_reference_batch=reference_batch, iepoch_epochs=c.iepoch_epochs, iepoch_top_k=c.iepoch_top_k)
+    # "auto": no rule until the first trainings tell what the search costs (the scheduler's decision).
     objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=c.epochs,
-                                             threads=evaluation_threads(c.cpus_per_eval), discarder=rule,
-                                             time_limit=c.eval_budget)
+                                             threads=evaluation_threads(c.cpus_per_eval),
+                                             discarder=None if policy == "cost" else rule, time_limit=c.eval_budget)
     if c.evaluator == "serial":
         runner = evaluators.create("serial", objective, eval_timeout=c.eval_timeout)
     else:
@@ -239,12 +238,14 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
     with runner:
         if on_start is not None:
             on_start(runner)
+        by_cost = (DiscardByCost(rule, budget_s=c.discard_budget, after=decide_after(runner.n_slots))
+                   if policy == "cost" else None)
         return run_search(space, dataset, runner, run_dir, search=c.search, search_options=search_options,
                           max_evals=c.max_evals, seed=seed, new_run=c.new_run, progress=c.progress, log=log,
                           # Starting the workers (a Ray instance, say) counts against the limit too.
                           timeout=None if deadline is None else max(deadline - time.monotonic(), 1e-3),
                           run_options={"epochs": c.epochs, "eval_timeout": c.eval_timeout,
-                                       "eval_budget": c.eval_budget})
+                                       "eval_budget": c.eval_budget}, discard_by_cost=by_cost)
 
 
 def select_ensemble(run_dir, config, *, seed: int | None = 0):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autodeuq import search as searchers
-from autodeuq.catalog import MUTATED_FROM, PROMOTED_FROM, Catalog, CatalogError
+from autodeuq.catalog import DISCARDING_DECISION, MUTATED_FROM, PROMOTED_FROM, Catalog, CatalogError
 from autodeuq.errors import AutoDEUQError, ParameterError
 from autodeuq.result import Status, TrainResult
 from autodeuq.search.base import config_key
@@ -191,16 +191,19 @@ def sigterm_interrupts():
 
 def recorded_rule(run_dir) -> dict | None:
     """The early-discarding rule that the catalog in ``run_dir`` was searched with, as
-    ``describe()`` gives it (``{"policy": "none"}`` without one); None when there is no catalog
-    or it has no finished entry."""
+    ``describe()`` gives it (``{"policy": "none"}`` without one), with the ``decision`` of
+    ``early_discarding="auto"`` when one was taken (:mod:`autodeuq.scheduler`); None when there
+    is no catalog or it has no finished entry."""
     try:
         with Catalog(run_dir) as catalog:
             if not catalog.n_finished:
                 return None
-            rule = (catalog.meta.get("search") or {}).get("early_discarding")
+            search = catalog.meta.get("search") or {}
     except CatalogError:
         return None
-    return {"policy": "none"} if rule is None else rule
+    rule = search.get("early_discarding") or {"policy": "none"}
+    decision = search.get(DISCARDING_DECISION)
+    return {**rule, "decision": decision} if decision else rule
 
 
 def _check_resume(run_dir, space, epochs, discarder) -> None:
@@ -233,7 +236,7 @@ def _check_resume(run_dir, space, epochs, discarder) -> None:
 def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", search_options: dict | None = None,
                max_evals: int = 100, timeout: float | None = None, seed: int = 0, new_run: bool = False,
                progress: bool = True, run_options: dict | None = None,
-               prefetch: bool | None = None, log=None) -> SearchSummary:
+               prefetch: bool | None = None, log=None, discard_by_cost=None) -> SearchSummary:
     """Search until ``max_evals`` evaluations have finished (done or failed) or ``timeout`` s.
 
     Parameters
@@ -259,7 +262,12 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
         worker never waits for the searcher (default: on when the evaluator has several slots).
     log : callable, optional
         Receives one line when an existing run is resumed (how many evaluations are done and
-        how many interrupted ones run again); nothing is logged per evaluation.
+        how many interrupted ones run again), and the line of a decision ``discard_by_cost``
+        took; nothing is logged per evaluation.
+    discard_by_cost : DiscardByCost, optional
+        Early discarding to turn on (or not) once the first trainings tell what the search will
+        cost (:class:`autodeuq.scheduler.DiscardByCost`); the evaluator starts without a rule.
+        The decision is recorded in the catalog (:meth:`CatalogWriter.record_discarding`).
 
     Returns
     -------
@@ -289,7 +297,8 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
     with sigterm_interrupts() as sigterm:
         return _run_search(space, dataset, evaluator, run_dir, search=search, search_options=search_options,
                            max_evals=max_evals, timeout=timeout, seed=seed, new_run=new_run, progress=progress,
-                           run_options=run_options, prefetch=prefetch, sigterm=sigterm, log=log)
+                           run_options=run_options, prefetch=prefetch, sigterm=sigterm, log=log,
+                           discard_by_cost=discard_by_cost)
 
 
 def _resume_line(writer, run_dir, n_pending: int) -> str:
@@ -300,7 +309,7 @@ def _resume_line(writer, run_dir, n_pending: int) -> str:
 
 
 def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, max_evals, timeout, seed, new_run,
-                progress, run_options, prefetch, sigterm, log=None) -> SearchSummary:
+                progress, run_options, prefetch, sigterm, log=None, discard_by_cost=None) -> SearchSummary:
     search_options = dict(search_options or {})
     discarder = evaluator.discarder
     if not new_run:
@@ -332,7 +341,7 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
         session = _SearchSession(writer, searcher, evaluator, max_evals=max_evals + finished_full,
                                  timeout=None if timeout is None else timeout * share, prefetch=prefetch,
                                  progress=progress, pending=[(i, c) for i, c in writer.pending() if i not in full],
-                                 entries=entries)
+                                 entries=entries, discard_by_cost=discard_by_cost, log=log)
         session.run(sigterm)
         sessions = [session]
         if discarder is not None and not session.interrupted and session.stopped_by != "failing":
@@ -408,8 +417,9 @@ class _SearchSession:
     """
 
     def __init__(self, writer, searcher, evaluator, *, max_evals, timeout, prefetch, progress, pending,
-                 promotions=None, entries=None):
+                 promotions=None, entries=None, discard_by_cost=None, log=None):
         self.writer, self.searcher, self.evaluator = writer, searcher, evaluator
+        self.discard_by_cost, self.log = discard_by_cost, log  # a decision to take, and where to say it
         self.pending = pending  # (id, config) of interrupted evaluations, submitted again first
         # (entry id, config) to train to the full budget instead of asking the searcher, or None.
         self.promotions = None if promotions is None else list(promotions)
@@ -489,6 +499,27 @@ class _SearchSession:
         # the driver (a clock apart) must not inflate the utilization.
         self.busy += max(0.0, result.end_time - max(result.start_time, self.started))
         _update_bar(self.bar, self.writer, result, self.busy, self.evaluator.n_slots, self.started)
+        self.decide_discarding()
+
+    def decide_discarding(self):
+        """Once enough trainings have finished, turn early discarding on if the search would cost
+        more than its budget (:class:`~autodeuq.scheduler.DiscardByCost`), and record the decision."""
+        cost = self.discard_by_cost
+        if cost is None:
+            return
+        on = cost.decide(self.durations, remaining=self.max_evals - self.writer.n_finished,
+                         slots=self.evaluator.n_slots, elapsed=time.time() - self.started)
+        if on is None:
+            return
+        if on:
+            self.evaluator.set_discarder(cost.rule)
+            # The rungs learn what the finished trainings reported there (through the evaluator's
+            # handle: a Ray actor's records are the ones the workers consult).
+            histories = self.writer.validation_loss_histories(batch_sizes=True)
+            self.evaluator.discarder.replay([h for h, _ in histories], [b for _, b in histories])
+        self.writer.record_discarding(cost.rule.describe() if on else None, cost.decision)
+        if self.log is not None:
+            self.log(cost.line())
 
     def failing_alike(self):
         # The first results of this call (recorded, then waiting to be) all failed the same way.

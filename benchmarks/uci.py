@@ -33,10 +33,14 @@ Methods (``--methods``):
 * ``autodeuq-iepoch``: the same with i-Epoch (Egele 2024): every search evaluation trains 1
   epoch, then the 10 configurations of lowest validation loss are trained to the full budget;
   catalogs ``<dataset>-split<i>-iepoch``.
-* The report's row "AutoDEUQ (defaults)" is not run on its own: for each dataset it shows the
-  method that the estimator's ``early_discarding="auto"`` chooses on that dataset's training +
-  validation rows (``autodeuq`` up to :data:`autodeuq.data.SMALL_DATA_ROWS`, ``autodeuq-sha``
-  above).
+* ``autodeuq-auto``: the same with the estimator's ``early_discarding="auto"``: no discarding
+  until the first trainings project what the search costs, successive halving from then on if
+  the projection exceeds ``discard_budget`` (:mod:`autodeuq.scheduler`); catalogs
+  ``<dataset>-split<i>-auto``; the decision is in each record's ``info.discarding_decision``.
+* The report's row "AutoDEUQ (defaults)" is not run on its own: for each dataset it shows
+  ``autodeuq-auto`` where there are such records, else the method that ``early_discarding="auto"``
+  chose before it was decided by cost (``autodeuq`` up to 1000 training + validation rows,
+  ``autodeuq-sha`` above: :data:`ROWS_RULE`).
 * ``deep-ensembles``: as in Lakshminarayanan et al. 2017 (Section 3.3 and Table 1, "ML-5"):
   5 networks with one hidden layer of 50 ReLU units (100 for protein), a mean output and a
   softplus variance output (+1e-6), Gaussian NLL, Adam with a fixed learning rate, batch 100,
@@ -91,11 +95,15 @@ from autodeuq.ensemble.options import CALIBRATIONS  # noqa: E402
 from autodeuq.fileio import atomic_write  # noqa: E402
 from benchmarks.uci_data import DATASETS, VALID_FRACTION, default_data_dir, load_split, n_splits  # noqa: E402
 
-METHODS = ("autodeuq", "autodeuq-sha", "autodeuq-iepoch", "deep-ensembles", "ngboost", "catboost")
+METHODS = ("autodeuq", "autodeuq-sha", "autodeuq-iepoch", "autodeuq-auto", "deep-ensembles", "ngboost", "catboost")
 LABELS = {"autodeuq": "AutoDEUQ", "autodeuq-sha": "AutoDEUQ + successive halving",
+          "autodeuq-auto": "AutoDEUQ + discarding by cost",
           "autodeuq-iepoch": "AutoDEUQ + i-Epoch", "deep-ensembles": "Deep Ensembles", "ngboost": "NGBoost",
           "catboost": "CatBoost"}
-OURS = ("autodeuq", "autodeuq-sha", "autodeuq-iepoch")  # the same search without and with early discarding
+OURS = ("autodeuq", "autodeuq-sha", "autodeuq-iepoch", "autodeuq-auto")  # the same search, early discarding aside
+#: Training + validation rows above which ``early_discarding="auto"`` chose successive halving
+#: before the choice was made by cost: which method the earlier records' "defaults" row shows.
+ROWS_RULE = 1000
 DEFAULTS = "autodeuq-defaults"  # a report row: per dataset, the method early_discarding="auto" picks
 LABELS[DEFAULTS] = "AutoDEUQ (defaults)"
 COVERAGE_LEVEL = 0.9
@@ -292,7 +300,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
     from autodeuq import AutoDEUQRegressor
     from autodeuq.catalog import Catalog
 
-    suffix = "" if early_discarding == "none" else f"-{early_discarding}"
+    suffix = "" if early_discarding == "none" else f"-{early_discarding}"  # "auto": -auto
     if early_discarding == "sha" and args.sha_min_epochs != "auto":
         suffix += f"-min{args.sha_min_epochs}"
     if early_discarding == "sha" and args.sha_rungs == "steps":
@@ -304,16 +312,18 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
                               seed=data.split, epochs=args.epochs, evaluator=args.evaluator,
                               early_discarding=early_discarding, refit=REFIT_CHOICES[args.refit],
                               calibrate=args.calibrate, eval_budget=args.eval_budget,
-                              sha_min_epochs=args.sha_min_epochs, sha_rungs=args.sha_rungs)
+                              sha_min_epochs=args.sha_min_epochs, sha_rungs=args.sha_rungs, progress=False)
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
     means, variances = model.ensemble_.components(data.x_test)
     with Catalog(run_dir) as catalog:  # what the run searched and trained, as recorded
         frame, full_trainings = catalog.to_dataframe(), len(catalog.full_trainings())
         space_sizes = catalog.space.describe_sizes()
         rule = (catalog.meta.get("search") or {}).get("early_discarding") or {}
+        decision = (catalog.meta.get("search") or {}).get("discarding_decision")
     info = {"epochs": int(frame["epochs"].fillna(0).sum()), "catalog_entries": int(len(frame)),
             "failed": int(model.search_summary_.n_failed), "members": model.ensemble_.member_ids,
             "discarded": int(model.search_summary_.n_discarded), "early_discarding": early_discarding,
+            "discarding_decision": decision,
             "full_trainings": full_trainings,
             "train_s_total": float(frame["wall_time"].fillna(0).sum()), "run_dir": str(run_dir),
             "weights": [float(w) for w in model.ensemble_.weights], "refit": args.refit,
@@ -338,9 +348,10 @@ REFIT_CHOICES = {"auto": "auto", "never": False, "always": True}
 
 RUNNERS = {"autodeuq": run_autodeuq, "autodeuq-sha": functools.partial(run_autodeuq, early_discarding="sha"),
            "autodeuq-iepoch": functools.partial(run_autodeuq, early_discarding="iepoch"),
+           "autodeuq-auto": functools.partial(run_autodeuq, early_discarding="auto"),
            "deep-ensembles": run_deep_ensembles, "ngboost": run_ngboost,
            "catboost": run_catboost}
-RESCORABLE = ("autodeuq", "autodeuq-sha", "autodeuq-iepoch")
+RESCORABLE = ("autodeuq", "autodeuq-sha", "autodeuq-iepoch", "autodeuq-auto")
 
 
 # --------------------------------------------------------------------------- raw results
@@ -463,14 +474,15 @@ def _resumed(record: dict) -> bool:
 
 
 def defaults_method(dataset: str, records: list[dict]) -> str:
-    """The benchmark method that runs the estimator's ``early_discarding="auto"`` on ``dataset``:
-    ``autodeuq-sha`` when its training + validation rows exceed the threshold, else ``autodeuq``."""
-    from autodeuq.discard import resolve_policy
-
+    """The benchmark method that stands for the estimator's ``early_discarding="auto"`` on
+    ``dataset``: ``autodeuq-auto`` when ``records`` hold it, else the method the rule before it
+    chose (``autodeuq-sha`` above :data:`ROWS_RULE` training + validation rows, else ``autodeuq``)."""
+    if any(r["dataset"] == dataset and r["method"] == "autodeuq-auto" for r in records):
+        return "autodeuq-auto"
     rows = [r["n_fit"] + r["n_valid"] for r in records if r["dataset"] == dataset and "n_fit" in r and "n_valid" in r]
     if not rows:
         return "autodeuq"
-    return "autodeuq-sha" if resolve_policy("auto", max(rows))[0] == "sha" else "autodeuq"
+    return "autodeuq-sha" if max(rows) > ROWS_RULE else "autodeuq"
 
 
 def write_report(records: list[dict], path: Path) -> str:

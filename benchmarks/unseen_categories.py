@@ -36,7 +36,8 @@ def measure(seed: int, max_evals: int, run_dir: Path) -> dict:
     test = frame.sample(frac=0.2, random_state=seed)
     train = frame.drop(index=test.index)
     started = time.time()
-    model = AutoDEUQRegressor(max_evals=max_evals, seed=seed, run_dir=run_dir / f"seed{seed}", refit=False)
+    model = AutoDEUQRegressor(max_evals=max_evals, seed=seed, run_dir=run_dir / f"seed{seed}", refit=False,
+                              progress=False)
     model.fit(train.drop(columns=[TARGET]), train[TARGET])
     fit_s = time.time() - started
     X = test.drop(columns=[TARGET])

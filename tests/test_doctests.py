@@ -16,6 +16,7 @@ MODULES = (
     "autodeuq.space",
     "autodeuq.discard",
     "autodeuq.pipeline",
+    "autodeuq.scheduler",
     "autodeuq.evaluator.base",
     "autodeuq.search",
     "autodeuq.search.agebo",

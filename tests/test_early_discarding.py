@@ -120,47 +120,47 @@ def test_cli_early_discarding_option(tmp_path, capsys):
     assert not (tmp_path / "bad").exists()
 
 
-def test_auto_policy_switches_to_successive_halving_above_the_row_threshold():
-    from autodeuq.data import SMALL_DATA_ROWS
-    from autodeuq.discard import resolve_policy
-
-    assert resolve_policy("auto", SMALL_DATA_ROWS)[0] == "none"
-    assert resolve_policy("auto", SMALL_DATA_ROWS + 1)[0] == "sha"
-    assert [resolve_policy(p, 10**6)[0] for p in ("none", "sha", "iepoch")] == ["none", "sha", "iepoch"]
-    with pytest.raises(ValueError, match="early_discarding"):
-        resolve_policy("halving", 10)
-
-
-def test_auto_policy_follows_the_data_and_a_resumed_catalog(tmp_path, setup, monkeypatch):
-    from autodeuq import data as data_module
+def test_auto_discards_when_the_first_trainings_project_a_search_over_its_budget(tmp_path, setup):
     from autodeuq import pipeline
 
     space, data = setup
-    rows = len(data.x_train) + len(data.x_valid)
     lines = []
 
-    def fill(run, max_evals=3, **kw):
+    def fill(run, max_evals, **kw):
         config = configure(SearchConfig, search="random", max_evals=max_evals, epochs=4, evaluator="serial",
                            progress=False, **kw)
         return pipeline.fill_catalog(space, data, run, config, log=lines.append)
 
-    fill(tmp_path / "small")  # the default is "auto": toy-sine is far below the threshold
-    assert Catalog(tmp_path / "small").meta["search"]["early_discarding"] is None
-    assert not any("early discarding" in line for line in lines)  # nothing changes: nothing said
+    def recorded(run):
+        search = Catalog(run).meta["search"]
+        return search["early_discarding"], search.get("discarding_decision")
 
-    monkeypatch.setattr(data_module, "SMALL_DATA_ROWS", rows - 1)
-    fill(tmp_path / "large", sha_reduction=2)
-    assert Catalog(tmp_path / "large").meta["search"]["early_discarding"]["policy"] == "sha"
-    assert f"early discarding: successive halving, {rows} training and validation rows" in lines[0]
-    # The small run resumed under the lower threshold keeps the policy it was searched with ...
+    # A budget no search reaches: after 4 trainings (two rounds of one worker), no discarding, recorded.
+    fill(tmp_path / "cheap", 5, discard_budget=1e6)
+    rule, decision = recorded(tmp_path / "cheap")
+    assert rule is None and decision["policy"] == "none" and decision["after_trainings"] == 4
+    assert decision["budget_s"] == 1e6 and 0 < decision["projected_s"] < 1e6
+    assert [line for line in lines if "projected" in line] == [
+        f"no early discarding: the search is projected to take {decision['projected_s']:.0f} s, within the budget "
+        f"of 1000000 s"]
+    # A budget every search exceeds: successive halving rules the trainings after the first 4.
     lines.clear()
-    fill(tmp_path / "small", max_evals=4)
-    assert Catalog(tmp_path / "small").meta["search"]["early_discarding"] is None
-    assert Catalog(tmp_path / "small").n_finished == 4
-    assert not any("early discarding" in line for line in lines)
-    # ... while asking for successive halving by name on it is refused, as before.
+    fill(tmp_path / "costly", 10, discard_budget=1e-3)
+    rule, decision = recorded(tmp_path / "costly")
+    assert rule == {"policy": "sha", "min_epochs": 3, "reduction": 3} and decision["policy"] == "sha"
+    assert any(line.startswith("successive halving turned on: the search was projected to take") for line in lines)
+    frame = Catalog(tmp_path / "costly").to_dataframe().sort_values("id")
+    assert (frame["status"].iloc[:4] != "discarded").all()  # decided after them: they ran to their own end
+    # A resumed search keeps the decision taken, whatever the budget now says, and says nothing more.
+    lines.clear()
+    fill(tmp_path / "cheap", 6, discard_budget=1e-3)
+    fill(tmp_path / "costly", 11, discard_budget=1e6)
+    assert recorded(tmp_path / "cheap")[0] is None and recorded(tmp_path / "costly")[0]["policy"] == "sha"
+    assert not any("projected" in line for line in lines)
+    assert Catalog(tmp_path / "cheap").n_finished == 6 and Catalog(tmp_path / "costly").n_finished == 11
+    # Asking by name for what the catalog was not searched with is refused, as before.
     with pytest.raises(CatalogError, match="no early discarding"):
-        fill(tmp_path / "small", early_discarding="sha", max_evals=5)
+        fill(tmp_path / "cheap", 7, early_discarding="sha")
 
 
 def test_auto_first_rung_follows_the_data_and_a_resumed_catalog(tmp_path, setup, monkeypatch):
