@@ -25,12 +25,10 @@ MIN_VALID_ROWS = 1
 BUILTIN_DATASETS = ("toy-sine", "boston", "concrete")
 
 #: Training and validation rows up to which a table counts as small (:func:`is_small`). The
-#: ``"auto"`` settings follow it: on a small table the ensemble's members are refitted on all the
-#: rows (:mod:`autodeuq.ensemble.refit`), and there is neither early discarding
-#: (:mod:`autodeuq.discard`) nor recalibration (:mod:`autodeuq.ensemble.calibration`); each of
-#: those modules gives the measurements behind its rule. On the standard UCI benchmark the tables
-#: fall on either side with a wide margin: 277-927 rows (yacht, boston, energy, concrete)
-#: against 1439 and more (wine, kin8nm, power, naval, protein).
+#: ``"auto"`` settings of the ensemble follow it: on a small table the members are refitted on all
+#: the rows (:mod:`autodeuq.ensemble.refit`) and the std is not recalibrated
+#: (:mod:`autodeuq.ensemble.calibration`); successive halving's first rung is later there
+#: (:mod:`autodeuq.discard`). The measurements behind each rule: docs/decisions/.
 SMALL_DATA_ROWS = 1000
 # The networks are trained in float32: a larger magnitude becomes inf there.
 FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -50,48 +50,17 @@ __all__ = ["SuccessiveHalving", "IEpoch", "rung_epochs", "rung_schedule", "middl
            "resolve_min_epochs"]
 
 #: Early-discarding policies by name (``none`` trains every configuration to its own early stop;
-#: ``auto`` is ``sha`` on tables that are not small, else ``none``).
+#: ``auto`` is decided by the search's projected cost, :mod:`autodeuq.scheduler`).
 POLICIES = ("auto", "none", "sha", "iepoch")
 
-# ``early_discarding="auto"`` uses successive halving on tables that are not small
-# (:data:`autodeuq.data.SMALL_DATA_ROWS`), and trains every configuration to its own early stop
-# on small ones. Measured on the standard UCI splits (100 AgEBO evaluations, ensembles of 5
-# refitted members, 5 splits): on yacht, boston, energy and concrete (277-927 rows) the full
-# search had the lower test NLL on 14 of 20 splits and the lower mean on all but concrete (one
-# test point of one split); on kin8nm (7373 rows) successive halving cost +0.022 nats (10 splits)
-# while training 5-13x fewer epochs. On small tables the loss after one or three epochs ranks configurations poorly.
-# With the tabular space's widths adapted to the rows (yacht and boston searched again both ways)
-# the full search still had the lower test NLL on 13 of 20 splits, and the lower mean on boston and
-# energy but not on yacht (by 0.04) or concrete. With its batch sizes from 4, concrete's full search
-# has the lower mean too (3.00 against 3.05, 4 of 5 splits), and the full search keeps the lower
-# mean on all four against successive halving with its first rung at epoch 3 (see below).
-
-
-# ``sha_min_epochs="auto"`` puts successive halving's first rung at epoch 3 on small tables and at
-# epoch 1 above. Measured on the standard UCI splits (100 AgEBO evaluations, batch sizes from 4),
-# against the full search, first rung 1 / first rung 3: yacht +0.26 / +0.04, boston +0.06 / +0.02,
-# energy +0.18 / +0.20 (5 splits each), concrete +0.05 / +0.01 (10 splits); the later rung scored
-# lower on 15 of 25 splits, for 2.6-7.1x fewer epochs than the full search instead of 4.6-18x.
-# Above 1000 rows (kin8nm 10 splits; power, naval, protein 5 each) the later rung scored lower on 14
-# of 25 splits, for up to 3x the epochs, and its mean was no better beyond its standard error on any
-# (rung 3 minus rung 1: kin8nm -0.006, power -0.003, protein +0.016, naval +0.22 with one collapsed
-# search). Against the full search neither rung keeps both kin8nm and protein within 0.02 nats
-# (rung 3: +0.016 / +0.030, rung 1: +0.022 / +0.014): epoch 1 stays. Replayed on the full
-# searches' catalogs (benchmarks/sha_replay.py), the loss after the first epochs ranks
-# configurations poorly on every table (kin8nm and boston worst), so every first rung trades
-# saved epochs for nats.
+# ``sha_min_epochs="auto"``: the first rung at epoch 3 on small tables, at epoch 1 above. The
+# measurements: docs/decisions/sha-first-rung.md.
 AUTO_FIRST_RUNG = {True: 3, False: 1}  # by data.is_small
 
 #: Units of successive halving's rungs (``sha_rungs``): ``epochs``, or ``steps`` (optimizer steps of as many
 #: epochs with the middle batch size searched, :func:`middle_batch`); ``auto`` is :data:`AUTO_RUNG_UNIT`.
 RUNG_UNITS = ("auto", "epochs", "steps")
-# ``auto`` counts epochs. Measured on kin8nm splits 0-9 (100 AgEBO evaluations, first rung 1), rungs
-# in steps of the middle batch size cost +0.019 nats against the full search (standard error 0.004)
-# for 2.9-8.6x fewer epochs: about what a first rung at epoch 3 counted in epochs costs (+0.017), and
-# the searches drifted to large batches instead of small ones; on protein splits 0-4 it cost +0.051
-# (standard error 0.014), more than epochs with the first rung at 1 or 3. With the smallest batch size
-# as the reference (kin8nm, 2 splits), the test NLL matched the full search's for only 1.7-2.1x fewer
-# epochs.
+# ``auto`` counts epochs; the measurements: docs/decisions/sha-rungs.md.
 AUTO_RUNG_UNIT = "epochs"
 
 

@@ -20,13 +20,10 @@ they were fitted on the validation rows, which the refitted members have now see
 kept rather than fitted again.
 
 When to refit (:func:`should_refit`, the default ``refit="auto"`` of the command line and the
-estimator): on 12 standard splits of yacht, boston, energy and concrete (277 to 927 training and
-validation rows) the refit lowered the test NLL on 10, by 0.072 nats on average, at a cost of
-24 to 205 s per split on a 2-core machine (``benchmarks/results/refit.md``). It has not been
-measured on more rows, where the validation rows are a smaller share of what the networks can
-learn from while the retraining costs more; so ``"auto"`` refits when the training and
-validation rows make a small table (:data:`autodeuq.data.SMALL_DATA_ROWS`), and ``refit=True``
-asks for it on any data.
+estimator): when the training and validation rows make a small table
+(:data:`autodeuq.data.SMALL_DATA_ROWS`), where it was measured to lower the test NLL;
+``refit=True`` asks for it on any data. The measurements are in the documentation
+(docs/decisions/refit.md).
 Under a time limit a member is refitted only when its estimated retraining time (its search
 training's seconds per epoch, times the epochs replayed, scaled by the rows) fits in the time
 left; the others keep their original network (``selection["refit"]["out_of_time"]``).
