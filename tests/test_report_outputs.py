@@ -205,6 +205,28 @@ def test_a_refit_that_fits_its_rows_worse_keeps_the_original_member(reported, mo
     np.testing.assert_array_equal(kept.components(x[:10])[0], ens.components(x[:10])[0])
 
 
+def test_a_refit_as_good_within_noise_replaces_the_member(reported, monkeypatch):
+    """Worse on its rows by less than a tenth of what the original gained over the constant
+    Gaussian: the retraining did not fail, and it learned from more rows."""
+    import autodeuq.ensemble.refit as refit_module
+    from autodeuq.ensemble import Ensemble
+
+    catalog = Catalog(reported)
+    x, y = catalog.fit_data()
+    original = refit_module._constant_nll(y) - 1.0  # gained 1 nat over the constant Gaussian
+    calls = []
+
+    def nll(model, x, y):  # the refitted network first, then the original one
+        calls.append(model)
+        return original + (0.09 if len(calls) % 2 else 0.0)
+
+    monkeypatch.setattr(refit_module, "_nll", nll)
+    ens = Ensemble.from_catalog(reported, size=1)
+    refitted = refit(ens, x, y)
+    assert refitted.selection["refit"]["kept_original"] == [] and refitted.refitted_ids == ens.member_ids
+    assert refit_module.refit_failed(original + 0.11, original, original + 1.0)
+
+
 def test_train_with_a_schedule_runs_those_epochs_and_keeps_the_last(reported):
     from autodeuq.data import from_arrays
     from autodeuq.train import train
