@@ -20,7 +20,7 @@ import pytest
 
 from autodeuq import catalog as catalog_module
 from autodeuq import fileio
-from autodeuq.catalog import Catalog, CatalogError
+from autodeuq.catalog import Catalog, CatalogError, artifacts, schema
 from autodeuq.data import from_arrays
 from autodeuq.result import TrainResult
 from autodeuq.space import SearchSpace, load_space
@@ -280,6 +280,19 @@ def test_import_does_not_load_tensorflow(processes):
     assert queue.get(timeout=10) == []  # the fork server imported autodeuq.catalog only
 
 
+def test_the_package_keeps_the_public_names_of_the_single_module():
+    # autodeuq.catalog was one module; its public names are re-exported from the modules now holding them.
+    names = ("Catalog", "CatalogWriter", "CatalogError", "ValidationPredictions", "STATUSES", "FORMAT",
+             "FORMAT_VERSION", "DB_NAME", "LOCK_NAME", "META_NAME", "TARGETS_NAME", "CSV_NAME", "MODELS_DIR",
+             "PREDICTIONS_DIR", "DB_FILES", "MAX_MODEL_BYTES", "MAX_MODEL_JSON_BYTES", "MAX_ARRAY_BYTES",
+             "QUERY_TIME_LIMIT", "PROMOTED_FROM", "MUTATED_FROM", "DISCARDING_DECISION", "LEADING_COLUMNS",
+             "TRAILING_COLUMNS", "PLACEMENT_COLUMNS", "checked_keras_config", "load_keras_model", "read_verified")
+    assert set(names) == set(catalog_module.__all__)
+    held = {name: getattr(catalog_module, name) for name in names}
+    assert held["Catalog"] is catalog_module.store.Catalog and held["read_verified"] is artifacts.read_verified
+    assert held["QUERY_TIME_LIMIT"] == schema.QUERY_TIME_LIMIT
+
+
 # --------------------------------------------------------------------------- opening rules
 def test_resume_refuses_other_dataset_or_space(tmp_path):
     run_dir = tmp_path / "run"
@@ -482,7 +495,7 @@ def test_lambda_models_are_refused(tmp_path, monkeypatch):
     with pytest.raises(CatalogError, match=f"entry {entry_id}.*Lambda"):
         cat.load_model(entry_id)
     # second guard: even if the config inspection missed it, safe_mode refuses the code
-    monkeypatch.setattr(catalog_module, "_lambda_layers", lambda config: [])
+    monkeypatch.setattr(artifacts, "lambda_layers", lambda config: [])
     with pytest.raises(CatalogError, match=f"entry {entry_id}.*safe_mode"):
         cat.load_model(entry_id)
     cat.close()
@@ -602,7 +615,7 @@ def test_a_version_1_catalog_is_migrated_by_its_next_writer(tmp_path):
     writer.close()
     # rebuild the table as version 1 had it: no 'discarded' status
     conn = sqlite3.connect(run / "catalog.sqlite")
-    old_schema = catalog_module._SCHEMA.replace("'done', 'discarded', 'failed'", "'done', 'failed'")
+    old_schema = schema.SCHEMA.replace("'done', 'discarded', 'failed'", "'done', 'failed'")
     create = next(s for s in old_schema.split(";") if "TABLE IF NOT EXISTS evaluations" in s)
     conn.executescript(f"""
         BEGIN;

@@ -9,7 +9,7 @@ MODULES = (
     "autodeuq.ensemble.selection",
     "autodeuq.ensemble.calibration",
     "autodeuq.ensemble.refit",
-    "autodeuq.catalog",
+    "autodeuq.catalog.store",
     "autodeuq.data",
     "autodeuq.fileio",
     "autodeuq.result",

@@ -19,9 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from autodeuq import catalog as catalog_module
 from autodeuq import fileio
-from autodeuq.catalog import Catalog, CatalogError
+from autodeuq.catalog import Catalog, CatalogError, artifacts, schema
 from autodeuq.cli import main
 from autodeuq.data import from_arrays
 from autodeuq.result import TrainResult
@@ -201,7 +200,7 @@ def test_a_decompression_bomb_is_refused_before_it_is_expanded(tmp_path, monkeyp
     assert expanded == []
     # the whole archive is capped too, and members a model never has are refused
     weights = zip_with({"metadata.json": b"{}", "config.json": b"{}", "model.weights.h5": b"\0" * (4 << 20)})
-    monkeypatch.setattr(catalog_module, "MAX_MODEL_BYTES", 1 << 20)
+    monkeypatch.setattr(artifacts, "MAX_MODEL_BYTES", 1 << 20)
     entry_id = fake_run(tmp_path / "run2", weights)
     with Catalog(tmp_path / "run2") as cat:
         with pytest.raises(CatalogError, match="model.weights.h5.*decompress"):
@@ -221,7 +220,7 @@ def test_predictions_that_declare_huge_arrays_are_corrupt(tmp_path):
     data = zip_with({"mean.npy": npy, "var.npy": npy})
     path = run_dir / "predictions" / f"{entry_id}.npz"
     path.write_bytes(data)
-    sql(run_dir, f"UPDATE evaluations SET predictions_sha256 = '{catalog_module._sha256(data)}'")
+    sql(run_dir, f"UPDATE evaluations SET predictions_sha256 = '{artifacts.sha256_hex(data)}'")
     with Catalog(run_dir) as cat:
         with pytest.raises(CatalogError, match=f"entry {entry_id}: predictions file .*corrupt"):
             cat.validation_predictions(skip_missing=False)
@@ -256,7 +255,7 @@ def test_missing_columns_and_triggers_are_refused(tmp_path):
 def test_query_time_is_bounded(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     fake_run(run_dir)
-    monkeypatch.setattr(catalog_module, "QUERY_TIME_LIMIT", 0.2)
+    monkeypatch.setattr(schema, "QUERY_TIME_LIMIT", 0.2)
     with Catalog(run_dir) as cat:
         started = time.monotonic()
         with pytest.raises(CatalogError, match="longer than 0.2 s"):

@@ -42,12 +42,11 @@ from autodeuq.catalog import (
     MODELS_DIR,
     Catalog,
     CatalogError,
-    _package_versions,
-    _sha256,
     checked_keras_config,
     load_keras_model,
     read_verified,
 )
+from autodeuq.catalog.artifacts import package_versions, sha256_hex
 from autodeuq.data import FLOAT32_MAX, DataError, encode_table, feature_frame, feature_matrix
 from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage, resolve_calibration
 from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
@@ -536,7 +535,7 @@ class Ensemble:
         for i, w in zip(self.member_ids, self.weights):
             member = {"id": i, "weight": float(w), "model": catalog_model_name(i)}  # the catalog's, before any refit
             if i in refitted:
-                member.update({"refit_model": f"{refit_dir.name}/{i}.keras", "sha256": _sha256(refitted[i]),
+                member.update({"refit_model": f"{refit_dir.name}/{i}.keras", "sha256": sha256_hex(refitted[i]),
                                "bytes": len(refitted[i])})
             members.append(member)
         manifest = {
@@ -998,12 +997,12 @@ def _export(ens: Ensemble, folder: Path) -> Path:
     for entry_id in ens.member_ids:
         models[entry_id] = data = ens.source.model_bytes(entry_id)
         checked_keras_config(data, f"{ens.source.location}: member {entry_id}")
-    versions = _package_versions()
+    versions = package_versions()
     manifest = {
         "format": SELF_CONTAINED_FORMAT,
         "self_contained": True,
         "members": [{"id": i, "weight": float(w), "model": f"{MEMBERS_DIR}/{i}.keras",
-                     "sha256": _sha256(models[i]), "bytes": len(models[i])}
+                     "sha256": sha256_hex(models[i]), "bytes": len(models[i])}
                     for i, w in zip(ens.member_ids, ens.weights)],
         "selection": ens.selection,
         "calibration": ens.calibration,

@@ -1,105 +1,71 @@
-"""The catalog: the durable, resumable store of every network trained by a search.
+"""The store: :class:`Catalog` reads a run directory, :class:`CatalogWriter` (the search
+driver's, from :meth:`Catalog.create_or_resume`) submits configurations and records their results.
 
-One run directory per search::
-
-    run_dir/
-        catalog.sqlite       index of evaluations + run metadata (the source of truth)
-        catalog.lock         held (flock) by the one process writing the run
-        models/<id>.keras    trained network (weights at the best validation loss)
-        predictions/<id>.npz validation predictions: ``mean``, ``var`` (float64, original units)
-        meta.json            search space, search options, data description, seed, versions
-        valid_targets.npy    validation targets (original units)
-        results.csv          one row per evaluation, the columns of :meth:`Catalog.to_dataframe`
-
-Only the search driver writes, through the :class:`CatalogWriter` returned by
-:meth:`Catalog.create_or_resume`. Anyone may read with :class:`Catalog`, which opens the index
-read-only and runs no code from the directory: SQLite, JSON and NumPy (``allow_pickle=False``)
-only, and Keras models load with ``safe_mode=True`` after a check that refuses Lambda layers.
-
-Crash safety (SIGKILL or power loss at any instant):
-
-- ``catalog.sqlite`` is the single commit point. An entry is *done* only once its row says so,
-  and that row is committed only after its model and predictions files are complete on disk
-  (written to a temporary file in the same folder, fsynced, renamed over the final name, folder
-  fsynced). So a done row always has both files; a crash before the commit leaves the row
-  *running* and it is re-trained on resume, keeping its id (:meth:`CatalogWriter.pending`).
-- The run metadata is committed in the same transaction that creates the tables, so a catalog
-  is either fully created or not at all.
-- ``meta.json``, ``valid_targets.npy`` and ``results.csv`` are exports of the index, replaced
-  atomically and rewritten whenever a writer opens the run, so they cannot be half-written and
-  catch up after a crash.
-- Leftover temporary files (dot-names ending in ``.tmp``) are never read and are removed when a
-  writer reopens the run.
-- The index keeps each file's SHA-256, so a file damaged or replaced later is reported as
-  corrupt, naming its entry, instead of being used.
-
-A run directory is untrusted input (it may be shared, copied from elsewhere or tampered with):
-
-- Every file is written through :func:`autodeuq.fileio.atomic_write`: a temporary name created
-  exclusively (``O_EXCL | O_NOFOLLOW``), renamed over the final name, so a symbolic link planted
-  at either name is replaced, never written through; the lock file is opened with
-  ``O_NOFOLLOW`` and a writer refuses linked ``models/``, ``predictions/`` or database files.
-- Model and predictions files must be regular files inside the run directory and match the
-  checksum in the index (an entry without one is refused); archives are checked against size
-  caps before anything is decompressed.
-- The index must have the expected tables and columns (no view stands in for a table, a writer
-  refuses triggers), and every query is aborted after :data:`QUERY_TIME_LIMIT` seconds.
-- The test set and, for one-feature problems, the training points are stored in the index at
-  creation, so reports never re-read the user's data files.
+The run directory's layout and what makes it crash-safe and safe to read are in
+:mod:`autodeuq.catalog`; the files are read through :mod:`autodeuq.catalog.artifacts` and the
+index through :mod:`autodeuq.catalog.schema`.
 """
 from __future__ import annotations
 
 import contextlib
-import errno
-import hashlib
-import importlib
 import io
 import json
 import math
 import os
-import platform
 import re
 import socket
 import sqlite3
-import stat
-import tempfile
 import threading
 import time
 import warnings
-import zipfile
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
-from .errors import AutoDEUQError, CatalogWarning
-from .fileio import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, TEMP_SUFFIX, os_reason, replace_file
-from .result import MODEL_STATUSES, Status, TrainResult
-from .space import ROW_RULE_KEYS, SearchSpace, load_space
+from autodeuq.catalog.artifacts import (
+    MAX_ARRAY_BYTES,
+    MAX_MODEL_BYTES,
+    CatalogError,
+    decode_json,
+    dumps,
+    load_keras_model,
+    load_npy,
+    load_npz,
+    npy_bytes,
+    npz_bytes,
+    package_versions,
+    read_verified,
+    refuse_links,
+    sha256_hex,
+)
+from autodeuq.catalog.schema import (
+    DB_FILES,
+    DB_NAME,
+    FORMAT_VERSION,
+    LOCK_NAME,
+    acquire_lock,
+    connect,
+    connect_readonly,
+    decode_run_info,
+    initialize,
+    migrate,
+    read_run_info,
+    release_lock,
+)
+from autodeuq.errors import CatalogWarning
+from autodeuq.fileio import TEMP_SUFFIX, replace_file
+from autodeuq.result import MODEL_STATUSES, Status, TrainResult
+from autodeuq.space import ROW_RULE_KEYS, SearchSpace, load_space
 
 STATUSES = tuple(Status)
 
-FORMAT = "autodeuq-catalog"
-# Version 2 adds the status 'discarded' (early discarding); a writer migrates version 1 on opening.
-FORMAT_VERSION = 2
-
-DB_NAME = "catalog.sqlite"
-LOCK_NAME = "catalog.lock"
 META_NAME = "meta.json"
 TARGETS_NAME = "valid_targets.npy"
 CSV_NAME = "results.csv"
 MODELS_DIR = "models"
 PREDICTIONS_DIR = "predictions"
-# Files SQLite keeps next to the index: a planted link there would make SQLite write elsewhere.
-DB_FILES = (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", f"{DB_NAME}-journal")
 
-# Limits on what a run directory may make autodeuq read (a crafted file must not exhaust memory).
-# Models of the shipped spaces are kilobytes to a few megabytes.
-MAX_MODEL_BYTES = 1 << 30  #: a model file, and the sum of its decompressed members
-MAX_MODEL_JSON_BYTES = 16 << 20  #: one JSON member of a model archive, decompressed
-MAX_ARRAY_BYTES = 1 << 30  #: arrays stored in the index (validation targets, test set, training points)
-QUERY_TIME_LIMIT = 60.0  #: seconds after which a query on the index is aborted
-_PROGRESS_STEPS = 10_000  # SQLite virtual-machine steps between two checks of the time limit
 #: Key of an entry's ``extra`` naming the search-phase entry whose configuration it trains to the full budget.
 PROMOTED_FROM = "promoted_from"
 #: Key of an entry's ``extra`` naming the entry whose configuration aging evolution mutated into it.
@@ -107,7 +73,6 @@ MUTATED_FROM = "mutated_from"
 #: Key of the run's search options holding the decision of ``early_discarding="auto"``
 #: (:mod:`autodeuq.scheduler`).
 DISCARDING_DECISION = "discarding_decision"
-_KERAS_MEMBERS = ("metadata.json", "config.json", "model.weights.h5")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MAX_ID = 2**63 - 1  # SQLite's largest integer
 
@@ -124,91 +89,8 @@ TRAILING_COLUMNS = (
 # and the GPU ids Ray gave it, comma-separated; empty for an evaluation without that record).
 PLACEMENT_COLUMNS = ("node", "gpus")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS run (
-    key   TEXT PRIMARY KEY,
-    value NOT NULL
-);
-CREATE TABLE IF NOT EXISTS evaluations (
-    id                 INTEGER PRIMARY KEY AUTOINCREMENT,  -- AUTOINCREMENT: an id is never reused
-    status             TEXT NOT NULL CHECK (status IN ('running', 'done', 'discarded', 'failed')),
-    config_json        TEXT NOT NULL,
-    arch_json          TEXT NOT NULL,
-    hp_json            TEXT NOT NULL,
-    objective          REAL,
-    reason             TEXT,
-    epochs             INTEGER,
-    best_epoch         INTEGER,
-    wall_time          REAL,
-    n_params           INTEGER,
-    worker             TEXT,
-    submit_time        REAL NOT NULL,
-    start_time         REAL,
-    end_time           REAL,
-    record_time        REAL,
-    finish_order       INTEGER UNIQUE,
-    data_fingerprint   TEXT NOT NULL,
-    model_sha256       TEXT,
-    predictions_sha256 TEXT,
-    history_json       TEXT,
-    extra_json         TEXT
-);
-CREATE INDEX IF NOT EXISTS evaluations_status ON evaluations (status);
-CREATE TABLE IF NOT EXISTS sessions (
-    n             INTEGER PRIMARY KEY AUTOINCREMENT,
-    start_time    REAL NOT NULL,
-    host          TEXT,
-    pid           INTEGER,
-    seed          INTEGER,
-    search_json   TEXT,
-    versions_json TEXT
-);
-"""
-# The columns each table must have (checked on open: the index is read, never trusted).
-_TABLES = {
-    name: tuple(re.findall(r"^\s{4}(\w+)\s", body, flags=re.MULTILINE))
-    for name, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\);", _SCHEMA, flags=re.DOTALL)
-}
-# Run-table keys holding arrays that are read only when asked for (they may be large).
-_ARRAY_KEYS = ("x_test", "y_test", "x_train", "y_train", "x_valid", "y_valid")
-
-
-class CatalogError(AutoDEUQError, RuntimeError):
-    """A run directory cannot be used as asked: the message says which entry or file and why."""
-
 
 # --------------------------------------------------------------------------- small helpers
-def _json_default(obj):
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
-
-
-def _finite_or_none(obj):
-    """Replace NaN/inf by None, recursively, so the stored JSON is standard JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite_or_none(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite_or_none(v) for v in obj]
-    return obj
-
-
-def _dumps(obj, **kwargs) -> str:
-    """Canonical JSON (sorted keys, numpy scalars converted, NaN/inf as null)."""
-    plain = json.loads(json.dumps(obj, default=_json_default))
-    return json.dumps(_finite_or_none(plain), sort_keys=True, allow_nan=False, **kwargs)
-
-
 def _number(value, kind):
     """``kind(value)``, or None for a missing or non-finite value (a failure may lack them)."""
     try:
@@ -216,78 +98,6 @@ def _number(value, kind):
     except (TypeError, ValueError, OverflowError):
         return None
     return value if math.isfinite(value) else None
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _npy_bytes(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(array, dtype=np.float64), allow_pickle=False)
-    return buf.getvalue()
-
-
-def _npz_bytes(mean: np.ndarray, var: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.savez(buf, mean=mean, var=var)
-    return buf.getvalue()
-
-
-def _load_npy(data: bytes, ndim: int = 2) -> np.ndarray:
-    """A float array from ``.npy`` bytes, checked before anything is allocated.
-
-    Raises ValueError when the header is not that of a ``ndim``-D float array whose data is
-    exactly the rest of ``data`` (a header declaring a huge shape is refused, not allocated).
-    """
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise ValueError(f"not .npy bytes but {type(data).__name__}")
-    buf = io.BytesIO(data)
-    version = np.lib.format.read_magic(buf)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(buf)
-    elif version == (2, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(buf)
-    else:
-        raise ValueError(f"unsupported .npy version {version}")
-    if dtype.kind != "f" or dtype.hasobject or len(shape) != ndim:
-        raise ValueError(f"expected a {ndim}-D float array, found dtype {dtype} and shape {shape}")
-    size = math.prod(shape) * dtype.itemsize
-    if size != len(data) - buf.tell():
-        raise ValueError(f"shape {shape} needs {size} bytes of data, the file has {len(data) - buf.tell()}")
-    return np.asarray(np.lib.format.read_array(io.BytesIO(data), allow_pickle=False), dtype=np.float64)
-
-
-def _load_npz(data: bytes, names: Iterable[str], max_bytes: int) -> dict[str, np.ndarray]:
-    """Named float arrays of an ``.npz`` archive, each member's declared size checked first."""
-    out = {}
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        for name in names:
-            info = archive.getinfo(f"{name}.npy")
-            if info.file_size > max_bytes:
-                raise ValueError(f"{name} would decompress to {info.file_size} bytes (at most {max_bytes} expected)")
-            out[name] = _load_npy(archive.read(info))
-    return out
-
-
-def _package_versions() -> dict[str, str]:
-    """Versions from package metadata: nothing is imported, so this costs nothing."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    candidates = {
-        "autodeuq": ("autodeuq",), "numpy": ("numpy",), "pandas": ("pandas",),
-        "tensorflow": ("tensorflow", "tensorflow-cpu"), "keras": ("keras",), "ray": ("ray",),
-        "ConfigSpace": ("ConfigSpace",),
-    }
-    for name, dists in candidates.items():
-        for dist in dists:
-            try:
-                out[name] = version(dist)
-                break
-            except PackageNotFoundError:
-                continue
-    return out
 
 
 def _without_row_rules(spec):
@@ -311,320 +121,6 @@ def _spec_differences(old, new, path="") -> list[str]:
     if old != new:
         return [f"{path or 'space'}: {old!r} in the catalog, {new!r} now"]
     return []
-
-
-def _lambda_layers(config: Any) -> list[str]:
-    """Names of what, in a Keras model config, holds Python code: a layer or object whose class
-    names a lambda in any case (``Lambda``, Keras' ``__lambda__``), or a function serialized as its
-    bytecode (Keras writes a lambda given as an activation as ``{"value": [code, defaults,
-    closure]}``)."""
-    found = []
-
-    def walk(node, key=""):
-        if isinstance(node, dict):
-            cls = node.get("class_name")
-            if isinstance(cls, str) and "lambda" in cls.lower():
-                inner = node.get("config")
-                found.append(str(inner.get("name", cls)) if isinstance(inner, dict) else cls)
-            elif set(node) == {"value"} and isinstance(node["value"], list) and node["value"] \
-                    and isinstance(node["value"][0], str):
-                found.append(f"{key or 'a value'} (serialized bytecode)")
-            for name, value in node.items():
-                walk(value, str(name))
-        elif isinstance(node, list):
-            for value in node:
-                walk(value, key)
-
-    walk(config)
-    return found
-
-
-def _keras_config(data: bytes, where: str) -> Any:
-    """The config of a ``.keras`` archive, after checking what it would decompress to."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = archive.infolist()
-            names = [m.filename for m in members]
-            unexpected = sorted(set(names) - set(_KERAS_MEMBERS))
-            if unexpected or len(set(names)) != len(names):
-                raise CatalogError(f"{where}: refusing to load it: it holds member(s) {unexpected or names} that a "
-                                   f"model saved by autodeuq does not have")
-            for member in members:
-                cap = MAX_MODEL_JSON_BYTES if member.filename.endswith(".json") else MAX_MODEL_BYTES
-                if member.file_size > cap:
-                    raise CatalogError(f"{where}: refusing to load it: {member.filename} would decompress to "
-                                       f"{member.file_size} bytes, more than the {cap} allowed")
-            total = sum(m.file_size for m in members)
-            if total > MAX_MODEL_BYTES:
-                raise CatalogError(f"{where}: refusing to load it: its members would decompress to {total} bytes, "
-                                   f"more than the {MAX_MODEL_BYTES} allowed")
-            # zipfile stops at the declared size, so the caps above bound what this reads.
-            return json.loads(archive.read("config.json"))
-    except CatalogError:
-        raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, KeyError, ValueError, RecursionError, EOFError,
-            NotImplementedError, RuntimeError) as exc:
-        raise CatalogError(f"{where} is not a valid .keras archive: {exc}") from None
-
-
-def checked_keras_config(data: bytes, where: str) -> Any:
-    """The config of a ``.keras`` archive, refused unless it is safe to hand to Keras.
-
-    Refuses (:class:`CatalogError`, the message starting with ``where``) an archive that is not
-    a zip, holds members a model saved by autodeuq does not have, would decompress beyond
-    :data:`MAX_MODEL_BYTES`, or holds a Lambda layer (which would run code stored in the file).
-    Nothing is decompressed before the sizes are checked, and no Keras code runs.
-    """
-    config = _keras_config(data, where)
-    try:
-        lambdas = _lambda_layers(config)
-    except RecursionError:
-        raise CatalogError(f"{where}: refusing to load it: its config is nested too deeply") from None
-    if lambdas:
-        raise CatalogError(f"{where}: refusing to load it: it contains Lambda layer(s) or serialized functions "
-                           f"{lambdas}, which would run code stored in the file")
-    return config
-
-
-def load_keras_model(data: bytes, where: str):
-    """A Keras model (not compiled) from the bytes of a ``.keras`` archive, safely.
-
-    The bytes pass :func:`checked_keras_config` first; Keras then loads a private copy of those
-    very bytes with ``safe_mode=True`` as a second guard. Every model autodeuq loads, from a
-    catalog or from an exported ensemble, comes through here.
-
-    Parameters
-    ----------
-    data : bytes
-        The archive, already read (and checksum-verified) by the caller.
-    where : str
-        Names the file in error messages.
-
-    Raises
-    ------
-    CatalogError
-        The archive is refused or Keras cannot load it; the message starts with ``where``.
-    """
-    checked_keras_config(data, where)
-    import keras
-
-    _import_custom_layers()
-    # Keras reads the very bytes that were checked (a private copy), not the file again.
-    with tempfile.TemporaryDirectory(prefix="autodeuq-model-") as folder:
-        copy = Path(folder) / "model.keras"
-        copy.write_bytes(data)
-        try:
-            return keras.models.load_model(copy, safe_mode=True, compile=False)
-        except Exception as exc:  # noqa: BLE001 - every loading failure names the file
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            if "safe_mode" in str(exc):
-                raise CatalogError(f"{where}: refusing to load it: it holds code (e.g. a Lambda layer) that "
-                                   f"safe_mode will not run: {message}") from None
-            raise CatalogError(f"{where}: cannot load it: {message}") from None
-
-
-def read_verified(path: Path, root: Path, sha256: str, limit: int, where: str, root_name: str) -> bytes:
-    """The bytes of ``path``, refused unless it is a regular file inside ``root``, at most
-    ``limit`` bytes, whose SHA-256 is ``sha256``.
-
-    Messages start with ``where`` (which names the file); ``root_name`` says what ``root`` is
-    ("the run directory", say). The file is opened without following a final link and read
-    once: the bytes returned are the bytes checked.
-    """
-    try:
-        real = path.resolve(strict=True)
-    except FileNotFoundError:
-        raise CatalogError(f"{where} is missing") from None
-    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
-        raise CatalogError(f"{where}: cannot read it: {exc}") from None
-    if not real.is_relative_to(root.resolve()):
-        raise CatalogError(f"{where}: resolves to {real}, outside {root_name}; refusing to read it")
-    try:
-        fd = os.open(real, os.O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise CatalogError(f"{where}: not a regular file")
-            data = f.read(limit + 1) if info.st_size <= limit else b""
-    except FileNotFoundError:
-        raise CatalogError(f"{where} is missing") from None
-    except OSError as exc:
-        raise CatalogError(f"{where}: cannot read it: {os_reason(exc)}") from None
-    if info.st_size > limit or len(data) > limit:
-        raise CatalogError(f"{where}: is larger than the {limit} bytes allowed; refusing to read it")
-    if _sha256(data) != sha256:
-        raise CatalogError(f"{where} is corrupt (checksum mismatch)")
-    return data
-
-
-def _import_custom_layers() -> None:
-    """Register autodeuq's serializable layers with Keras before a model is deserialized."""
-    try:
-        importlib.import_module("autodeuq.model")
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("autodeuq.model"):
-            raise
-
-
-class _Connection(sqlite3.Connection):
-    """A connection whose statements can be bounded in time (:meth:`limited`).
-
-    A crafted index (a recursive view in place of a table, say) must not hang its reader: while
-    a limit is set, SQLite's progress handler aborts any statement that runs past it.
-    """
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._deadline = None
-        self.set_progress_handler(self._over_time, _PROGRESS_STEPS)
-
-    def _over_time(self) -> bool:
-        return self._deadline is not None and time.monotonic() > self._deadline
-
-    @contextlib.contextmanager
-    def limited(self, where):
-        """Run the enclosed statements under :data:`QUERY_TIME_LIMIT`; SQLite errors become
-        :class:`CatalogError` naming ``where``."""
-        outer = self._deadline
-        if outer is None:
-            self._deadline = time.monotonic() + QUERY_TIME_LIMIT
-        try:
-            yield self
-        except sqlite3.DatabaseError as exc:
-            if "interrupted" in str(exc) and self._over_time():
-                raise CatalogError(f"{where}: a query on the catalog ran longer than {QUERY_TIME_LIMIT:g} s and "
-                                   f"was stopped; the catalog is damaged or was crafted") from None
-            raise CatalogError(f"{where}: cannot read the catalog: {exc}") from None
-        except (OverflowError, MemoryError) as exc:
-            raise CatalogError(f"{where}: cannot read the catalog: {type(exc).__name__}: {exc}") from None
-        finally:
-            self._deadline = outer
-
-
-def _connect(db, **kwargs) -> _Connection:
-    conn = sqlite3.connect(db, check_same_thread=False, factory=_Connection, **kwargs)
-    try:
-        # Functions with side effects may not run from inside the schema (views, triggers, defaults).
-        conn.execute("PRAGMA trusted_schema = OFF")
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _connect_readonly(db: Path) -> _Connection:
-    uri = db.resolve().as_uri()
-    try:
-        return _probe(_connect(f"{uri}?mode=ro", uri=True))
-    except sqlite3.OperationalError:
-        # A WAL database in a folder we may not write (no -shm can be made): only a frozen
-        # copy can be read, and immutable=1 is how SQLite is told so.
-        return _probe(_connect(f"{uri}?mode=ro&immutable=1", uri=True))
-
-
-def _probe(conn: _Connection) -> _Connection:
-    try:
-        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _check_schema(conn: sqlite3.Connection, where) -> bool:
-    """Whether the catalog's tables exist; raises CatalogError when they exist but are not the
-    expected tables with the expected columns (False: none exists, its creation never committed)."""
-    kinds = dict(conn.execute(
-        f"SELECT name, type FROM sqlite_master WHERE name IN ({', '.join('?' * len(_TABLES))})", tuple(_TABLES),
-    ).fetchall())
-    if not kinds:
-        return False
-    for name, columns in _TABLES.items():
-        kind = kinds.get(name)
-        if kind is None:
-            raise CatalogError(f"{where}: damaged catalog: it has no table {name!r}")
-        if kind != "table":
-            raise CatalogError(f"{where}: not an autodeuq catalog: {name!r} is a {kind}, not a table")
-        info = conn.execute(f"PRAGMA table_info({name})").fetchall()  # name: one of ours, not input
-        have = {row[1] for row in info}
-        missing = [c for c in columns if c not in have]
-        if missing:
-            raise CatalogError(f"{where}: damaged catalog: table {name!r} lacks column(s) {', '.join(missing)}")
-        if name == "evaluations" and [(r[1], str(r[2]).upper()) for r in info if r[5]] != [("id", "INTEGER")]:
-            raise CatalogError(f"{where}: damaged catalog: evaluations.id is not its INTEGER PRIMARY KEY")
-    return True
-
-
-def _read_run_info(conn: sqlite3.Connection, where) -> dict[str, Any] | None:
-    """The committed run metadata, or None when the catalog's creation never committed."""
-    if not _check_schema(conn, where):
-        return None
-    rows = conn.execute(
-        f"SELECT key, value FROM run WHERE key NOT IN ({', '.join('?' * len(_ARRAY_KEYS))})", _ARRAY_KEYS,
-    ).fetchall()
-    info = dict(rows)
-    return info if "meta_json" in info else None
-
-
-def _decode_run_info(where: Path, info: dict[str, Any]) -> tuple[dict[str, Any], np.ndarray, str]:
-    """(metadata, validation targets, data fingerprint) of the run table, checked."""
-    version = info.get("format_version")
-    if (info.get("format") != FORMAT or not isinstance(version, int) or isinstance(version, bool)
-            or version > FORMAT_VERSION):
-        raise CatalogError(
-            f"{where}: catalog format {info.get('format')!r} version {version!r} "
-            f"is not one this autodeuq reads ({FORMAT!r} <= {FORMAT_VERSION})"
-        )
-    meta = _decode_json(info.get("meta_json"), str(where), "run metadata (meta_json)")
-    if not isinstance(meta, dict) or not isinstance(meta.get("space"), dict):
-        raise CatalogError(f"{where}: damaged catalog: run metadata (meta_json) has no search space")
-    value = info.get("valid_targets")
-    try:
-        if isinstance(value, (bytes, bytearray)) and len(value) > MAX_ARRAY_BYTES:
-            raise ValueError(f"{len(value)} bytes")
-        targets = _load_npy(value)
-    except ValueError as exc:
-        raise CatalogError(f"{where}: damaged catalog: validation targets (valid_targets) cannot be read: "
-                           f"{exc}") from None
-    fingerprint = info.get("fingerprint")
-    if not isinstance(fingerprint, str):
-        raise CatalogError(f"{where}: damaged catalog: the data fingerprint is {fingerprint!r}")
-    return meta, targets, fingerprint
-
-
-def _refuse_links(run_dir: Path, names: Iterable[str]) -> None:
-    """Refuse files and folders of a run that are symbolic links, and files with more than one hard
-    link: writing there (SQLite writes its -wal and -shm files, even for readers) would write
-    wherever the link points, or into every other name of the same file."""
-    for name in names:
-        path = run_dir / name
-        try:
-            info = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise CatalogError(f"{path}: cannot inspect it: {os_reason(exc)}") from None
-        if stat.S_ISLNK(info.st_mode):
-            raise CatalogError(f"{path}: is a symbolic link; the files and folders of a run directory may not be "
-                               f"links (remove it)")
-        _refuse_hard_links(path, info)
-
-
-def _refuse_hard_links(path: Path, info: os.stat_result) -> None:
-    """Refuse a regular file of a run that has other names (hard links): it is written in place."""
-    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
-        raise CatalogError(f"{path}: has {info.st_nlink} hard links; a file of a run directory is written in place "
-                           f"and may not be linked elsewhere (replace it with a copy of its own)")
-
-
-def _decode_json(text, where: str, column: str):
-    """A JSON column's value; CatalogError naming the column when it is damaged."""
-    try:
-        if not isinstance(text, str):
-            raise ValueError(f"{type(text).__name__} instead of text")
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise CatalogError(f"{where}: damaged catalog: {column} is not valid JSON ({exc})") from None
 
 
 def _checked_objective(value, where: str):
@@ -705,14 +201,14 @@ class Catalog:
         db = self.run_dir / DB_NAME
         if not self.run_dir.is_dir():
             raise CatalogError(f"{self.run_dir}: no such run directory, so no catalog to read")
-        _refuse_links(self.run_dir, DB_FILES)
+        refuse_links(self.run_dir, DB_FILES)
         if not db.is_file():
             raise CatalogError(f"{self.run_dir}: not an autodeuq run directory (no {DB_NAME})")
         conn = None
         try:
-            conn = _connect_readonly(db)
+            conn = connect_readonly(db)
             with conn.limited(db):
-                info = _read_run_info(conn, db)
+                info = read_run_info(conn, db)
         except sqlite3.DatabaseError as exc:
             if conn is not None:
                 conn.close()
@@ -728,7 +224,7 @@ class Catalog:
 
     def _setup(self, conn: sqlite3.Connection, info: dict[str, Any]) -> None:
         try:
-            self._meta, self._valid_targets, self.fingerprint = _decode_run_info(self.run_dir / DB_NAME, info)
+            self._meta, self._valid_targets, self.fingerprint = decode_run_info(self.run_dir / DB_NAME, info)
         except BaseException:
             conn.close()
             raise
@@ -773,8 +269,8 @@ class Catalog:
         where = f"{self.run_dir / DB_NAME}: session"
         meta["sessions"] = [
             {"start_time": r["start_time"], "host": r["host"], "pid": r["pid"], "seed": r["seed"],
-             "search": _decode_json(r["search_json"] or "null", f"{where} {r['n']}", "search_json"),
-             "versions": _decode_json(r["versions_json"] or "null", f"{where} {r['n']}", "versions_json")}
+             "search": decode_json(r["search_json"] or "null", f"{where} {r['n']}", "search_json"),
+             "versions": decode_json(r["versions_json"] or "null", f"{where} {r['n']}", "versions_json")}
             for r in self._query("SELECT * FROM sessions ORDER BY n")
         ]
         return meta
@@ -831,7 +327,7 @@ class Catalog:
             for key in keys:
                 if isinstance(found[key], (bytes, bytearray)) and len(found[key]) > MAX_ARRAY_BYTES:
                     raise ValueError(f"{key} has {len(found[key])} bytes")
-            x, y = (_load_npy(found[key]) for key in keys)
+            x, y = (load_npy(found[key]) for key in keys)
             if len(x) != len(y):
                 raise ValueError(f"{keys[0]} has {len(x)} rows, {keys[1]} {len(y)}")
         except ValueError as exc:
@@ -856,7 +352,7 @@ class Catalog:
         done and hold a model)."""
         rows = self._query("SELECT id, extra_json FROM evaluations WHERE status = ? AND extra_json LIKE ?",
                            (Status.DONE, '%"out_of_time": true%'))
-        return sum(_decode_json(r["extra_json"], self._where(r), "extra_json").get("out_of_time") is True
+        return sum(decode_json(r["extra_json"], self._where(r), "extra_json").get("out_of_time") is True
                    for r in rows)
 
     @property
@@ -895,9 +391,9 @@ class Catalog:
         out = {k: row[k] for k in ("id", "status", "objective", "reason", "epochs", "best_epoch", "wall_time",
                                    "n_params", "worker", "submit_time", "start_time", "end_time")}
         _checked_objective(out["objective"], where)
-        out["config"] = _decode_json(row["config_json"], where, "config_json")
-        out["history"] = _decode_json(row["history_json"] or "{}", where, "history_json")
-        out["extra"] = _decode_json(row["extra_json"] or "{}", where, "extra_json")
+        out["config"] = decode_json(row["config_json"], where, "config_json")
+        out["history"] = decode_json(row["history_json"] or "{}", where, "history_json")
+        out["extra"] = decode_json(row["extra_json"] or "{}", where, "extra_json")
         return out
 
     def entry(self, entry_id: int) -> dict[str, Any]:
@@ -906,7 +402,7 @@ class Catalog:
 
     def config(self, entry_id: int) -> dict[str, Any]:
         row = self._row(entry_id)
-        return _decode_json(row["config_json"], self._where(row), "config_json")
+        return decode_json(row["config_json"], self._where(row), "config_json")
 
     def best(self) -> tuple[int, float] | None:
         """(id, objective) of the entry with a model of lowest objective, or None when there is none."""
@@ -930,7 +426,7 @@ class Catalog:
             "SELECT id, config_json, status, objective FROM evaluations WHERE status IN (?, ?, ?) "
             "ORDER BY finish_order, id", (Status.DONE, Status.DISCARDED, Status.FAILED),
         )
-        out = [(r["id"], _decode_json(r["config_json"], self._where(r), "config_json"),
+        out = [(r["id"], decode_json(r["config_json"], self._where(r), "config_json"),
                 float(_checked_objective(r["objective"], self._where(r))) if r["status"] in MODEL_STATUSES
                 else None)
                for r in rows]
@@ -949,11 +445,11 @@ class Catalog:
         )
         out = []
         for r in rows:
-            history = _decode_json(r["history_json"] or "{}", self._where(r), "history_json")
+            history = decode_json(r["history_json"] or "{}", self._where(r), "history_json")
             losses = history.get("val_loss", []) if isinstance(history, dict) else []
             losses = [float(v) if isinstance(v, (int, float)) else math.nan for v in losses]
             if batch_sizes:
-                extra = _decode_json(r["extra_json"] or "{}", self._where(r), "extra_json")
+                extra = decode_json(r["extra_json"] or "{}", self._where(r), "extra_json")
                 batch = extra.get("batch_size") if isinstance(extra, dict) else None
                 losses = (losses, int(batch) if isinstance(batch, int) and not isinstance(batch, bool) else None)
             out.append(losses)
@@ -965,7 +461,7 @@ class Catalog:
         out = {}
         for r in self._query("SELECT id, extra_json FROM evaluations WHERE extra_json LIKE ? ORDER BY id",
                              (f'%"{PROMOTED_FROM}"%',)):
-            extra = _decode_json(r["extra_json"], self._where(r), "extra_json")
+            extra = decode_json(r["extra_json"], self._where(r), "extra_json")
             source = extra.get(PROMOTED_FROM) if isinstance(extra, dict) else None
             if isinstance(source, int) and not isinstance(source, bool):
                 out[int(r["id"])] = source
@@ -995,7 +491,7 @@ class Catalog:
         return [*LEADING_COLUMNS, *self.space.hp_names, *TRAILING_COLUMNS, *PLACEMENT_COLUMNS]
 
     def _architecture_words(self, row: sqlite3.Row) -> str:
-        arch = _decode_json(row["arch_json"], self._where(row), "arch_json")
+        arch = decode_json(row["arch_json"], self._where(row), "arch_json")
         try:
             return self.space.describe_arch(arch)
         except (TypeError, ValueError, IndexError, KeyError):
@@ -1022,7 +518,7 @@ class Catalog:
         offset = self.nll_offset
         records = []
         for row in self._query("SELECT * FROM evaluations ORDER BY id"):
-            hp = _decode_json(row["hp_json"], self._where(row), "hp_json")
+            hp = decode_json(row["hp_json"], self._where(row), "hp_json")
             if not isinstance(hp, dict):
                 raise CatalogError(f"{self._where(row)}: damaged catalog: hp_json is not a JSON object")
             _checked_objective(row["objective"], self._where(row))
@@ -1030,7 +526,7 @@ class Catalog:
             rec["valid_nll"] = None if row["objective"] is None else float(row["objective"]) + offset
             rec["arch"] = row["arch_json"]
             rec["architecture"] = self._architecture_words(row)
-            extra = _decode_json(row["extra_json"] or "{}", self._where(row), "extra_json")
+            extra = decode_json(row["extra_json"] or "{}", self._where(row), "extra_json")
             parent = extra.get(MUTATED_FROM) if isinstance(extra, dict) else None
             rec["parent"] = parent if isinstance(parent, int) and not isinstance(parent, bool) else None
             rec.update({name: hp.get(name) for name in hp_names})
@@ -1083,7 +579,7 @@ class Catalog:
         data = self._read_checked(entry_id, path, row["predictions_sha256"], "predictions",
                                   2 * array_bytes + (1 << 16))
         try:
-            arrays = _load_npz(data, ("mean", "var"), array_bytes)
+            arrays = load_npz(data, ("mean", "var"), array_bytes)
         except Exception as exc:  # noqa: BLE001 - any decoding failure means a corrupt file
             raise CatalogError(f"{self.run_dir}: entry {entry_id}: predictions file {path} is corrupt: {exc}") from None
         mean, var = arrays["mean"], arrays["var"]
@@ -1191,7 +687,7 @@ class Catalog:
         space = load_space(space)
         seed = None if seed is None else int(seed)
         try:
-            search_json = _dumps(search_options or {})
+            search_json = dumps(search_options or {})
         except (TypeError, ValueError) as exc:
             raise CatalogError(f"search options must be JSON-serializable: {exc}") from None
         db = run_dir / DB_NAME
@@ -1207,42 +703,42 @@ class Catalog:
             raise CatalogError(f"{run_dir}: exists, is not empty and holds no autodeuq catalog; "
                                f"use a new run directory", parameters=("run_dir",))
         run_dir.mkdir(parents=True, exist_ok=True)
-        lock = _acquire_lock(run_dir)
+        lock = acquire_lock(run_dir)
         conn = None
         try:
-            _refuse_links(run_dir, (*DB_FILES, MODELS_DIR, PREDICTIONS_DIR))
+            refuse_links(run_dir, (*DB_FILES, MODELS_DIR, PREDICTIONS_DIR))
             try:
-                conn = _connect(db, isolation_level=None)
+                conn = connect(db, isolation_level=None)
                 with conn.limited(db):
                     # WAL + synchronous=FULL: every commit fsyncs the WAL before returning, so a recorded
                     # result survives power loss as well as a killed process (NORMAL could lose the last
                     # commits on power loss). One fsync per evaluation is nothing next to a training.
                     conn.execute("PRAGMA journal_mode=WAL")
                     conn.execute("PRAGMA synchronous=FULL")
-                    info = _read_run_info(conn, db)
+                    info = read_run_info(conn, db)
                     triggers = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")]
             except sqlite3.DatabaseError as exc:
                 raise CatalogError(f"{db}: cannot open the catalog: {exc}") from None
             if triggers:
                 raise CatalogError(f"{db}: the catalog holds trigger(s) {', '.join(map(str, triggers))}, which an "
                                    f"autodeuq catalog never has; refusing to write it")
-            versions = _package_versions()
+            versions = package_versions()
             if info is None:
-                info = _initialize(conn, space, dataset, search_options, seed, versions)
+                info = initialize(conn, space, dataset, search_options, seed, versions)
             else:
-                _decode_run_info(db, info)
+                decode_run_info(db, info)
                 _check_matches(run_dir, info, space, dataset)
                 if info["format_version"] < FORMAT_VERSION:
-                    info = _migrate(conn, info)
+                    info = migrate(conn, info)
             conn.execute(
                 "INSERT INTO sessions (start_time, host, pid, seed, search_json, versions_json) VALUES (?,?,?,?,?,?)",
-                (time.time(), socket.gethostname(), os.getpid(), seed, search_json, _dumps(versions)),
+                (time.time(), socket.gethostname(), os.getpid(), seed, search_json, dumps(versions)),
             )
             writer = CatalogWriter(run_dir, conn, info, lock)
         except BaseException:
             if conn is not None:
                 conn.close()
-            _release_lock(lock)
+            release_lock(lock)
             raise
         try:
             writer._prepare_folders()
@@ -1250,86 +746,6 @@ class Catalog:
             writer.close()
             raise
         return writer
-
-
-def _initialize(conn, space, dataset, search_options, seed, versions) -> dict[str, Any]:
-    """Create the tables and commit the run metadata, all in one transaction."""
-    fingerprint = dataset.fingerprint()
-    meta = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "created": time.time(),
-        "space": space.to_dict(),
-        "search": search_options or {},
-        "data": dataset.describe(),
-        "seed": seed,
-        "versions": versions,
-    }
-    info = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "fingerprint": fingerprint,
-        "meta_json": _dumps(meta, indent=2),
-        "valid_targets": _npy_bytes(dataset.y_valid),
-    }
-    arrays = _arrays_to_store(dataset)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                conn.execute(statement)
-        conn.executemany("INSERT OR REPLACE INTO run (key, value) VALUES (?, ?)",
-                         [*info.items(), *arrays.items()])
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return info
-
-
-def _migrate(conn, info: dict[str, Any]) -> dict[str, Any]:
-    """Bring a version-1 catalog to the current format, in one transaction.
-
-    Version 2 only widens the status CHECK (adds 'discarded'); SQLite cannot alter a constraint,
-    so the table is rebuilt from the current schema and the rows copied, ids included.
-    """
-    create = next(statement for statement in _SCHEMA.split(";") if "TABLE IF NOT EXISTS evaluations" in statement)
-    columns = ", ".join(_TABLES["evaluations"])
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute(create.replace("TABLE IF NOT EXISTS evaluations", "TABLE evaluations_migrated"))
-        conn.execute(f"INSERT INTO evaluations_migrated ({columns}) SELECT {columns} FROM evaluations")
-        conn.execute("DROP TABLE evaluations")
-        conn.execute("ALTER TABLE evaluations_migrated RENAME TO evaluations")
-        conn.execute("CREATE INDEX IF NOT EXISTS evaluations_status ON evaluations (status)")
-        conn.execute("UPDATE run SET value = ? WHERE key = 'format_version'", (FORMAT_VERSION,))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return {**info, "format_version": FORMAT_VERSION}
-
-
-def _arrays_to_store(dataset) -> dict[str, bytes]:
-    """The test set, the training rows and the validation rows, as ``.npy`` bytes: what a report
-    (test scores, the 1-D plot's training points) and a refit of the ensemble's members need
-    besides the index, so that they never re-read the user's (moved, relative) data files."""
-    pairs = {"test set": ("x_test", "y_test"), "training points": ("x_train", "y_train"),
-             "validation rows": ("x_valid", "y_valid")}
-    out = {}
-    for what, keys in pairs.items():
-        x, y = (getattr(dataset, key, None) for key in keys)
-        if x is None or y is None:
-            continue
-        stored = {key: _npy_bytes(value) for key, value in zip(keys, (x, y))}
-        if sum(map(len, stored.values())) > MAX_ARRAY_BYTES:
-            later = ("reports will not show it unless the test table is given again" if keys[0] == "x_test"
-                     else "a refit of the ensemble's members will not be possible")
-            warnings.warn(f"the {what} are too large to keep in the catalog ({MAX_ARRAY_BYTES} bytes at most); "
-                          f"{later}", CatalogWarning, stacklevel=4)
-            continue
-        out.update(stored)
-    return out
 
 
 def _check_matches(run_dir: Path, info: dict[str, Any], space: SearchSpace, dataset) -> None:
@@ -1356,57 +772,12 @@ def _check_matches(run_dir: Path, info: dict[str, Any], space: SearchSpace, data
     # The catalog is for the same rows (checked above) and both spaces are as searched on them, so
     # the rules that adapt ranges to the rows are compared through the ranges they gave: a space
     # file that gained such a rule resumes a run its ranges did not change.
-    new_spec = json.loads(_dumps(space.to_dict()))
+    new_spec = json.loads(dumps(space.to_dict()))
     differences = _spec_differences(_without_row_rules(meta["space"]), _without_row_rules(new_spec))
     if differences:
         shown = "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
         raise CatalogError(f"{run_dir}: its catalog was made for another search space ({shown}). "
                            f"Use a new run directory", parameters=("run_dir",))
-
-
-def _acquire_lock(run_dir: Path):
-    """Exclusive advisory lock so that one process at a time writes a run (freed if it dies).
-
-    The lock file is opened without following links (a link planted there would make the
-    holder's line overwrite whatever it points to) and must be a regular file.
-    """
-    path = run_dir / LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o666)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP or path.is_symlink():
-            raise CatalogError(f"{path}: is a symbolic link; refusing to follow it (remove it)") from None
-        raise CatalogError(f"{path}: cannot open the lock file: {os_reason(exc)}") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise CatalogError(f"{path}: not a regular file; remove it")
-    if info.st_nlink > 1:  # the holder's line below would overwrite every other name of the file
-        os.close(fd)
-        _refuse_hard_links(path, info)
-    handle = os.fdopen(fd, "r+")
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no advisory locks, rely on the one-driver convention
-        return handle
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.seek(0)
-        holder = handle.read().strip()
-        handle.close()
-        raise CatalogError(f"{run_dir}: another process ({holder or 'unknown'}) is writing this run; "
-                           f"only one search may write a run directory") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-    handle.flush()
-    return handle
-
-
-def _release_lock(handle) -> None:
-    if handle is not None and not handle.closed:
-        handle.close()  # closing the file releases the flock
 
 
 # --------------------------------------------------------------------------- write side
@@ -1442,7 +813,7 @@ class CatalogWriter(Catalog):
         if self._csv_stale and getattr(self, "_conn", None) is not None:
             self._refresh_results_csv(force=True)
         super().close()
-        _release_lock(self._lock_handle)
+        release_lock(self._lock_handle)
 
     def __reduce__(self):
         raise TypeError("a CatalogWriter holds its run's lock and cannot be pickled; pickle Catalog(run_dir)")
@@ -1456,7 +827,7 @@ class CatalogWriter(Catalog):
                 with contextlib.suppress(OSError):
                     tmp.unlink()
         replace_file(self.run_dir / META_NAME, (json.dumps(self.meta, indent=2, sort_keys=True) + "\n").encode())
-        replace_file(self.run_dir / TARGETS_NAME, _npy_bytes(self._valid_targets))
+        replace_file(self.run_dir / TARGETS_NAME, npy_bytes(self._valid_targets))
         self._write_results_csv()
 
     def _write_results_csv(self) -> None:
@@ -1484,7 +855,7 @@ class CatalogWriter(Catalog):
         meta["search"] = {**(meta.get("search") or {}), "early_discarding": rule, DISCARDING_DECISION: decision}
         db = self.run_dir / DB_NAME
         with self._conn.limited(db):
-            self._conn.execute("UPDATE run SET value = ? WHERE key = 'meta_json'", (_dumps(meta, indent=2),))
+            self._conn.execute("UPDATE run SET value = ? WHERE key = 'meta_json'", (dumps(meta, indent=2),))
         self._meta = meta
         replace_file(self.run_dir / META_NAME, (json.dumps(self.meta, indent=2, sort_keys=True) + "\n").encode())
         return meta["search"]
@@ -1496,7 +867,7 @@ class CatalogWriter(Catalog):
         :meth:`Catalog.full_trainings`); the result's own ``extra`` is added to it when recorded.
         """
         try:
-            plain = json.loads(_dumps(config))
+            plain = json.loads(dumps(config))
             self.space.validate(plain)
         except (TypeError, ValueError) as exc:
             raise CatalogError(f"cannot submit {config!r}: not a configuration of the run's space: {exc}") from None
@@ -1507,15 +878,15 @@ class CatalogWriter(Catalog):
             cursor = self._conn.execute(
                 "INSERT INTO evaluations (status, config_json, arch_json, hp_json, submit_time, data_fingerprint, "
                 "extra_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (Status.RUNNING, _dumps(plain), json.dumps(arch, separators=(",", ":")), _dumps(hp), time.time(),
-                 self.fingerprint, _dumps(extra) if extra else None),
+                (Status.RUNNING, dumps(plain), json.dumps(arch, separators=(",", ":")), dumps(hp), time.time(),
+                 self.fingerprint, dumps(extra) if extra else None),
             )
             return int(cursor.lastrowid)
 
     def pending(self) -> list[tuple[int, dict[str, Any]]]:
         """(id, config) of submitted entries without a result, by id: train them again on resume."""
         rows = self._query("SELECT id, config_json FROM evaluations WHERE status = ? ORDER BY id", (Status.RUNNING,))
-        return [(int(r["id"]), _decode_json(r["config_json"], self._where(r), "config_json")) for r in rows]
+        return [(int(r["id"]), decode_json(r["config_json"], self._where(r), "config_json")) for r in rows]
 
     def record(self, entry_id: int, result: TrainResult) -> None:
         """Store the result of a submitted entry, atomically.
@@ -1542,12 +913,12 @@ class CatalogWriter(Catalog):
                     warnings.warn(f"entry {entry_id}: recorded as failed: {problem}", CatalogWarning, stacklevel=2)
                     status, reason = Status.FAILED, f"invalid result: {problem}"
             if status in MODEL_STATUSES:
-                npz = _npz_bytes(np.asarray(result.valid_mean, dtype=np.float64),
+                npz = npz_bytes(np.asarray(result.valid_mean, dtype=np.float64),
                                  np.asarray(result.valid_var, dtype=np.float64))
-                model_sha, predictions_sha = _sha256(result.model_bytes), _sha256(npz)
+                model_sha, predictions_sha = sha256_hex(result.model_bytes), sha256_hex(npz)
                 replace_file(self.model_path(entry_id), bytes(result.model_bytes))
                 replace_file(self.predictions_path(entry_id), npz)
-            submitted = _decode_json(row["extra_json"] or "{}", self._where(row), "extra_json")
+            submitted = decode_json(row["extra_json"] or "{}", self._where(row), "extra_json")
             self._commit_record(entry_id, result, status, reason, model_sha, predictions_sha,
                                 {**(submitted if isinstance(submitted, dict) else {}), **(result.extra or {})})
             self._refresh_results_csv()
@@ -1576,7 +947,7 @@ class CatalogWriter(Catalog):
             (status, objective, reason, _number(result.epochs, int), _number(result.best_epoch, int),
              _number(result.wall_time, float), _number(result.n_params, int), str(result.worker or ""),
              _number(result.start_time, float), _number(result.end_time, float), time.time(),
-             model_sha, predictions_sha, _dumps(result.history or {}), _dumps(extra),
+             model_sha, predictions_sha, dumps(result.history or {}), dumps(extra),
              entry_id, Status.RUNNING),
         )
         if cursor.rowcount != 1:
