@@ -492,9 +492,10 @@ class _SearchSession:
             self.ahead.extend(self.searcher.ask(wanted))
 
     def record(self, eval_id, result):
-        self.writer.record(eval_id, result)
+        stored = self.writer.record(eval_id, result)
         self.configs.pop(eval_id, None)
-        self.session_reasons.append(self.verdicts.pop(eval_id, None))
+        self.verdicts.pop(eval_id, None)
+        self.session_reasons.append(stored["reason"])  # as the catalog keeps it: None for an entry with a model
         # Counted within this driver's lifetime: a start time that is missing (0) or earlier than
         # the driver (a clock apart) must not inflate the utilization.
         self.busy += max(0.0, result.end_time - max(result.start_time, self.started))

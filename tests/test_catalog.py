@@ -432,6 +432,34 @@ def test_record_rules_history_best_and_tables_agree(tmp_path):
     cat.close()
 
 
+def test_record_returns_the_entry_as_stored(tmp_path):
+    run_dir = tmp_path / "run"
+    writer = open_writer(run_dir)
+    rng = np.random.default_rng(0)
+    done, failed, invalid, discarded = (writer.submit(writer.space.sample(rng), extra={"asked": k}) for k in range(4))
+    result = fake_result(1, 10)
+    result.extra = {"batch_size": 16}
+    stored = writer.record(done, result)
+    assert stored == writer.entry(done)
+    assert (stored["id"], stored["status"], stored["objective"], stored["reason"]) == (done, "done", result.objective,
+                                                                                       None)
+    assert stored["extra"] == {"asked": 0, "batch_size": 16}  # what submit stored, and the result's own
+    assert stored["history"] == result.history and stored["config"] == writer.config(done)
+    assert (stored["epochs"], stored["worker"], stored["end_time"]) == (result.epochs, "fake-worker", result.end_time)
+    stored = writer.record(failed, fake_result(4, 10))  # a simulated failure, stored as given
+    assert (stored["status"], stored["reason"], stored["objective"]) == ("failed", "simulated failure 4", None)
+    bad = fake_result(2, 10)
+    bad.valid_var = bad.valid_var[:3]
+    with pytest.warns(RuntimeWarning, match="recorded as failed"):
+        stored = writer.record(invalid, bad)
+    assert stored["status"] == "failed" and stored["reason"].startswith("invalid result: valid_var has shape")
+    stored = writer.record(discarded, discarded_result(3, 10, loss=0.25))
+    assert (stored["status"], stored["objective"]) == ("discarded", 0.25)
+    writer.close()
+    with Catalog(run_dir) as cat:  # what record() returned is what a reader finds
+        assert cat.entry(discarded) == stored
+
+
 def test_missing_or_corrupt_predictions_are_reported_per_entry(tmp_path):
     run_dir = tmp_path / "run"
     writer = open_writer(run_dir)

@@ -184,9 +184,11 @@ class Catalog:
     >>> with Catalog.create_or_resume(run_dir, space, dataset, {"algorithm": "random"}, seed=0) as writer:
     ...     for objective in (0.9, 0.4, 1.3):
     ...         entry_id = writer.submit(space.sample(rng))
-    ...         writer.record(entry_id, TrainResult("done", objective=objective, epochs=3, best_epoch=3,
-    ...                                             model_bytes=b"model", valid_mean=np.zeros((n_valid, 1)),
-    ...                                             valid_var=np.ones((n_valid, 1))))
+    ...         stored = writer.record(entry_id, TrainResult("done", objective=objective, epochs=3, best_epoch=3,
+    ...                                                      model_bytes=b"model", valid_mean=np.zeros((n_valid, 1)),
+    ...                                                      valid_var=np.ones((n_valid, 1))))
+    >>> stored["id"], stored["status"], stored["objective"]   # record() returns the entry as stored
+    (3, 'done', 1.3)
     >>> with Catalog(run_dir) as cat:
     ...     frame = cat.to_dataframe()
     ...     best_id, best_objective = cat.best()
@@ -888,13 +890,31 @@ class CatalogWriter(Catalog):
         rows = self._query("SELECT id, config_json FROM evaluations WHERE status = ? ORDER BY id", (Status.RUNNING,))
         return [(int(r["id"]), decode_json(r["config_json"], self._where(r), "config_json")) for r in rows]
 
-    def record(self, entry_id: int, result: TrainResult) -> None:
-        """Store the result of a submitted entry, atomically.
+    def record(self, entry_id: int, result: TrainResult) -> dict[str, Any]:
+        """Store the result of a submitted entry, atomically, and return the entry as stored.
 
         A successful (or discarded) result's model and predictions are made durable under their
         final names first; then one transaction marks the entry done (or discarded). A failed
         result stores its reason and no file. A successful result that lacks its model or has
         predictions of the wrong shape is stored as failed, with the reason (and a warning).
+
+        Parameters
+        ----------
+        entry_id : int
+            The id :meth:`submit` returned; its entry must still be running.
+        result : TrainResult
+
+        Returns
+        -------
+        dict
+            The entry as the index now holds it, :meth:`Catalog.entry`'s dict: its ``status``
+            says whether the result was stored as given or as failed (``reason`` says why), and
+            ``extra`` merges what :meth:`submit` stored with the result's own.
+
+        Raises
+        ------
+        CatalogError
+            The entry does not exist, already has a result, or the catalog is closed.
         """
         entry_id = int(entry_id)
         with self._lock:
@@ -914,7 +934,7 @@ class CatalogWriter(Catalog):
                     status, reason = Status.FAILED, f"invalid result: {problem}"
             if status in MODEL_STATUSES:
                 npz = npz_bytes(np.asarray(result.valid_mean, dtype=np.float64),
-                                 np.asarray(result.valid_var, dtype=np.float64))
+                                np.asarray(result.valid_var, dtype=np.float64))
                 model_sha, predictions_sha = sha256_hex(result.model_bytes), sha256_hex(npz)
                 replace_file(self.model_path(entry_id), bytes(result.model_bytes))
                 replace_file(self.predictions_path(entry_id), npz)
@@ -922,6 +942,7 @@ class CatalogWriter(Catalog):
             self._commit_record(entry_id, result, status, reason, model_sha, predictions_sha,
                                 {**(submitted if isinstance(submitted, dict) else {}), **(result.extra or {})})
             self._refresh_results_csv()
+            return self.entry(entry_id)
 
     def _result_problem(self, result: TrainResult) -> str | None:
         if not isinstance(result.model_bytes, (bytes, bytearray)) or not result.model_bytes:
