@@ -260,7 +260,7 @@ def select_ensemble(run_dir, config, *, seed: int | None = 0):
                                      score=config.selection_score, stop=config.selection_stop,
                                      diversity=config.diversity, calibrate=config.calibrate,
                                      bags=config.selection_bags, seed=0 if seed is None else int(seed))
-    ensemble._load()
+    ensemble.load_members()
     return ensemble
 
 

@@ -108,9 +108,9 @@ def test_ensemble_size_above_the_successes_warns_and_uses_them_all(tmp_path):
 
 
 def test_fit_says_when_the_ensemble_is_effectively_one_model(tmp_path, monkeypatch):
-    from autodeuq.ensemble import EnsembleSizeWarning, predictive
+    from autodeuq.ensemble import EnsembleSizeWarning, building
 
-    monkeypatch.setattr(predictive, "ONE_MODEL_EFFECTIVE_SIZE", 100.0)  # any ensemble of several members
+    monkeypatch.setattr(building, "ONE_MODEL_EFFECTIVE_SIZE", 100.0)  # any ensemble of several members
     rng = np.random.default_rng(2)
     X = rng.uniform(-1, 1, (45, 1))
     model = AutoDEUQRegressor(**{**TINY, "ensemble_size": 2}, run_dir=tmp_path / "run")

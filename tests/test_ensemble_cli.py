@@ -144,7 +144,7 @@ def test_default_ensemble_has_k_distinct_members_or_says_why(run_dir):
 
 @pytest.mark.parametrize("diversity", ["architecture", "activations"])
 def test_diverse_selection_keeps_members_apart(run_dir, diversity):
-    from autodeuq.ensemble.predictive import member_groups
+    from autodeuq.ensemble.building import member_groups
 
     catalog = Ensemble.from_catalog(run_dir, size=1).catalog
     done = catalog.ids("done")
@@ -306,9 +306,9 @@ def test_an_ensemble_that_is_effectively_one_model_says_so(tmp_path):
 
 
 def test_cli_says_when_the_ensemble_is_effectively_one_model(run_dir, tmp_path, capsys, monkeypatch):
-    from autodeuq.ensemble import predictive
+    from autodeuq.ensemble import building
 
-    monkeypatch.setattr(predictive, "ONE_MODEL_EFFECTIVE_SIZE", 100.0)  # any ensemble of several members
+    monkeypatch.setattr(building, "ONE_MODEL_EFFECTIVE_SIZE", 100.0)  # any ensemble of several members
     out = tmp_path / "one.json"
     assert main(["ensemble", "--run-dir", str(run_dir), "--size", "3", "--out", str(out)]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("autodeuq: warning:")]

@@ -174,7 +174,7 @@ def test_autodeuq_warnings_are_one_line_each_on_the_command_line(monkeypatch, ca
     assert cli.main(["catalog", "--run-dir", "anywhere"]) == 0
     assert capsys.readouterr().err == "autodeuq: warning: skipped 2 catalog entries: entry 3: missing\n" * 2
     assert issubclass(CatalogWarning, RuntimeWarning) and issubclass(CatalogWarning, AutoDEUQWarning)
-    from autodeuq.ensemble.predictive import EnsembleSizeWarning
+    from autodeuq.ensemble.building import EnsembleSizeWarning
     from autodeuq.ensemble.refit import RefitTimeWarning
     from autodeuq.evaluator.ray import ConcurrencyWarning
 

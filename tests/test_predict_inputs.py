@@ -122,8 +122,8 @@ def nan_member(batch, training=False):
 def test_non_finite_member_outputs_raise_naming_rows_and_member(fitted, tmp_path, monkeypatch, capsys):
     model, frame = fitted
     ensemble = load_ensemble(model.run_dir_ / "ensemble.json")
-    models = ensemble._load()
-    monkeypatch.setattr(Ensemble, "_load", lambda self: [models[0], nan_member])
+    models = ensemble.load_members()
+    monkeypatch.setattr(Ensemble, "load_members", lambda self: [models[0], nan_member])
     x = frame[FEATURES].to_numpy()
     rows = ", ".join(str(r + 1) for r in np.flatnonzero(x[:, 0] > 4000)[:3])
     with pytest.raises(DataError) as info:

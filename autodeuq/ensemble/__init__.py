@@ -1,14 +1,21 @@
 """Ensembles: greedy selection over the catalog and the predictive ensemble with decomposed uncertainty.
 
+One job per module: :mod:`~autodeuq.ensemble.building` (catalog -> selection -> calibration, with
+:mod:`~autodeuq.ensemble.selection` and :mod:`~autodeuq.ensemble.calibration`),
+:mod:`~autodeuq.ensemble.predictive` (the ensemble and its prediction),
+:mod:`~autodeuq.ensemble.mixture` (the value a prediction returns),
+:mod:`~autodeuq.ensemble.manifest` (saving and loading), :mod:`~autodeuq.ensemble.inputs` (input
+encoding) and :mod:`~autodeuq.ensemble.refit`.
+
 The names below load on first access (PEP 562), so :mod:`autodeuq.ensemble.options` (the
 command line's choices) is read without numpy.
 """
 from autodeuq._lazy import lazy_attributes
 
 _NAMES = {
-    "Ensemble": "autodeuq.ensemble.predictive", "EnsembleSizeWarning": "autodeuq.ensemble.predictive",
-    "ManifestError": "autodeuq.ensemble.predictive", "UncertaintyPrediction": "autodeuq.ensemble.predictive",
-    "load_ensemble": "autodeuq.ensemble.predictive", "select": "autodeuq.ensemble.selection",
+    "Ensemble": "autodeuq.ensemble.predictive", "EnsembleSizeWarning": "autodeuq.ensemble.building",
+    "ManifestError": "autodeuq.ensemble.predictive", "UncertaintyPrediction": "autodeuq.ensemble.mixture",
+    "load_ensemble": "autodeuq.ensemble.manifest", "select": "autodeuq.ensemble.selection",
 }
 
 

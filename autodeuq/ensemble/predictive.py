@@ -1,72 +1,36 @@
-"""The predictive ensemble: catalog members with weights, predicting a Gaussian mixture.
+"""The predictive ensemble: members with weights, predicting a Gaussian mixture.
 
-An ensemble reads its members from a *member source*: a catalog (:class:`CatalogMembers`, the
-run directory a search filled, possibly with some members replaced by their refits, see
+:class:`Ensemble` holds its members (ids and weights), its recalibration and where the members'
+networks come from, a *member source*: a catalog (:class:`CatalogMembers`, the run directory a
+search filled, possibly with some members replaced by their refits, see
 :mod:`autodeuq.ensemble.refit`) or a self-contained folder written by
-``Ensemble.save(folder, self_contained=True)`` (:class:`ExportedMembers`).
+``Ensemble.save(folder, self_contained=True)`` (:class:`ExportedMembers`). Its prediction runs
+every member on the same rows in one TensorFlow graph, in float64, and returns the mixture
+(:class:`~autodeuq.ensemble.mixture.UncertaintyPrediction`).
 
-A manifest that names its catalog is format "autodeuq-ensemble/1", or "autodeuq-ensemble/3" when
-members were refitted: the refitted networks are not in the catalog, so they are written beside
-the manifest, ``<stem>_refit/<id>.keras`` (``ensemble_refit/`` for ``ensemble.json``), each with
-its SHA-256 in the manifest; the other members are read from the catalog. A self-contained folder::
-
-    model_dir/
-        ensemble.json          format "autodeuq-ensemble/2": members (id, weight, file, SHA-256,
-                               size), feature and target names, input standardization, the
-                               table encoding (categories, fill values; or null), calibration,
-                               selection, package versions
-        members/<id>.keras     the members' model files, the catalog's very bytes
-
-Input and output standardization live inside each ``.keras`` model; the manifest repeats the
-input standardization only for the range checks of :meth:`Ensemble.predict`. Loading checks
-every member file against its SHA-256 and refuses unsafe archives (Lambda layers, oversized
-members) before Keras sees them, exactly as the catalog does; Keras then loads with
-``safe_mode=True``. No pickle is involved, so loading runs no code from the folder.
+The other jobs are modules of their own: building an ensemble from a catalog
+(:mod:`autodeuq.ensemble.building`), the manifest formats it is saved in and read from
+(:mod:`autodeuq.ensemble.manifest`), the encoding of its inputs (:mod:`autodeuq.ensemble.inputs`)
+and the value a prediction returns (:mod:`autodeuq.ensemble.mixture`).
 """
 from __future__ import annotations
 
-import json
-import math
 import os
-import re
-import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
 import numpy as np
 
-from autodeuq.catalog import (
-    MAX_MODEL_BYTES,
-    MODELS_DIR,
-    Catalog,
-    CatalogError,
-    checked_keras_config,
-    load_keras_model,
-    read_verified,
-)
-from autodeuq.catalog.artifacts import package_versions, sha256_hex
-from autodeuq.data import FLOAT32_MAX, DataError, encode_table, feature_frame, feature_matrix
-from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage, resolve_calibration
-from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
-from autodeuq.ensemble.selection import select, select_bagged
-from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
-from autodeuq.fileio import WriteError, atomic_write, os_reason, refuse_linked_folders
-from autodeuq.metrics import central_interval, check_level, mixture_moments
+from autodeuq.catalog import Catalog, CatalogError, load_keras_model
+from autodeuq.data import DataError
+from autodeuq.ensemble.calibration import apply_scale
+from autodeuq.ensemble.inputs import checked_preprocessor, encode_inputs
+from autodeuq.ensemble.mixture import UncertaintyPrediction
+from autodeuq.errors import AutoDEUQError
+from autodeuq.metrics import central_interval, check_level
 
-COVERAGE_LEVELS = (0.5, 0.9, 0.95)
-
-MANIFEST_FORMAT = "autodeuq-ensemble/1"  #: a manifest naming its catalog (``run_dir``)
-SELF_CONTAINED_FORMAT = "autodeuq-ensemble/2"  #: a manifest next to its members' model files
-REFIT_FORMAT = "autodeuq-ensemble/3"  #: a manifest naming its catalog, with refitted members' files beside it
-MANIFEST_NAME = "ensemble.json"
-MEMBERS_DIR = "members"
-MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists member ids and weights: kilobytes
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-_MEMBER_FILE = re.compile(r"[0-9]+\.keras")
-# Recorded in an exported manifest: a .keras file loads in the Keras it was saved with (or a later one).
-_EXPORT_VERSIONS = ("autodeuq", "keras", "tensorflow", "numpy", "python")
+MEMBERS_DIR = "members"  #: the folder of a self-contained export that holds its members' model files
 
 
 class EnsembleError(AutoDEUQError, ValueError):
@@ -75,78 +39,6 @@ class EnsembleError(AutoDEUQError, ValueError):
 
 class ManifestError(EnsembleError):
     """An ensemble manifest cannot be used: the message names the file and the entry at fault."""
-
-
-class EnsembleSizeWarning(AutoDEUQWarning):
-    """The ensemble has fewer distinct members than asked, or its weights make it effectively one
-    model (effective size below :data:`ONE_MODEL_EFFECTIVE_SIZE`); the message says why."""
-
-
-#: Below this effective size (``1 / sum(w**2)``) an ensemble of several members is reported as
-#: effectively one model: its epistemic part is then mostly one network's distance to a few
-#: lightly weighted others.
-ONE_MODEL_EFFECTIVE_SIZE = 1.5
-
-
-@dataclass
-class UncertaintyPrediction:
-    """Decomposed predictive uncertainty, arrays of shape (n, n_targets) in original units.
-
-    The fields ``aleatoric``, ``epistemic`` and ``total`` are **variances** (squared units):
-    ``total = aleatoric + epistemic`` is exactly the variance of the weighted Gaussian mixture.
-    ``std = sqrt(total)`` is a standard deviation. The properties name the scale outright:
-    ``aleatoric_var``, ``epistemic_var``, ``total_var`` (the same variances) and
-    ``aleatoric_std``, ``epistemic_std``, ``total_std`` (their square roots, in the target's
-    units; standard deviations do not add up, variances do).
-    """
-
-    mean: np.ndarray
-    aleatoric: np.ndarray
-    epistemic: np.ndarray
-    total: np.ndarray
-    std: np.ndarray
-
-    @classmethod
-    def from_mixture(cls, means, variances, weights) -> "UncertaintyPrediction":
-        """The decomposition of a Gaussian mixture given by its components, shape (M, n, T).
-
-        ``mean = sum_i w_i mu_i``, ``aleatoric = sum_i w_i s2_i``,
-        ``epistemic = sum_i w_i (mu_i - mean)**2`` (Egele et al. 2022), whose sum is the
-        mixture's variance (law of total variance).
-        """
-        mean, aleatoric, epistemic = mixture_moments(means, variances, weights)
-        total = aleatoric + epistemic
-        return cls(mean, aleatoric, epistemic, total, np.sqrt(total))
-
-    @property
-    def aleatoric_var(self) -> np.ndarray:
-        """Aleatoric variance (the field ``aleatoric``)."""
-        return self.aleatoric
-
-    @property
-    def epistemic_var(self) -> np.ndarray:
-        """Epistemic variance (the field ``epistemic``)."""
-        return self.epistemic
-
-    @property
-    def total_var(self) -> np.ndarray:
-        """Total predictive variance (the field ``total``)."""
-        return self.total
-
-    @property
-    def aleatoric_std(self) -> np.ndarray:
-        """Aleatoric standard deviation, ``sqrt(aleatoric)``."""
-        return np.sqrt(self.aleatoric)
-
-    @property
-    def epistemic_std(self) -> np.ndarray:
-        """Epistemic standard deviation, ``sqrt(epistemic)``."""
-        return np.sqrt(self.epistemic)
-
-    @property
-    def total_std(self) -> np.ndarray:
-        """Total predictive standard deviation (the field ``std``)."""
-        return self.std
 
 
 class CatalogMembers:
@@ -388,7 +280,8 @@ class Ensemble:
         run_dir : path
         size : int
             Distinct members wanted (K). When the catalog has fewer successful entries, the
-            ensemble is selected among all of them and an :class:`EnsembleSizeWarning` says so.
+            ensemble is selected among all of them and an
+            :class:`~autodeuq.ensemble.building.EnsembleSizeWarning` says so.
         selector, score, stop :
             See :func:`autodeuq.ensemble.select`. With the default ``stop="size"`` the ensemble
             has ``size`` distinct members whenever the catalog has that many usable models;
@@ -419,73 +312,14 @@ class Ensemble:
         -----
         EnsembleSizeWarning
             The ensemble has fewer distinct members than ``size``, with the reason; or several
-            members whose weights amount to fewer than :data:`ONE_MODEL_EFFECTIVE_SIZE` equally
-            weighted ones (``selection["effective_size"]``), so that it is effectively one model.
+            members whose weights amount to fewer than
+            :data:`~autodeuq.ensemble.building.ONE_MODEL_EFFECTIVE_SIZE` equally weighted ones
+            (``selection["effective_size"]``), so that it is effectively one model.
         """
-        if diversity not in DIVERSITY:
-            raise ParameterError("diversity", f"must be one of {list(DIVERSITY)}", diversity)
-        if calibrate not in CALIBRATIONS:
-            raise ParameterError("calibrate", f"must be one of {list(CALIBRATIONS)}", calibrate)
-        catalog = Catalog(run_dir)
-        ids = catalog.model_ids()
-        if not ids:
-            raise EnsembleError(f"{run_dir}: the catalog has no successful evaluation to build an ensemble from")
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-            raise ParameterError("size", "must be an integer >= 1", size)
-        selection = {"size": min(int(size), len(ids)), "selector": selector, "score": score}
-        if size > len(ids):
-            selection["size_requested"] = int(size)
-            warnings.warn(f"{run_dir}: ensemble size {size} asked, but the catalog has only {len(ids)} successful "
-                          f"entries: selecting among those, at most {len(ids)} members", EnsembleSizeWarning,
-                          stacklevel=2)
-        ids, means, variances = loaded = catalog.validation_predictions(ids)
-        if not ids:
-            raise CatalogError(f"{run_dir}: no successful entry has usable validation predictions "
-                               f"({next(iter(loaded.skipped.values()))})")
-        y = catalog.validation_targets()
-        counts = catalog.row_counts() if calibrate == "auto" else None
-        rows = sum(counts) if counts else None
-        calibrate, selection["calibration"] = resolve_calibration(calibrate, rows)
-        if calibrate == "scale" and len(y) < calibration_folds:
-            raise EnsembleError(f"{run_dir}: recalibration cross-fits on {calibration_folds} folds of the validation "
-                                f"rows, and there are {len(y)}; give more validation rows or no recalibration",
-                                parameters=("calibrate",))
-        groups = None if diversity == "none" else member_groups(catalog, ids, diversity)
+        from autodeuq.ensemble.building import from_catalog
 
-        def select_rows(rows):
-            options = dict(selector=selector, score=score, stop=stop, groups=groups)
-            if bags and selector != "topk":  # top-k ranks single models: its weights stay uniform
-                return select_bagged(means[:, rows], variances[:, rows], y[rows], selection["size"], bags=bags,
-                                     seed=seed, **options)
-            return select(means[:, rows], variances[:, rows], y[rows], size=selection["size"], **options)
-
-        chosen = select_rows(np.arange(len(y)))
-        members = [int(ids[i]) for i in chosen.indices]
-        selection.update({"stop": stop, "diversity": diversity, "bags": bags, "catalog_entries": len(ids),
-                          "members": len(members), "effective_size": round(chosen.effective_size, 4),
-                          "shortfall": chosen.reason})
-        if "size_requested" in selection and chosen.reason is None:
-            selection["shortfall"] = f"the catalog has only {len(ids)} successful entries"
-        if chosen.reason is not None:
-            warnings.warn(f"{run_dir}: the ensemble has {len(members)} distinct member(s), not {selection['size']}: "
-                          f"{chosen.reason}", EnsembleSizeWarning, stacklevel=2)
-        if len(members) > 1 and chosen.effective_size < ONE_MODEL_EFFECTIVE_SIZE:
-            weights = ", ".join(f"{w:.3f}" for w in chosen.weights)
-            warnings.warn(f"{run_dir}: the ensemble is effectively one model: its {len(members)} members weigh "
-                          f"{weights} (effective size {chosen.effective_size:.2f}), so its epistemic part is "
-                          f"mostly one network's distance to the others; selection without replacement "
-                          f"weighs members equally", EnsembleSizeWarning, stacklevel=2)
-        calibration = None
-        if calibrate == "scale":
-            scale, chunks = cross_fitted_scale(select_rows, means, variances, y, folds=calibration_folds, seed=seed)
-            calibration = {
-                "method": "scale", "scale": scale.tolist(), "folds": calibration_folds, "seed": seed,
-                "validation_coverage_before": {str(level): pooled_coverage(chunks, level).tolist()
-                                               for level in COVERAGE_LEVELS},
-                "validation_coverage_after": {str(level): pooled_coverage(chunks, level, scale).tolist()
-                                              for level in COVERAGE_LEVELS},
-            }
-        return cls(run_dir, members, chosen.weights, selection=selection, calibration=calibration)
+        return from_catalog(cls, run_dir, size, selector, score, stop=stop, diversity=diversity, calibrate=calibrate,
+                            calibration_folds=calibration_folds, bags=bags, seed=seed)
 
     def save(self, path, self_contained: bool = False) -> Path:
         """Write the ensemble as JSON (no pickle), creating missing parent folders.
@@ -523,91 +357,32 @@ class Ensemble:
         :func:`autodeuq.fileio.atomic_write`); a self-contained folder's manifest is written
         after its members, so an interrupted export leaves no manifest naming missing files.
         """
-        path = Path(path)
-        if self_contained:
-            return _export(self, path)
-        if self.run_dir is None:
-            raise EnsembleError(f"{path}: this ensemble was read from a self-contained folder and has no catalog to "
-                             f"name: save it with self_contained=True")
-        refitted = {i: self.source.refitted[i] for i in self.member_ids if i in self.source.refitted}
-        refit_dir = path.parent / refit_folder_name(path)
-        members = []
-        for i, w in zip(self.member_ids, self.weights):
-            member = {"id": i, "weight": float(w), "model": catalog_model_name(i)}  # the catalog's, before any refit
-            if i in refitted:
-                member.update({"refit_model": f"{refit_dir.name}/{i}.keras", "sha256": sha256_hex(refitted[i]),
-                               "bytes": len(refitted[i])})
-            members.append(member)
-        manifest = {
-            "format": REFIT_FORMAT if refitted else MANIFEST_FORMAT,
-            # relative to the folder, not to a link's target: a link at ``path`` is replaced
-            "run_dir": os.path.relpath(self.run_dir.resolve(), path.parent.resolve()),
-            "members": members,
-            "selection": self.selection,
-            "calibration": self.calibration,
-            "features": self.feature_names,
-            "targets": self.target_names,
-        }
-        # Inside the run directory, a linked folder on the way is refused like a linked refit folder.
-        refuse_linked_folders(self.run_dir, refit_dir if refitted else path.parent)
-        _make_folder(path.parent)
-        if refitted:
-            if refit_dir.is_symlink():
-                raise CatalogError(f"{refit_dir}: is a symbolic link; refusing to write through it (remove it)")
-            _make_folder(refit_dir)
-            for entry_id, data in refitted.items():
-                atomic_write(refit_dir / f"{entry_id}.keras", data)
-        written = atomic_write(path, json.dumps(manifest, indent=2).encode())
-        if refit_dir.is_dir() and not refit_dir.is_symlink():
-            _remove_stale_members(refit_dir, refitted, "refitted member of the ensemble saved there before")
-        return written
+        from autodeuq.ensemble.manifest import save_ensemble
+
+        return save_ensemble(self, path, self_contained)
 
     # ------------------------------------------------------------------ predicting
-    def _load(self):
+    def load_members(self) -> list:
+        """The members' Keras models, in member order, loaded once and kept (computing in float64).
+
+        Loading checks each member's model file (see :meth:`Catalog.load_model
+        <autodeuq.catalog.Catalog.load_model>`), so calling this first makes an unreadable member
+        fail before anything else is done with the ensemble.
+
+        Returns
+        -------
+        list of keras.Model
+
+        Raises
+        ------
+        CatalogError
+            A member's model file is missing, damaged or refused.
+        ManifestError
+            Likewise for a member of a self-contained folder.
+        """
         if self._models is None:
             self._models = [_float64_copy(self.source.load_model(i)) for i in self.member_ids]
         return self._models
-
-    def _check_x(self, x, source: str = "X", encoded: bool = False) -> np.ndarray:
-        """Validated float64 inputs in the order of ``feature_names``.
-
-        A DataFrame or a mapping of columns is matched by column name (target columns are
-        ignored, any other unknown column is refused); an array is taken by position. With a
-        ``preprocessor``, the table's ``columns`` are encoded first, unless ``encoded`` (``x``
-        already holds the networks' inputs, e.g. a catalog's stored test set).
-        """
-        if self.preprocessor is not None and not encoded:
-            frame = _as_frame(x, self.columns, source)
-            x = encode_table(self.preprocessor, frame, source, ignore=self.target_names)
-            # Rows whose categories training never saw: counted per column, in an UnseenCategoryWarning.
-            self.preprocessor.warn_unseen(frame, source)
-        elif hasattr(x, "columns") or isinstance(x, Mapping):
-            x = feature_matrix(x, self.feature_names, source, ignore=self.target_names)
-        else:
-            try:
-                x = np.asarray(x, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise DataError(f"{source}: inputs must be numeric") from None
-            if x.ndim == 1 and len(self.feature_names) == 1:
-                x = x[:, None]
-            if x.ndim != 2 or x.shape[1] != len(self.feature_names):
-                raise DataError(f"{source}: the ensemble expects {len(self.feature_names)} feature column(s) "
-                                f"{self.feature_names}, got an array of shape {x.shape}")
-            x = feature_matrix(dict(zip(self.feature_names, x.T)), self.feature_names, source)
-        scaling = self.source.standardization
-        if scaling and len(x):
-            # The networks were trained in float32 on standardized inputs of order 1; a value whose
-            # standardized form is beyond float32's range was infinite in their arithmetic.
-            z = np.abs((x - np.asarray(scaling["x_mean"])) / np.asarray(scaling["x_std"]))
-            big = z > FLOAT32_MAX
-            if big.any():
-                row, col = np.argwhere(big)[0]
-                raise DataError(
-                    f"{source}: feature column {self.feature_names[col]!r} at data row {row + 1} is {x[row, col]:g}, "
-                    f"whose standardized value ({z[row, col]:.3g} training standard deviations from the "
-                    f"training mean) is beyond the float32 range the networks are trained in"
-                )
-        return x
 
     def member_predictions(self, x, *, source: str = "X", encoded: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Every member's (means, variances), shape (n_members, n, n_targets), original units.
@@ -637,12 +412,13 @@ class Ensemble:
         """
         import tensorflow as tf
 
-        x = self._check_x(x, source, encoded)
+        x = encode_inputs(x, self.feature_names, target_names=self.target_names, preprocessor=self.preprocessor,
+                          standardization=self.source.standardization, source=source, encoded=encoded)
         if self._predict_fn is None:
             # One graph runs all members on the same batch, so TensorFlow executes them together.
             # Traced once per ensemble, for any number of rows (the signature's batch size is None).
             signature = [tf.TensorSpec([None, len(self.feature_names)], tf.float64)]
-            self._predict_fn = tf.function(_StackedMembers(self._load()), input_signature=signature,
+            self._predict_fn = tf.function(_StackedMembers(self.load_members()), input_signature=signature,
                                             autograph=False)
         # float64 arithmetic: with float32, a row's prediction changed in its last digits with
         # its position in the batch (vectorized kernels round tail rows differently).
@@ -755,324 +531,3 @@ def _float64_copy(model):
     copy = model.__class__.from_config(retyped(model.get_config()))
     copy.set_weights([np.asarray(w, dtype=np.float64) for w in model.get_weights()])
     return copy
-
-
-def load_ensemble(path) -> Ensemble:
-    """Load an ensemble written by :meth:`Ensemble.save`: a manifest, or a self-contained folder.
-
-    Parameters
-    ----------
-    path : path
-        An ``ensemble.json`` manifest, or a folder holding one (a self-contained export).
-
-    Raises
-    ------
-    ManifestError
-        The file is missing, unreadable, not JSON, or not a well-formed manifest (the message
-        names the field at fault); for a self-contained folder also a member file that is
-        missing, outside the folder, not matching its SHA-256, or not a safe ``.keras`` archive.
-    CatalogError
-        The catalog a manifest names cannot be read.
-    """
-    path = Path(path)
-    if path.is_dir():
-        if not (path / MANIFEST_NAME).exists():
-            raise ManifestError(f"{path}: is a directory, not an ensemble manifest ({MANIFEST_NAME})")
-        path = path / MANIFEST_NAME
-    manifest = _read_manifest(path)
-    if isinstance(manifest, dict) and manifest.get("format") == SELF_CONTAINED_FORMAT:
-        return _load_self_contained(path, manifest)
-    if not isinstance(manifest, dict) or manifest.get("format") not in (MANIFEST_FORMAT, REFIT_FORMAT):
-        raise ManifestError(f"{path}: not an autodeuq ensemble manifest (format {MANIFEST_FORMAT!r}, "
-                            f"{SELF_CONTAINED_FORMAT!r} or {REFIT_FORMAT!r} expected)")
-    run_dir = manifest.get("run_dir")
-    if not isinstance(run_dir, str) or not run_dir or "\0" in run_dir:
-        raise ManifestError(f"{path}: 'run_dir' must name the catalog directory, got {run_dir!r}")
-    ids, weights = _manifest_members(path, manifest.get("members"))
-    for k, (entry_id, member) in enumerate(zip(ids, manifest["members"])):
-        # Read from the catalog by id; a 'model' naming anything else is a tampered or foreign manifest.
-        if "model" in member and member["model"] != catalog_model_name(entry_id):
-            raise ManifestError(f"{path}: members[{k}]: 'model' must be {catalog_model_name(entry_id)!r} (the "
-                                f"catalog's network of entry {entry_id}), got {_short(member['model'])}")
-    refitted = _refitted_members(path, manifest) if manifest["format"] == REFIT_FORMAT else {}
-    selection, calibration = _selection_and_calibration(path, manifest)
-    try:
-        source = CatalogMembers((path.parent.resolve() / run_dir).resolve(), refitted)
-        return Ensemble(source, ids, weights, selection=selection, calibration=calibration)
-    except CatalogError:
-        raise
-    except ValueError as exc:
-        raise ManifestError(f"{path}: {exc}") from None
-
-
-def catalog_model_name(entry_id: int) -> str:
-    """The 'model' a catalog-naming manifest lists for a member: its file in the run directory."""
-    return f"{MODELS_DIR}/{int(entry_id)}.keras"
-
-
-def _read_manifest(path: Path):
-    """The parsed JSON of a manifest file, read with a size cap, or ManifestError saying why not."""
-    try:
-        with open(path, "rb") as f:
-            text = f.read(MAX_MANIFEST_BYTES + 1)
-    except FileNotFoundError:
-        raise ManifestError(f"{path}: ensemble manifest not found") from None
-    except OSError as exc:
-        raise ManifestError(f"{path}: cannot read the ensemble manifest: {exc.strerror or exc}") from None
-    if len(text) > MAX_MANIFEST_BYTES:
-        raise ManifestError(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes: not an ensemble manifest")
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise ManifestError(f"{path}: not an ensemble manifest (JSON nested too deeply)") from None
-    except ValueError as exc:
-        raise ManifestError(f"{path}: not a JSON ensemble manifest ({exc})") from None
-
-
-def _selection_and_calibration(path: Path, manifest: dict) -> tuple[dict | None, dict | None]:
-    selection, calibration = manifest.get("selection"), manifest.get("calibration")
-    if calibration is not None and not isinstance(calibration, dict):
-        raise ManifestError(f"{path}: 'calibration' must be an object or null, got {_short(calibration)}")
-    return (selection if isinstance(selection, dict) else None), calibration
-
-
-def _load_self_contained(path: Path, manifest: dict) -> Ensemble:
-    """The ensemble of a self-contained folder: every field checked, every member file verified."""
-    if manifest.get("self_contained") is not True:
-        raise ManifestError(f"{path}: 'self_contained' must be true in a {SELF_CONTAINED_FORMAT!r} manifest, "
-                            f"got {_short(manifest.get('self_contained'))}")
-    ids, weights = _manifest_members(path, manifest.get("members"))
-    features = _manifest_names(path, manifest, "features")
-    targets = _manifest_names(path, manifest, "targets")
-    standardization = _manifest_standardization(path, manifest.get("standardization"), len(features))
-    try:
-        preprocessor = checked_preprocessor(manifest.get("preprocessing"), features)
-    except DataError as exc:
-        raise ManifestError(f"{path}: {exc}") from None
-    folder = path.parent.resolve()
-    models = {}
-    for k, (entry_id, member) in enumerate(zip(ids, manifest["members"])):
-        name = f"{MEMBERS_DIR}/{entry_id}.keras"
-        if member.get("model") != name:
-            raise ManifestError(f"{path}: members[{k}]: 'model' must be {name!r}, got {_short(member.get('model'))}")
-        models[entry_id] = _member_file(path, k, member, name, "model file", "the ensemble folder")
-    selection, calibration = _selection_and_calibration(path, manifest)
-    source = ExportedMembers(folder, models, features, targets, standardization, preprocessor)
-    try:
-        return Ensemble(source, ids, weights, selection=selection, calibration=calibration)
-    except ValueError as exc:
-        raise ManifestError(f"{path}: {exc}") from None
-
-
-def _member_file(path: Path, k: int, member: dict, name: str, what: str, held_in: str) -> bytes:
-    """The checked ``.keras`` bytes of the file ``name`` beside the manifest ``path`` that its
-    ``members[k]`` lists with its SHA-256 and size; read at most the recorded size, so a grown
-    file is refused before it is read."""
-    folder = path.parent.resolve()
-    sha, size = member.get("sha256"), member.get("bytes")
-    if not (isinstance(sha, str) and _SHA256_HEX.fullmatch(sha)):
-        raise ManifestError(f"{path}: members[{k}]: 'sha256' must be the 64 hexadecimal digits of the {what}'s "
-                            f"SHA-256, got {_short(sha)}")
-    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_MODEL_BYTES:
-        raise ManifestError(f"{path}: members[{k}]: 'bytes' must be the {what}'s size (1 to {MAX_MODEL_BYTES}), "
-                            f"got {_short(size)}")
-    where = f"{path}: members[{k}]: {what} {folder / name}"
-    try:
-        data = read_verified(folder / name, folder, sha, size, where, held_in)
-        checked_keras_config(data, where)
-    except CatalogError as exc:
-        raise ManifestError(str(exc)) from None
-    return data
-
-
-def _refitted_members(path: Path, manifest: dict) -> dict[int, bytes]:
-    """The checked ``.keras`` bytes of the refitted members a catalog-naming manifest lists beside it."""
-    refitted = {}
-    for k, member in enumerate(manifest["members"]):
-        name = member.get("refit_model")
-        if name is None:
-            continue
-        entry_id = member["id"]
-        if not (isinstance(name, str) and re.fullmatch(rf"[^/\\]+/{entry_id}\.keras", name)):
-            raise ManifestError(f"{path}: members[{k}]: 'refit_model' must be 'FOLDER/{entry_id}.keras' beside the "
-                                f"manifest, got {_short(name)}")
-        refitted[entry_id] = _member_file(path, k, member, name, "refitted model file", "the manifest's folder")
-    if not refitted:
-        raise ManifestError(f"{path}: a {REFIT_FORMAT!r} manifest must list at least one member's 'refit_model'")
-    return refitted
-
-
-def _manifest_names(path: Path, manifest: dict, key: str) -> list[str]:
-    names = manifest.get(key)
-    if (not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names)
-            or len(set(names)) != len(names)):
-        raise ManifestError(f"{path}: '{key}' must be a non-empty list of distinct column names, got {_short(names)}")
-    return names
-
-
-def _manifest_standardization(path: Path, scaling, n_features: int) -> dict | None:
-    """The input standardization (``x_mean``, ``x_std`` per feature) of a manifest, or None."""
-    if scaling is None:
-        return None
-    ok = isinstance(scaling, dict)
-    for key in ("x_mean", "x_std"):
-        values = scaling.get(key) if ok else None
-        ok = ok and (isinstance(values, list) and len(values) == n_features
-                     and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                             for v in values))
-    if not ok or not all(v > 0 for v in scaling["x_std"]):
-        raise ManifestError(f"{path}: 'standardization' must hold 'x_mean' and positive 'x_std', one finite number "
-                            f"per feature ({n_features}), or be null; got {_short(scaling)}")
-    return scaling
-
-
-def checked_preprocessor(spec, features):
-    """The :class:`~autodeuq.preprocess.TablePreprocessor` a catalog or manifest records, or None.
-
-    Raises
-    ------
-    DataError
-        A malformed record, or one whose encoded names are not ``features``.
-    """
-    from autodeuq.preprocess import TablePreprocessor
-
-    if spec is None:
-        return None
-    prep = TablePreprocessor.from_dict(spec)
-    if prep.output_names != list(features):
-        raise DataError(f"'preprocessing' encodes the columns {prep.feature_columns} as {prep.output_names}, "
-                        f"not as the features {list(features)}")
-    return prep
-
-
-def _as_frame(x, columns: list[str], source: str):
-    """A DataFrame of a table's columns: a DataFrame as it is, a mapping by name, an array by position."""
-    import pandas as pd
-
-    if hasattr(x, "columns"):
-        return x
-    if isinstance(x, Mapping):
-        return feature_frame(x, source)
-    x = np.asarray(x)
-    if x.ndim == 1 and len(columns) == 1:
-        x = x[:, None]
-    if x.ndim != 2 or x.shape[1] != len(columns):
-        raise DataError(f"{source}: the ensemble expects {len(columns)} column(s) {columns}, "
-                        f"got an array of shape {x.shape}")
-    return pd.DataFrame({c: x[:, j] for j, c in enumerate(columns)})
-
-
-def _make_folder(folder: Path) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise WriteError(f"cannot create the folder {folder}: {os_reason(exc)}") from None
-
-
-def _is_export(folder: Path) -> bool:
-    try:
-        manifest = _read_manifest(folder / MANIFEST_NAME)
-    except ManifestError:
-        return False
-    return isinstance(manifest, dict) and manifest.get("format") == SELF_CONTAINED_FORMAT
-
-
-def _export(ens: Ensemble, folder: Path) -> Path:
-    """Write ``ens`` as a self-contained folder (see :meth:`Ensemble.save`); the manifest's path."""
-    if folder.suffix == ".json":
-        raise EnsembleError(f"{folder}: a self-contained ensemble is a folder (holding {MANIFEST_NAME} and "
-                         f"{MEMBERS_DIR}/); give a folder name, not a .json file")
-    if folder.exists() and not folder.is_dir():
-        raise EnsembleError(f"{folder}: exists and is not a folder; a self-contained ensemble is written to a folder")
-    if folder.is_dir() and any(folder.iterdir()) and not _is_export(folder):
-        raise EnsembleError(f"{folder}: the folder is not empty and holds no self-contained ensemble; refusing to "
-                         f"write into it (give a new or empty folder)")
-    members_dir = folder / MEMBERS_DIR
-    if ens.run_dir is not None:
-        refuse_linked_folders(ens.run_dir, members_dir)
-    if members_dir.is_symlink():
-        raise CatalogError(f"{members_dir}: is a symbolic link; refusing to write through it (remove it)")
-    # Every member is read and checked before anything is written.
-    models = {}
-    for entry_id in ens.member_ids:
-        models[entry_id] = data = ens.source.model_bytes(entry_id)
-        checked_keras_config(data, f"{ens.source.location}: member {entry_id}")
-    versions = package_versions()
-    manifest = {
-        "format": SELF_CONTAINED_FORMAT,
-        "self_contained": True,
-        "members": [{"id": i, "weight": float(w), "model": f"{MEMBERS_DIR}/{i}.keras",
-                     "sha256": sha256_hex(models[i]), "bytes": len(models[i])}
-                    for i, w in zip(ens.member_ids, ens.weights)],
-        "selection": ens.selection,
-        "calibration": ens.calibration,
-        "features": ens.feature_names,
-        "targets": ens.target_names,
-        "standardization": ens.source.standardization,
-        "preprocessing": None if ens.preprocessor is None else ens.preprocessor.to_dict(),
-        "versions": {k: versions[k] for k in _EXPORT_VERSIONS if k in versions},
-    }
-    _make_folder(members_dir)
-    for entry_id, data in models.items():
-        atomic_write(members_dir / f"{entry_id}.keras", data)
-    path = atomic_write(folder / MANIFEST_NAME, json.dumps(manifest, indent=2).encode())
-    _remove_stale_members(members_dir, ens.member_ids, "member of the ensemble exported there before")
-    return path
-
-
-def refit_folder_name(manifest: Path) -> str:
-    """The folder, beside a catalog-naming manifest, that holds its refitted members' ``<id>.keras``."""
-    return f"{Path(manifest).stem}_refit"
-
-
-def _remove_stale_members(folder: Path, keep_ids, what: str) -> None:
-    """Remove the ``<id>.keras`` files of ``folder`` whose id is not in ``keep_ids`` (only names
-    autodeuq writes there; a member written before, say)."""
-    keep = {f"{i}.keras" for i in keep_ids}
-    for old in folder.iterdir():
-        if old.name not in keep and _MEMBER_FILE.fullmatch(old.name) and not old.is_dir():
-            try:
-                old.unlink()
-            except OSError as exc:
-                raise WriteError(f"cannot remove {old} (a {what}): {os_reason(exc)}") from None
-
-
-def _manifest_members(path: Path, members) -> tuple[list[int], list[float]]:
-    """(ids, weights) of a manifest's 'members', each checked, or ManifestError naming the entry."""
-    if not isinstance(members, list) or not members:
-        raise ManifestError(f"{path}: 'members' must be a non-empty list of {{\"id\": ..., \"weight\": ...}}, "
-                            f"got {_short(members)}")
-    ids, weights = [], []
-    for k, member in enumerate(members):
-        if not isinstance(member, dict):
-            raise ManifestError(f"{path}: members[{k}] must be an object with 'id' and 'weight', got {_short(member)}")
-        entry_id, weight = member.get("id"), member.get("weight")
-        if not isinstance(entry_id, int) or isinstance(entry_id, bool) or not 1 <= entry_id < 2**63:
-            raise ManifestError(f"{path}: members[{k}]: 'id' must be a catalog entry id (a positive integer), "
-                                f"got {_short(entry_id)}")
-        if (not isinstance(weight, (int, float)) or isinstance(weight, bool) or not math.isfinite(weight)
-                or weight < 0):
-            raise ManifestError(f"{path}: members[{k}]: 'weight' must be a finite non-negative number, "
-                                f"got {_short(weight)}")
-        ids.append(entry_id)
-        weights.append(float(weight))
-    return ids, weights
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def member_groups(catalog, ids, by: str) -> list[str]:
-    """A label per catalog entry for diverse selection: its architecture, or its activation set."""
-    space = catalog.space
-    labels = []
-    for entry_id in ids:
-        arch = catalog.config(entry_id)["arch"]
-        if by == "architecture":
-            labels.append(json.dumps(list(arch)))
-        else:
-            used = sorted({dense.activation for dense, _ in space.cells(arch) if dense.activation})
-            labels.append("+".join(used) or "identity")
-    return labels

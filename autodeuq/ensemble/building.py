@@ -1,0 +1,135 @@
+"""Building an ensemble: a catalog's entries -> selection -> calibration.
+
+:func:`from_catalog` (behind :meth:`Ensemble.from_catalog
+<autodeuq.ensemble.Ensemble.from_catalog>`) selects members on the catalog's cached validation
+predictions (:mod:`autodeuq.ensemble.selection`), kept apart by :func:`member_groups` when asked,
+and fits the recalibration on out-of-fold selections (:mod:`autodeuq.ensemble.calibration`),
+warning (:class:`EnsembleSizeWarning`) when the ensemble has fewer members than asked or is
+effectively one model.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+
+from autodeuq.catalog import Catalog, CatalogError
+from autodeuq.ensemble.calibration import cross_fitted_scale, pooled_coverage, resolve_calibration
+from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
+from autodeuq.ensemble.predictive import EnsembleError
+from autodeuq.ensemble.selection import select, select_bagged
+from autodeuq.errors import AutoDEUQWarning, ParameterError
+
+COVERAGE_LEVELS = (0.5, 0.9, 0.95)
+
+
+class EnsembleSizeWarning(AutoDEUQWarning):
+    """The ensemble has fewer distinct members than asked, or its weights make it effectively one
+    model (effective size below :data:`ONE_MODEL_EFFECTIVE_SIZE`); the message says why."""
+
+
+#: Below this effective size (``1 / sum(w**2)``) an ensemble of several members is reported as
+#: effectively one model: its epistemic part is then mostly one network's distance to a few
+#: lightly weighted others.
+ONE_MODEL_EFFECTIVE_SIZE = 1.5
+
+
+def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: str = "mixture", *,
+                 stop: str = "size", diversity: str = "none", calibrate: str = "auto",
+                 calibration_folds: int = 2, bags: int = 0, seed: int = 0):
+    """The ensemble of class ``cls`` selected and calibrated on the catalog in ``run_dir``.
+
+    What :meth:`Ensemble.from_catalog <autodeuq.ensemble.Ensemble.from_catalog>` does; its
+    documentation gives the parameters, the warnings and the errors.
+
+    Parameters
+    ----------
+    cls : type
+        The ensemble's class, called as ``cls(run_dir, member_ids, weights, selection=...,
+        calibration=...)``.
+    run_dir, size, selector, score, stop, diversity, calibrate, calibration_folds, bags, seed :
+        As :meth:`Ensemble.from_catalog <autodeuq.ensemble.Ensemble.from_catalog>` takes them.
+
+    Returns
+    -------
+    cls
+    """
+    if diversity not in DIVERSITY:
+        raise ParameterError("diversity", f"must be one of {list(DIVERSITY)}", diversity)
+    if calibrate not in CALIBRATIONS:
+        raise ParameterError("calibrate", f"must be one of {list(CALIBRATIONS)}", calibrate)
+    catalog = Catalog(run_dir)
+    ids = catalog.model_ids()
+    if not ids:
+        raise EnsembleError(f"{run_dir}: the catalog has no successful evaluation to build an ensemble from")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise ParameterError("size", "must be an integer >= 1", size)
+    selection = {"size": min(int(size), len(ids)), "selector": selector, "score": score}
+    if size > len(ids):
+        selection["size_requested"] = int(size)
+        warnings.warn(f"{run_dir}: ensemble size {size} asked, but the catalog has only {len(ids)} successful "
+                      f"entries: selecting among those, at most {len(ids)} members", EnsembleSizeWarning,
+                      stacklevel=3)
+    ids, means, variances = loaded = catalog.validation_predictions(ids)
+    if not ids:
+        raise CatalogError(f"{run_dir}: no successful entry has usable validation predictions "
+                           f"({next(iter(loaded.skipped.values()))})")
+    y = catalog.validation_targets()
+    counts = catalog.row_counts() if calibrate == "auto" else None
+    rows = sum(counts) if counts else None
+    calibrate, selection["calibration"] = resolve_calibration(calibrate, rows)
+    if calibrate == "scale" and len(y) < calibration_folds:
+        raise EnsembleError(f"{run_dir}: recalibration cross-fits on {calibration_folds} folds of the validation "
+                            f"rows, and there are {len(y)}; give more validation rows or no recalibration",
+                            parameters=("calibrate",))
+    groups = None if diversity == "none" else member_groups(catalog, ids, diversity)
+
+    def select_rows(rows):
+        options = dict(selector=selector, score=score, stop=stop, groups=groups)
+        if bags and selector != "topk":  # top-k ranks single models: its weights stay uniform
+            return select_bagged(means[:, rows], variances[:, rows], y[rows], selection["size"], bags=bags,
+                                 seed=seed, **options)
+        return select(means[:, rows], variances[:, rows], y[rows], size=selection["size"], **options)
+
+    chosen = select_rows(np.arange(len(y)))
+    members = [int(ids[i]) for i in chosen.indices]
+    selection.update({"stop": stop, "diversity": diversity, "bags": bags, "catalog_entries": len(ids),
+                      "members": len(members), "effective_size": round(chosen.effective_size, 4),
+                      "shortfall": chosen.reason})
+    if "size_requested" in selection and chosen.reason is None:
+        selection["shortfall"] = f"the catalog has only {len(ids)} successful entries"
+    if chosen.reason is not None:
+        warnings.warn(f"{run_dir}: the ensemble has {len(members)} distinct member(s), not {selection['size']}: "
+                      f"{chosen.reason}", EnsembleSizeWarning, stacklevel=3)
+    if len(members) > 1 and chosen.effective_size < ONE_MODEL_EFFECTIVE_SIZE:
+        weights = ", ".join(f"{w:.3f}" for w in chosen.weights)
+        warnings.warn(f"{run_dir}: the ensemble is effectively one model: its {len(members)} members weigh "
+                      f"{weights} (effective size {chosen.effective_size:.2f}), so its epistemic part is "
+                      f"mostly one network's distance to the others; selection without replacement "
+                      f"weighs members equally", EnsembleSizeWarning, stacklevel=3)
+    calibration = None
+    if calibrate == "scale":
+        scale, chunks = cross_fitted_scale(select_rows, means, variances, y, folds=calibration_folds, seed=seed)
+        calibration = {
+            "method": "scale", "scale": scale.tolist(), "folds": calibration_folds, "seed": seed,
+            "validation_coverage_before": {str(level): pooled_coverage(chunks, level).tolist()
+                                           for level in COVERAGE_LEVELS},
+            "validation_coverage_after": {str(level): pooled_coverage(chunks, level, scale).tolist()
+                                          for level in COVERAGE_LEVELS},
+        }
+    return cls(run_dir, members, chosen.weights, selection=selection, calibration=calibration)
+
+
+def member_groups(catalog, ids, by: str) -> list[str]:
+    """A label per catalog entry for diverse selection: its architecture, or its activation set."""
+    space = catalog.space
+    labels = []
+    for entry_id in ids:
+        arch = catalog.config(entry_id)["arch"]
+        if by == "architecture":
+            labels.append(json.dumps(list(arch)))
+        else:
+            used = sorted({dense.activation for dense, _ in space.cells(arch) if dense.activation})
+            labels.append("+".join(used) or "identity")
+    return labels
