@@ -281,16 +281,11 @@ def cmd_ensemble(args, run_dir=None, deadline=None, config=None, search=None):
 
 
 def _interval_levels(levels) -> list[tuple[float, str]]:
-    """(level, column suffix) of each ``--interval``, refused unless a probability in (0, 1 - 1e-9]."""
-    from autodeuq.metrics import check_level
+    """(level, column suffix) of each ``--interval``, refused unless a probability in (0, 1 - 1e-9]
+    (:func:`autodeuq.ensemble.mixture.interval_levels`): checked before the ensemble loads."""
+    from autodeuq.ensemble.mixture import interval_levels
 
-    out = []
-    for level in levels or []:
-        level = check_level(level)
-        suffix = f"{100 * level:.10g}".replace(".", "_")  # 0.9 -> 90, 0.975 -> 97_5
-        if suffix not in [s for _, s in out]:
-            out.append((level, suffix))
-    return out
+    return interval_levels(levels)
 
 
 def _split_id_column(table, ensemble, id_column, source):
@@ -317,9 +312,8 @@ def cmd_predict(args):
     import pandas as pd
 
     from autodeuq.data import read_table
-    from autodeuq.ensemble import UncertaintyPrediction, load_ensemble
+    from autodeuq.ensemble import load_ensemble
     from autodeuq.fileio import atomic_write
-    from autodeuq.metrics import central_interval
 
     if Path(args.ensemble).is_dir() and not (Path(args.ensemble) / "ensemble.json").is_file():
         raise CLIError(f"--ensemble {args.ensemble}: is a directory without ensemble.json; give the manifest file "
@@ -332,22 +326,14 @@ def cmd_predict(args):
         # Columns are matched by name; target columns, when present, are ignored.
         x = read_table(args.data)
         ids, features = _split_id_column(x, ensemble, args.id_column, str(args.data))
-        # The components once, for the moments and the intervals alike.
+        # The mixture once, for the moments and the intervals alike.
         # Rows with unseen categories: an UnseenCategoryWarning, one line on stderr like every AutoDEUQWarning.
-        means, variances = ensemble.components(features, source=str(args.data))
+        prediction = ensemble.predict(features, source=str(args.data))
     except OSError as exc:
         raise _os_error(exc) from None
-    result = UncertaintyPrediction.from_mixture(means, variances, ensemble.weights)
-    intervals = [(suffix, central_interval(means, variances, ensemble.weights, level)) for level, suffix in levels]
+    frame = prediction.to_frame(ensemble.target_names, levels=[level for level, _ in levels])
     columns = {} if ids is None else {ids.name: ids.to_numpy()}  # an id column goes first
-    for j, t in enumerate(ensemble.target_names):
-        columns[f"{t}_mean"] = result.mean[:, j]
-        columns[f"{t}_std"] = result.std[:, j]
-        columns[f"{t}_aleatoric_std"] = result.aleatoric_std[:, j]
-        columns[f"{t}_epistemic_std"] = result.epistemic_std[:, j]
-        for suffix, (lower, upper) in intervals:
-            columns[f"{t}_lower_{suffix}"] = lower[:, j]
-            columns[f"{t}_upper_{suffix}"] = upper[:, j]
+    columns.update((name, frame[name].to_numpy()) for name in frame.columns)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -11,7 +11,7 @@ import numpy as np
 from autodeuq import metrics, plots
 from autodeuq.catalog import Catalog
 from autodeuq.data import BUILTIN_DATASETS, DataError, load_builtin, load_test_file
-from autodeuq.ensemble import Ensemble, UncertaintyPrediction
+from autodeuq.ensemble import Ensemble
 from autodeuq.fileio import atomic_write, refuse_linked_folders
 from autodeuq.result import Status
 
@@ -88,27 +88,29 @@ def build_and_report(run_dir, config=None, *, test_file=None, manifest=None, dea
     ensemble = select_ensemble(run_dir, config, seed=seed)  # an unreadable member fails before any file is written
     catalog = ensemble.catalog
     _, means, variances = catalog.validation_predictions(ensemble.member_ids)
-    means, variances = ensemble.recalibrated(means, variances)
+    validation = ensemble.mixture(means, variances)  # recalibrated when the ensemble is
     valid_targets = catalog.validation_targets()
-    results = {"validation": metrics.evaluate(means, variances, ensemble.weights, valid_targets)}
+    results = {"validation": metrics.evaluate(validation.means, validation.variances, validation.weights,
+                                              valid_targets)}
     calibration = dict(ensemble.calibration) if ensemble.calibration else None
     test, train = _test_and_training_data(catalog, ensemble, test_file)
     ensemble, refit_line = refit_ensemble(ensemble, config.refit, deadline=deadline, where=refit_where)
 
     # The figures of the predictions show test data when there is some, else validation data.
-    scored = ("validation", means, variances, valid_targets)
+    scored = ("validation", validation, valid_targets)
     if test is not None:
         raw = ensemble.member_predictions(test[0], encoded=True)
-        t_means, t_vars = ensemble.recalibrated(*raw)
-        results["test"] = metrics.evaluate(t_means, t_vars, ensemble.weights, test[1])
-        scored = ("test", t_means, t_vars, test[1])
+        predicted = ensemble.mixture(*raw)
+        results["test"] = metrics.evaluate(predicted.means, predicted.variances, predicted.weights, test[1])
+        scored = ("test", predicted, test[1])
         if calibration is not None:
-            for key, (m, v) in (("test_coverage_before", raw), ("test_coverage_after", (t_means, t_vars))):
+            for key, (m, v) in (("test_coverage_before", raw),
+                                ("test_coverage_after", (predicted.means, predicted.variances))):
                 calibration[key] = {str(level): metrics.coverage(m, v, ensemble.weights, test[1], level).tolist()
                                     for level in (0.5, 0.9, 0.95)}
 
     figures = {"search_trace.png": _trace_plot(catalog, ensemble.member_ids)}
-    figures.update(_prediction_plots(ensemble, *scored))
+    figures.update(_prediction_plots(ensemble.target_names, *scored))
     if len(ensemble.feature_names) == 1:
         figures["uncertainty.png"] = _uncertainty_plot(ensemble, catalog, test, train, run_dir)
     document = {
@@ -137,11 +139,10 @@ def search_counts(catalog) -> dict:
             "mutated": int(frame["parent"].notna().sum())}
 
 
-def _prediction_plots(ensemble, data, means, variances, y) -> dict[str, bytes]:
-    """The calibration curve, predicted vs observed values and error vs std, on the rows ``data`` names."""
-    prediction = UncertaintyPrediction.from_mixture(means, variances, ensemble.weights)
-    expected, observed = metrics.calibration_curve(means, variances, ensemble.weights, y)
-    names = ensemble.target_names
+def _prediction_plots(names, data, prediction, y) -> dict[str, bytes]:
+    """The calibration curve, predicted vs observed values and error vs std of ``prediction`` (the
+    ensemble's mixture, :class:`~autodeuq.ensemble.UncertaintyPrediction`) on the rows ``data`` names."""
+    expected, observed = metrics.calibration_curve(prediction.means, prediction.variances, prediction.weights, y)
     return {
         "calibration.png": plots.plot_calibration(expected, observed, None, names, data=data, n_rows=len(y)),
         "predicted_vs_observed.png": plots.plot_predicted_vs_observed(y, prediction, None, names, data=data),

@@ -9,6 +9,7 @@ MODULES = (
     "autodeuq.ensemble.selection",
     "autodeuq.ensemble.calibration",
     "autodeuq.ensemble.refit",
+    "autodeuq.ensemble.mixture",
     "autodeuq.catalog.store",
     "autodeuq.data",
     "autodeuq.fileio",

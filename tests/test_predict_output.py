@@ -59,6 +59,37 @@ def test_predict_writes_interval_columns_from_the_mixture_quantiles(run_dir, tab
     assert "No column is a variance" not in printed and printed.count("\n") == 1 and len(printed) < 400
 
 
+def test_predict_writes_the_prediction_table_of_the_mixture_value(run_dir, table, tmp_path):
+    # The CSV is the value's to_frame, byte for byte, an id column first.
+    levels = ["0.9", "0.5", "0.975", "0.90"]
+    ids = pd.read_csv(table).assign(name=[f"row {i}" for i in range(9)])[["name", "x"]]
+    ids.to_csv(tmp_path / "with_ids.csv", index=False)
+    out, out_ids = tmp_path / "pred.csv", tmp_path / "pred_ids.csv"
+    ensemble = str(run_dir / "ensemble.json")
+    assert main(["predict", "--ensemble", ensemble, "--data", str(table), "--out", str(out),
+                 *[a for level in levels for a in ("--interval", level)]]) == 0
+    assert main(["predict", "--ensemble", ensemble, "--data", str(tmp_path / "with_ids.csv"), "--out", str(out_ids),
+                 "--id-column", "name", *[a for level in levels for a in ("--interval", level)]]) == 0
+    ens = load_ensemble(run_dir / "ensemble.json")
+    frame = ens.predict(pd.read_csv(table)).to_frame(ens.target_names, levels=[float(v) for v in levels])
+    assert out.read_bytes() == frame.to_csv(index=False).encode()
+    assert out_ids.read_bytes() == frame.assign(name=ids["name"])[["name", *frame.columns]].to_csv(index=False).encode()
+
+
+def test_predict_holds_the_mixture_of_the_members(run_dir):
+    ens = load_ensemble(run_dir / "ensemble.json")
+    x = np.linspace(-35, 35, 15)[:, None]
+    pred = ens.predict(x)
+    means, variances = ens.components(x)
+    np.testing.assert_array_equal(pred.means, means)
+    np.testing.assert_array_equal(pred.variances, variances)
+    np.testing.assert_array_equal(pred.weights, ens.weights)
+    again = ens.mixture(*ens.member_predictions(x))  # predictions made already: the same value
+    for name in ("mean", "aleatoric", "epistemic", "total", "std", "means", "variances"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(pred, name))
+    np.testing.assert_array_equal(pred.interval(0.8)[1], ens.interval(x, 0.8)[1])
+
+
 def test_predict_without_interval_keeps_its_columns(run_dir, table, tmp_path):
     out = tmp_path / "pred.csv"
     assert main(["predict", "--ensemble", str(run_dir / "ensemble.json"), "--data", str(table), "--out", str(out)]) == 0

@@ -28,7 +28,7 @@ from autodeuq.ensemble.calibration import apply_scale
 from autodeuq.ensemble.inputs import checked_preprocessor, encode_inputs
 from autodeuq.ensemble.mixture import UncertaintyPrediction
 from autodeuq.errors import AutoDEUQError
-from autodeuq.metrics import central_interval, check_level
+from autodeuq.metrics import check_level
 
 MEMBERS_DIR = "members"  #: the folder of a self-contained export that holds its members' model files
 
@@ -184,6 +184,8 @@ class Ensemble:
     >>> ens = Ensemble.from_catalog("runs/demo", size=5)          # doctest: +SKIP
     >>> result = ens.predict(X)                                   # doctest: +SKIP
     >>> result.mean, result.aleatoric, result.epistemic           # doctest: +SKIP
+    >>> lower, upper = result.interval(0.9)                       # doctest: +SKIP
+    >>> result.to_frame(ens.target_names, levels=[0.9])           # doctest: +SKIP
     >>> ens.save("model_dir", self_contained=True)                # doctest: +SKIP
     >>> load_ensemble("model_dir").predict(X)                     # doctest: +SKIP
     """
@@ -449,14 +451,37 @@ class Ensemble:
             return means, variances
         return apply_scale(means, variances, self.weights, self.scale)
 
+    def mixture(self, means, variances) -> UncertaintyPrediction:
+        """The ensemble's predictive mixture of its members' predictions made already.
+
+        Parameters
+        ----------
+        means, variances : ndarray of shape (n_members, n, n_targets)
+            Every member's prediction, as :meth:`member_predictions` returns them (or the
+            catalog's cached validation predictions of the members), original units.
+
+        Returns
+        -------
+        UncertaintyPrediction
+            The mixture, recalibrated when the ensemble is (:meth:`recalibrated`), weighted by
+            :attr:`weights`, with its moments: what :meth:`predict` returns for those rows.
+        """
+        return UncertaintyPrediction.from_mixture(*self.recalibrated(means, variances), self.weights)
+
     def predict(self, x, *, source: str = "X", encoded: bool = False) -> UncertaintyPrediction:
-        """Mixture mean and the aleatoric / epistemic / total variances.
+        """The predictive mixture at each row of ``x``, with its mean and aleatoric / epistemic / total variances.
 
         ``mean = sum_i w_i mu_i``, ``aleatoric = sum_i w_i s2_i``,
         ``epistemic = sum_i w_i (mu_i - mean)**2`` (Egele et al. 2022), whose sum is the mixture's
         variance (law of total variance); a recalibrated ensemble multiplies both variance parts
         by the square of its scale. ``x``, ``source`` and ``encoded`` are as in
         :meth:`member_predictions`.
+
+        Returns
+        -------
+        UncertaintyPrediction
+            Holding the mixture too: :meth:`~UncertaintyPrediction.interval` gives its central
+            intervals, :meth:`~UncertaintyPrediction.to_frame` the table ``autodeuq predict`` writes.
         """
         return UncertaintyPrediction.from_mixture(*self.components(x, source=source, encoded=encoded), self.weights)
 
@@ -477,7 +502,7 @@ class Ensemble:
             ``level`` is not a probability in ``(0, 1 - 1e-9]`` (a ``ValueError``).
         """
         level = check_level(level)  # before any prediction
-        return central_interval(*self.components(x, source=source), self.weights, level)
+        return self.predict(x, source=source).interval(level)
 
     def distribution(self, x):
         """The weighted Gaussian mixture as a TFP ``MixtureSameFamily``, batch shape (n, n_targets)."""
