@@ -661,7 +661,7 @@ class Catalog:
 
     # ----------------------------------------------------------------- writing
     @classmethod
-    def create_or_resume(cls, run_dir: str | Path, space: SearchSpace | dict | str, dataset,
+    def create_or_resume(cls, run_dir: str | Path, space: SearchSpace | dict | str, dataset,  # noqa: C901
                          search_options: dict | None = None, seed: int | None = None,
                          new_run: bool = False) -> "CatalogWriter":
         """Open ``run_dir`` for writing: create a new catalog, or resume the one in it.
@@ -685,6 +685,8 @@ class Catalog:
             or its catalog was made for another dataset (fingerprint) or another search space;
             or another process is writing it.
         """
+        # noqa above: the opening is one sequence of refusals, each with its own message, and a
+        # writer released on any failure; the index's part of it is autodeuq.catalog.schema.
         run_dir = Path(run_dir)
         space = load_space(space)
         seed = None if seed is None else int(seed)

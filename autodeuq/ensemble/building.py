@@ -35,7 +35,7 @@ class EnsembleSizeWarning(AutoDEUQWarning):
 ONE_MODEL_EFFECTIVE_SIZE = 1.5
 
 
-def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: str = "mixture", *,
+def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: str = "mixture", *,  # noqa: C901
                  stop: str = "size", diversity: str = "none", calibrate: str = "auto",
                  calibration_folds: int = 2, bags: int = 0, seed: int = 0):
     """The ensemble of class ``cls`` selected and calibrated on the catalog in ``run_dir``.
@@ -55,6 +55,8 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
     -------
     cls
     """
+    # noqa above: the steps in order (checks, selection, warnings, calibration), each branch a
+    # check or a warning with its own message; selection and calibration are modules of their own.
     if diversity not in DIVERSITY:
         raise ParameterError("diversity", f"must be one of {list(DIVERSITY)}", diversity)
     if calibrate not in CALIBRATIONS:
