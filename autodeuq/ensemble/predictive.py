@@ -287,9 +287,7 @@ class Ensemble:
         selector, score, stop :
             See :func:`autodeuq.ensemble.select`. With the default ``stop="size"`` the ensemble
             has ``size`` distinct members whenever the catalog has that many usable models;
-            otherwise a warning says how many it has and why. ``selector`` and ``score`` were
-            ``method`` and ``objective``: those keywords still work for one release, with a
-            ``DeprecationWarning``.
+            otherwise a warning says how many it has and why.
         diversity : {"none", "architecture", "activations"}
             Keep members apart: at most one member per architecture, or per set of activation
             functions used by the network's dense layers.
@@ -305,8 +303,8 @@ class Ensemble:
         bags : int, default 0
             For the greedy selectors, when > 0, bagged selection (:func:`autodeuq.ensemble.selection.select_bagged`):
             the selection is repeated on ``bags`` random halves of the validation rows and
-            the member weights averaged. Off by default: on five standard splits of concrete it
-            raised the test NLL by 0.06 against selecting once (benchmarks/results/selection.md).
+            the member weights averaged. Off by default: against selecting once it helped some
+            tables a little and cost another more (docs/decisions/selection.md).
         seed : int
             Seed of the fold assignment and of the bags.
 
