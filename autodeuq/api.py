@@ -236,8 +236,11 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         X = self._by_name(X)
         checked = validate_data(self, X, reset=False, dtype=None, ensure_all_finite=False)  # checked when encoded
         result = self.ensemble_.predict(self._table(X, checked))
-        return dataclasses.replace(result, **{f.name: self._shape(getattr(result, f.name))
-                                              for f in dataclasses.fields(result)})
+        shaped = dataclasses.replace(result, **{f.name: self._shape(getattr(result, f.name))
+                                                for f in dataclasses.fields(result)})
+        # The mixture itself stays (n_members, n, n_targets): intervals and tables come from it.
+        shaped.means, shaped.variances, shaped.weights = result.means, result.variances, result.weights
+        return shaped
 
     def predict(self, X, return_std=False):
         """Ensemble mean (and total predictive std when ``return_std``)."""

@@ -29,6 +29,8 @@ def test_fit_predict_and_uncertainty(tmp_path):
     np.testing.assert_allclose(mean, mean2)
     np.testing.assert_allclose(std**2, parts.aleatoric + parts.epistemic, rtol=1e-6)
     assert model.ensemble_.run_dir == tmp_path / "run" and (tmp_path / "run" / "catalog.sqlite").exists()
+    lower, upper = parts.interval(0.9)  # the mixture stays with the value shaped like predict's
+    assert lower.shape == upper.shape == (60, 1) and np.all(lower[:, 0] < mean) and np.all(mean < upper[:, 0])
 
 
 def test_multi_output(tmp_path):
@@ -200,7 +202,7 @@ BAD_PARAMETERS = [
     ("refit", "yes"), ("eval_budget", -5), ("sha_min_epochs", "soon"), ("sha_reduction", 1), ("sha_rungs", "updates"),
     ("population_size", 1), ("tournament_size", 0), ("surrogate", "svm"), ("acq", "ucb"), ("fixed_hp", "adam"),
     ("fixed_arch", {"a": 1}), ("eval_timeout", 0), ("ray_address", 6379), ("cpus_per_eval", 0),
-    ("gpus_per_eval", -1), ("new_run", "yes"), ("iepoch_epochs", 0), ("iepoch_top_k", 0),
+    ("gpus_per_eval", -1), ("new_run", "yes"), ("iepoch_epochs", 0), ("iepoch_top_k", 0), ("discard_budget", 0),
 ]
 #: The settings under which an option applies (else its value is not used).
 APPLIES = {"fixed_hp": {"search": "age-fixed-hp"}, "fixed_arch": {"search": "bo-fixed-arch"},
