@@ -205,7 +205,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
     """
     from autodeuq import evaluator as evaluators
     from autodeuq.evaluator.base import evaluation_threads
-    from autodeuq.runner import recorded_rule, run_search
+    from autodeuq.runner import read_recorded, recorded_rule, run_search
     from autodeuq.scheduler import DiscardByCost, decide_after
 
     c = config
@@ -215,8 +215,10 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
         raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({c.epochs or space.epochs})",
                              c.iepoch_epochs)
     seed = 0 if c.seed is None else int(c.seed)
-    # The rule a resumed catalog was searched with, read once: "auto" settings keep it.
-    recorded = None if c.new_run or c.early_discarding not in ("auto", "sha") else recorded_rule(run_dir)
+    # What a resumed catalog recorded, read once: "auto" settings keep its rule, and the driver
+    # checks the resume against it without reading it again.
+    recorded_search = None if c.new_run else read_recorded(run_dir)
+    recorded = recorded_rule(recorded_search) if c.early_discarding in ("auto", "sha") else None
     policy = discarding_policy(c.early_discarding, recorded)
     min_epochs, reference_batch = c.sha_min_epochs, None
     if policy in ("sha", "cost"):
@@ -245,7 +247,8 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
                           # Starting the workers (a Ray instance, say) counts against the limit too.
                           timeout=None if deadline is None else max(deadline - time.monotonic(), 1e-3),
                           run_options={"epochs": c.epochs, "eval_timeout": c.eval_timeout,
-                                       "eval_budget": c.eval_budget}, discard_by_cost=by_cost)
+                                       "eval_budget": c.eval_budget}, discard_by_cost=by_cost,
+                          recorded=recorded_search)
 
 
 def select_ensemble(run_dir, config, *, seed: int | None = 0):

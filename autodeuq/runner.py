@@ -189,32 +189,40 @@ def sigterm_interrupts():
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
-def recorded_rule(run_dir) -> dict | None:
-    """The early-discarding rule that the catalog in ``run_dir`` was searched with, as
-    ``describe()`` gives it (``{"policy": "none"}`` without one), with the ``decision`` of
-    ``early_discarding="auto"`` when one was taken (:mod:`autodeuq.scheduler`); None when there
-    is no catalog or it has no finished entry."""
+#: ``recorded`` of :func:`run_search` when the caller has not read the catalog.
+NOT_READ = "not read"
+
+
+def read_recorded(run_dir) -> dict | None:
+    """What the catalog in ``run_dir`` recorded of its search: ``{"search": its search options,
+    "n_finished": finished entries}``, read in one opening; None when there is no catalog yet
+    (or a broken one, which :meth:`Catalog.create_or_resume` reports)."""
     try:
         with Catalog(run_dir) as catalog:
-            if not catalog.n_finished:
-                return None
-            search = catalog.meta.get("search") or {}
+            return {"search": catalog.meta.get("search") or {}, "n_finished": catalog.n_finished}
     except CatalogError:
         return None
+
+
+def recorded_rule(recorded: dict | None) -> dict | None:
+    """The early-discarding rule that a catalog was searched with (``recorded``: from
+    :func:`read_recorded`), as ``describe()`` gives it (``{"policy": "none"}`` without one), with
+    the ``decision`` of ``early_discarding="auto"`` when one was taken (:mod:`autodeuq.scheduler`);
+    None when there is no catalog or it has no finished entry."""
+    if not recorded or not recorded["n_finished"]:
+        return None
+    search = recorded["search"]
     rule = search.get("early_discarding") or {"policy": "none"}
     decision = search.get(DISCARDING_DECISION)
     return {**rule, "decision": decision} if decision else rule
 
 
-def _check_resume(run_dir, space, epochs, discarder) -> None:
+def _check_resume(recorded, run_dir, space, epochs, discarder) -> None:
     """Refuse to resume a run with another epoch budget or early-discarding rule: its entries
-    would not be comparable. Reads the catalog's recorded search options once."""
-    try:
-        with Catalog(run_dir) as catalog:
-            recorded = catalog.meta.get("search") or {}
-            n_finished = catalog.n_finished
-    except CatalogError:
-        return  # no catalog yet (or a broken one, which create_or_resume reports)
+    would not be comparable. ``recorded``: :func:`read_recorded`'s."""
+    if recorded is None:
+        return  # no catalog yet
+    n_finished, recorded = recorded["n_finished"], recorded["search"]
     before = recorded.get("epochs") or None
     if int(before or space.epochs) != int(epochs or space.epochs):
         def budget(e):
@@ -236,7 +244,7 @@ def _check_resume(run_dir, space, epochs, discarder) -> None:
 def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", search_options: dict | None = None,
                max_evals: int = 100, timeout: float | None = None, seed: int = 0, new_run: bool = False,
                progress: bool = True, run_options: dict | None = None,
-               prefetch: bool | None = None, log=None, discard_by_cost=None) -> SearchSummary:
+               prefetch: bool | None = None, log=None, discard_by_cost=None, recorded=NOT_READ) -> SearchSummary:
     """Search until ``max_evals`` evaluations have finished (done or failed) or ``timeout`` s.
 
     Parameters
@@ -268,6 +276,10 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
         Early discarding to turn on (or not) once the first trainings tell what the search will
         cost (:class:`autodeuq.scheduler.DiscardByCost`); the evaluator starts without a rule.
         The decision is recorded in the catalog (:meth:`CatalogWriter.record_discarding`).
+    recorded : dict or None, optional
+        What the catalog in ``run_dir`` recorded (:func:`read_recorded`; None: no catalog), when
+        the caller read it already: the run directory is then opened once more, for writing, and
+        not read again.
 
     Returns
     -------
@@ -298,7 +310,7 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
         return _run_search(space, dataset, evaluator, run_dir, search=search, search_options=search_options,
                            max_evals=max_evals, timeout=timeout, seed=seed, new_run=new_run, progress=progress,
                            run_options=run_options, prefetch=prefetch, sigterm=sigterm, log=log,
-                           discard_by_cost=discard_by_cost)
+                           discard_by_cost=discard_by_cost, recorded=recorded)
 
 
 def _resume_line(writer, run_dir, n_pending: int) -> str:
@@ -309,11 +321,13 @@ def _resume_line(writer, run_dir, n_pending: int) -> str:
 
 
 def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, max_evals, timeout, seed, new_run,
-                progress, run_options, prefetch, sigterm, log=None, discard_by_cost=None) -> SearchSummary:
+                progress, run_options, prefetch, sigterm, log=None, discard_by_cost=None,
+                recorded=NOT_READ) -> SearchSummary:
     search_options = dict(search_options or {})
     discarder = evaluator.discarder
     if not new_run:
-        _check_resume(run_dir, space, (run_options or {}).get("epochs"), discarder)
+        recorded = read_recorded(run_dir) if recorded is NOT_READ else recorded
+        _check_resume(recorded, run_dir, space, (run_options or {}).get("epochs"), discarder)
     writer = Catalog.create_or_resume(
         run_dir, space, dataset,
         search_options={"search": search, "options": search_options, "evaluator": evaluator.describe(),

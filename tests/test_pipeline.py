@@ -142,3 +142,29 @@ def test_a_whole_run_budget_leaves_time_for_the_ensemble(tmp_path, monkeypatch):
     with pytest.raises(Planted):
         AutoDEUQRegressor(space="toy", timeout=600, evaluator="serial", run_dir=tmp_path / "fit").fit(X, X[:, 0])
     assert timeouts == [600.0, 540.0, 540.0]
+
+
+def test_a_resumed_search_reads_its_run_directory_once_then_opens_it_once_to_write(tmp_path, monkeypatch):
+    from autodeuq.catalog import Catalog as CatalogClass
+
+    space, data = load_space("toy"), toy_sine(seed=0)
+    config = configure(SearchConfig, search="random", max_evals=2, epochs=2, evaluator="serial", progress=False)
+    pipeline.fill_catalog(space, data, tmp_path / "run", config)
+    reads, writes = [], []
+    original_init, original_open = CatalogClass.__init__, CatalogClass.create_or_resume.__func__
+
+    def counting_init(self, run_dir):
+        reads.append(run_dir)
+        original_init(self, run_dir)
+
+    def counting_open(cls, *args, **kwargs):
+        writes.append(args[0])
+        return original_open(cls, *args, **kwargs)
+
+    monkeypatch.setattr(CatalogClass, "__init__", counting_init)
+    monkeypatch.setattr(CatalogClass, "create_or_resume", classmethod(counting_open))
+    summary = pipeline.fill_catalog(space, data, tmp_path / "run",
+                                    configure(SearchConfig, search="random", max_evals=3, epochs=2,
+                                              evaluator="serial", progress=False))
+    assert summary.n_done + summary.n_failed == 3
+    assert len(reads) == 1 and len(writes) == 1
