@@ -132,7 +132,7 @@ def _recorded_reason(writer, result: TrainResult) -> str | None:
     """
     if not result.ok:
         return str(result.reason or "unknown failure")
-    problem = writer._result_problem(result)
+    problem = writer.result_problem(result)
     return f"invalid result: {problem}" if problem else None
 
 

@@ -930,7 +930,7 @@ class CatalogWriter(Catalog):
                 status, reason = Status.FAILED, str(result.reason or "unknown failure")
             model_sha = predictions_sha = None
             if status in MODEL_STATUSES:
-                problem = self._result_problem(result)
+                problem = self.result_problem(result)
                 if problem:
                     warnings.warn(f"entry {entry_id}: recorded as failed: {problem}", CatalogWarning, stacklevel=2)
                     status, reason = Status.FAILED, f"invalid result: {problem}"
@@ -946,7 +946,10 @@ class CatalogWriter(Catalog):
             self._refresh_results_csv()
             return self.entry(entry_id)
 
-    def _result_problem(self, result: TrainResult) -> str | None:
+    def result_problem(self, result: TrainResult) -> str | None:
+        """Why :meth:`record` would store a done ``result`` as failed (no model, a non-finite
+        objective, predictions of the wrong shape), or None: the rule the driver tells its
+        searcher before the result is written."""
         if not isinstance(result.model_bytes, (bytes, bytearray)) or not result.model_bytes:
             return "no model bytes"
         if not isinstance(result.objective, (int, float)) or not math.isfinite(float(result.objective)):
