@@ -206,7 +206,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
     from autodeuq import evaluator as evaluators
     from autodeuq.evaluator.base import evaluation_threads
     from autodeuq.runner import read_recorded, recorded_rule, run_search
-    from autodeuq.scheduler import DiscardByCost, decide_after
+    from autodeuq.scheduler import DiscardByCost, Scheduler, decide_after
 
     c = config
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -228,10 +228,10 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
         reference_batch = rung_unit(c.sha_rungs, space, recorded)
     rule = discarder("sha" if policy == "cost" else policy, sha_min_epochs=min_epochs, sha_reduction=c.sha_reduction,
                      sha_reference_batch=reference_batch, iepoch_epochs=c.iepoch_epochs, iepoch_top_k=c.iepoch_top_k)
-    # "auto": no rule until the first trainings tell what the search costs (the scheduler's decision).
+    # The driver owns the rule and hands it to the evaluator ("auto": none until the first trainings
+    # tell what the search costs).
     objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=c.epochs,
-                                             threads=evaluation_threads(c.cpus_per_eval),
-                                             discarder=None if policy == "cost" else rule, time_limit=c.eval_budget)
+                                             threads=evaluation_threads(c.cpus_per_eval), time_limit=c.eval_budget)
     if c.evaluator == "serial":
         runner = evaluators.create("serial", objective, eval_timeout=c.eval_timeout)
     else:
@@ -240,14 +240,15 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
     with runner:
         if on_start is not None:
             on_start(runner)
-        by_cost = (DiscardByCost(rule, budget_s=c.discard_budget, after=decide_after(runner.n_slots))
-                   if policy == "cost" else None)
+        scheduler = (Scheduler(by_cost=DiscardByCost(rule, budget_s=c.discard_budget,
+                                                     after=decide_after(runner.n_slots)))
+                     if policy == "cost" else Scheduler(rule))
         return run_search(space, dataset, runner, run_dir, search=c.search, search_options=search_options,
                           max_evals=c.max_evals, seed=seed, new_run=c.new_run, progress=c.progress, log=log,
                           # Starting the workers (a Ray instance, say) counts against the limit too.
                           timeout=None if deadline is None else max(deadline - time.monotonic(), 1e-3),
                           run_options={"epochs": c.epochs, "eval_timeout": c.eval_timeout,
-                                       "eval_budget": c.eval_budget}, discard_by_cost=by_cost,
+                                       "eval_budget": c.eval_budget}, scheduler=scheduler,
                           recorded=recorded_search)
 
 

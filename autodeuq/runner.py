@@ -244,7 +244,7 @@ def _check_resume(recorded, run_dir, space, epochs, discarder) -> None:
 def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", search_options: dict | None = None,
                max_evals: int = 100, timeout: float | None = None, seed: int = 0, new_run: bool = False,
                progress: bool = True, run_options: dict | None = None,
-               prefetch: bool | None = None, log=None, discard_by_cost=None, recorded=NOT_READ) -> SearchSummary:
+               prefetch: bool | None = None, log=None, scheduler=None, recorded=NOT_READ) -> SearchSummary:
     """Search until ``max_evals`` evaluations have finished (done or failed) or ``timeout`` s.
 
     Parameters
@@ -270,12 +270,14 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
         worker never waits for the searcher (default: on when the evaluator has several slots).
     log : callable, optional
         Receives one line when an existing run is resumed (how many evaluations are done and
-        how many interrupted ones run again), and the line of a decision ``discard_by_cost``
+        how many interrupted ones run again), and the line of a decision the ``scheduler``
         took; nothing is logged per evaluation.
-    discard_by_cost : DiscardByCost, optional
-        Early discarding to turn on (or not) once the first trainings tell what the search will
-        cost (:class:`autodeuq.scheduler.DiscardByCost`); the evaluator starts without a rule.
-        The decision is recorded in the catalog (:meth:`CatalogWriter.record_discarding`).
+    scheduler : Scheduler, optional
+        The early discarding of the search (:class:`autodeuq.scheduler.Scheduler`): its rule is
+        handed to ``evaluator`` for the trainings it starts, and for ``early_discarding="auto"``
+        its decision is taken once the first trainings tell what the search will cost, and
+        recorded in the catalog (:meth:`CatalogWriter.record_discarding`). Default: the rule the
+        evaluator's objective holds.
     recorded : dict or None, optional
         What the catalog in ``run_dir`` recorded (:func:`read_recorded`; None: no catalog), when
         the caller read it already: the run directory is then opened once more, for writing, and
@@ -310,7 +312,7 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
         return _run_search(space, dataset, evaluator, run_dir, search=search, search_options=search_options,
                            max_evals=max_evals, timeout=timeout, seed=seed, new_run=new_run, progress=progress,
                            run_options=run_options, prefetch=prefetch, sigterm=sigterm, log=log,
-                           discard_by_cost=discard_by_cost, recorded=recorded)
+                           scheduler=scheduler, recorded=recorded)
 
 
 def _resume_line(writer, run_dir, n_pending: int) -> str:
@@ -321,17 +323,19 @@ def _resume_line(writer, run_dir, n_pending: int) -> str:
 
 
 def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, max_evals, timeout, seed, new_run,
-                progress, run_options, prefetch, sigterm, log=None, discard_by_cost=None,
+                progress, run_options, prefetch, sigterm, log=None, scheduler=None,
                 recorded=NOT_READ) -> SearchSummary:
+    from autodeuq.scheduler import Scheduler
+
     search_options = dict(search_options or {})
-    discarder = evaluator.discarder
+    scheduler = Scheduler(evaluator.discarder) if scheduler is None else scheduler
     if not new_run:
         recorded = read_recorded(run_dir) if recorded is NOT_READ else recorded
-        _check_resume(recorded, run_dir, space, (run_options or {}).get("epochs"), discarder)
+        _check_resume(recorded, run_dir, space, (run_options or {}).get("epochs"), scheduler.rule)
     writer = Catalog.create_or_resume(
         run_dir, space, dataset,
         search_options={"search": search, "options": search_options, "evaluator": evaluator.describe(),
-                        "early_discarding": None if discarder is None else discarder.describe(),
+                        "early_discarding": scheduler.describe(),
                         **(run_options or {})},
         seed=seed, new_run=new_run,
     )
@@ -345,28 +349,28 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
         history = [(config, objective) for _, config, objective in history]
         if history:
             searcher.tell(history)
-            if discarder is not None:  # a resumed run's rungs keep what its finished trainings reported
-                histories = writer.validation_loss_histories(batch_sizes=True)
-                discarder.replay([h for h, _ in histories], [b for _, b in histories])
+        scheduler.attach(evaluator, writer)  # a resumed run's rungs keep what its finished trainings reported
         full = writer.full_trainings()
         finished_full = sum(writer.entry(i)["status"] != Status.RUNNING for i in full)
         # With a second phase (i-Epoch), the search phase leaves the full trainings their share of the time.
-        share = getattr(discarder, "search_share", 1.0)
+        share = scheduler.search_share
         session = _SearchSession(writer, searcher, evaluator, max_evals=max_evals + finished_full,
                                  timeout=None if timeout is None else timeout * share, prefetch=prefetch,
                                  progress=progress, pending=[(i, c) for i, c in writer.pending() if i not in full],
-                                 entries=entries, discard_by_cost=discard_by_cost, log=log)
+                                 entries=entries, scheduler=scheduler, log=log)
         session.run(sigterm)
         sessions = [session]
-        if discarder is not None and not session.interrupted and session.stopped_by != "failing":
+        rule = scheduler.rule
+        if rule is not None and not session.interrupted and session.stopped_by != "failing":
             left = None if timeout is None else session.started + timeout - time.time()
-            promoted = _promoted_session(writer, searcher, evaluator, discarder, timeout=left, progress=progress)
+            promoted = _promoted_session(writer, searcher, evaluator, rule, timeout=left, progress=progress)
             if promoted is not None:
+                handle = evaluator.discarder
                 evaluator.set_discarder(None)  # full trainings: no cap
                 try:
                     promoted.run(sigterm)
                 finally:
-                    evaluator.set_discarder(discarder)
+                    evaluator.set_discarder(handle)
                 sessions.append(promoted)
         return _summary(Path(run_dir), sessions)
     finally:
@@ -431,9 +435,9 @@ class _SearchSession:
     """
 
     def __init__(self, writer, searcher, evaluator, *, max_evals, timeout, prefetch, progress, pending,
-                 promotions=None, entries=None, discard_by_cost=None, log=None):
+                 promotions=None, entries=None, scheduler=None, log=None):
         self.writer, self.searcher, self.evaluator = writer, searcher, evaluator
-        self.discard_by_cost, self.log = discard_by_cost, log  # a decision to take, and where to say it
+        self.scheduler, self.log = scheduler, log  # early discarding, and where to say what it decides
         self.pending = pending  # (id, config) of interrupted evaluations, submitted again first
         # (entry id, config) to train to the full budget instead of asking the searcher, or None.
         self.promotions = None if promotions is None else list(promotions)
@@ -514,27 +518,12 @@ class _SearchSession:
         # the driver (a clock apart) must not inflate the utilization.
         self.busy += max(0.0, result.end_time - max(result.start_time, self.started))
         _update_bar(self.bar, self.writer, result, self.busy, self.evaluator.n_slots, self.started)
-        self.decide_discarding()
-
-    def decide_discarding(self):
-        """Once enough trainings have finished, turn early discarding on if the search would cost
-        more than its budget (:class:`~autodeuq.scheduler.DiscardByCost`), and record the decision."""
-        cost = self.discard_by_cost
-        if cost is None:
-            return
-        on = cost.decide(self.durations, remaining=self.max_evals - self.writer.n_finished,
-                         slots=self.evaluator.n_slots, elapsed=time.time() - self.started)
-        if on is None:
-            return
-        if on:
-            self.evaluator.set_discarder(cost.rule)
-            # The rungs learn what the finished trainings reported there (through the evaluator's
-            # handle: a Ray actor's records are the ones the workers consult).
-            histories = self.writer.validation_loss_histories(batch_sizes=True)
-            self.evaluator.discarder.replay([h for h, _ in histories], [b for _, b in histories])
-        self.writer.record_discarding(cost.rule.describe() if on else None, cost.decision)
-        if self.log is not None:
-            self.log(cost.line())
+        if self.scheduler is not None:
+            line = self.scheduler.after_record(self.evaluator, self.writer, self.durations,
+                                               remaining=self.max_evals - self.writer.n_finished,
+                                               elapsed=time.time() - self.started)
+            if line is not None and self.log is not None:
+                self.log(line)
 
     def failing_alike(self):
         # The first results of this call (recorded, then waiting to be) all failed the same way.

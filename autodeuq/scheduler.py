@@ -1,4 +1,11 @@
-"""Early discarding decided by what the search costs, by the driver.
+"""Early discarding, owned by the search driver.
+
+A :class:`Scheduler` holds the rule the trainings follow (successive halving, i-Epoch, or none),
+resolved once before the search (from the options, the data and what a resumed catalog recorded:
+:func:`autodeuq.pipeline.fill_catalog`). The driver (:mod:`autodeuq.runner`) hands the rule to its
+evaluator, whose trainings report their progress to it and receive continue or stop through the
+evaluator's handle (the rule itself in-process, a Ray actor on Ray); it teaches the rule a resumed
+catalog's histories; and after each recorded result it lets the scheduler change the rule.
 
 With ``early_discarding="auto"``, a search starts without discarding. Once its first trainings
 have finished, the driver projects the time of the whole search on the workers at hand (the time
@@ -17,7 +24,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DiscardByCost", "decide_after"]
+__all__ = ["DiscardByCost", "Scheduler", "decide_after"]
 
 
 def decide_after(slots: int) -> int:
@@ -72,3 +79,60 @@ class DiscardByCost:
                     f"than the budget of {d['budget_s']:.0f} s (from its first {d['after_trainings']} trainings)")
         return (f"no early discarding: the search is projected to take {d.get('projected_s', 0):.0f} s, within the "
                 f"budget of {d.get('budget_s', 0):.0f} s")
+
+
+class Scheduler:
+    """The early discarding of one search: ``rule`` (None: every training to its own end) and,
+    for ``early_discarding="auto"`` not yet decided, ``by_cost`` (:class:`DiscardByCost`).
+
+    The driver calls :meth:`attach` once its catalog is open, then :meth:`after_record` after each
+    result it records.
+    """
+
+    def __init__(self, rule=None, by_cost: DiscardByCost | None = None):
+        self.rule, self.by_cost = rule, by_cost
+
+    def describe(self) -> dict | None:
+        """The rule as the catalog records it (None: none yet)."""
+        return None if self.rule is None else self.rule.describe()
+
+    @property
+    def search_share(self) -> float:
+        """The share of a time limit the search phase may use (i-Epoch keeps the rest for its full
+        trainings)."""
+        return float(getattr(self.rule, "search_share", 1.0))
+
+    def attach(self, evaluator, writer) -> None:
+        """Hand the rule to ``evaluator`` for the trainings it starts, and teach it what the
+        finished trainings of the catalog open in ``writer`` reported (a resumed search)."""
+        if self.rule is None:
+            return
+        if evaluator.discarder is not self.rule:
+            evaluator.set_discarder(self.rule)
+        if writer.n_finished:
+            _replay(evaluator, writer)
+
+    def after_record(self, evaluator, writer, durations, remaining: int, elapsed: float) -> str | None:
+        """Take the pending decision of ``auto`` once it can be taken: turn successive halving on
+        for the trainings ``evaluator`` starts next when the search is projected over budget, and
+        record the decision in the catalog; the line saying so, or None when nothing changed."""
+        cost = self.by_cost
+        if cost is None:
+            return None
+        on = cost.decide(durations, remaining=remaining, slots=evaluator.n_slots, elapsed=elapsed)
+        if on is None:
+            return None
+        if on:
+            self.rule = cost.rule
+            evaluator.set_discarder(self.rule)
+            _replay(evaluator, writer)
+        writer.record_discarding(self.describe(), cost.decision)
+        self.by_cost = None
+        return cost.line()
+
+
+def _replay(evaluator, writer) -> None:
+    # The rungs learn what the finished trainings reported there, through the evaluator's handle:
+    # on Ray, the actor's records are the ones the workers consult.
+    histories = writer.validation_loss_histories(batch_sizes=True)
+    evaluator.discarder.replay([h for h, _ in histories], [b for _, b in histories])

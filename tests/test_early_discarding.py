@@ -238,3 +238,23 @@ def test_cli_sha_rungs_option(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["search", "--dataset", "toy-sine", "--sha-rungs", "updates", "--run-dir", str(tmp_path / "bad")])
     assert "--sha-rungs" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def test_the_driver_owns_the_rule_and_hands_it_to_the_evaluator(tmp_path, setup, monkeypatch):
+    """The objective carries no rule: the scheduler gives it to the evaluator the search runs on."""
+    from autodeuq import pipeline
+    from autodeuq.evaluator import SerialEvaluator
+
+    space, data = setup
+    seen = []
+    original = SerialEvaluator.set_discarder
+
+    def recording(self, discarder):
+        seen.append(None if discarder is None else discarder.describe())
+        original(self, discarder)
+
+    monkeypatch.setattr(SerialEvaluator, "set_discarder", recording)
+    config = configure(SearchConfig, search="random", max_evals=3, epochs=4, evaluator="serial",
+                       early_discarding="sha", progress=False)
+    pipeline.fill_catalog(space, data, tmp_path / "run", config)
+    assert seen == [{"policy": "sha", "min_epochs": 3, "reduction": 3}]
