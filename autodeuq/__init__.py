@@ -37,12 +37,7 @@ _LAZY = {
 _SUBMODULES = ("errors", "metrics", "ensemble", "search", "evaluator", "data", "space", "catalog", "plots", "discard")
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    if name in _SUBMODULES:
-        return import_module(f"autodeuq.{name}")
-    raise AttributeError(f"module 'autodeuq' has no attribute {name!r}")
+__getattr__ = import_module("autodeuq._lazy").lazy_attributes(__name__, _LAZY, _SUBMODULES)
 
 
 def __dir__():

@@ -16,18 +16,10 @@ searchers' module pulls in scikit-learn, the evaluators' Ray.
 """
 from __future__ import annotations
 
-import importlib
 from collections.abc import MutableMapping
 from typing import Any
 
-
-def resolve(target: str) -> Any:
-    """The object a ``"module:attribute"`` string names (the attribute may be dotted)."""
-    module, _, attribute = target.partition(":")
-    value = importlib.import_module(module)
-    for part in attribute.split("."):
-        value = getattr(value, part)
-    return value
+from autodeuq._lazy import resolve
 
 
 class Registry(MutableMapping):

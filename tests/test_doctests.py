@@ -24,6 +24,7 @@ MODULES = (
     "autodeuq.search.bo",
     "autodeuq.search.surrogate",
     "autodeuq.registry",
+    "autodeuq._lazy",
 )
 
 
