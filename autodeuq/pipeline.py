@@ -290,7 +290,7 @@ def refit_ensemble(ensemble, when="auto", *, deadline: float | None = None, wher
     Raises
     ------
     CatalogError
-        ``when`` is True and the catalog does not store the rows (made by an older autodeuq).
+        The catalog does not store the rows (every catalog of this version does).
     """
     from autodeuq.catalog import CatalogError
     from autodeuq.ensemble.refit import not_refitted, refit_selected, should_refit
@@ -300,13 +300,10 @@ def refit_ensemble(ensemble, when="auto", *, deadline: float | None = None, wher
         return not_refitted(ensemble, why), why
     rows = ensemble.catalog.fit_data()
     if rows is None:
-        if when == "auto":  # an older catalog: the ensemble as before
-            why = "not refitted: the catalog does not store the validation rows (made by an older autodeuq)"
-            return not_refitted(ensemble, why), why
         raise CatalogError(f"{ensemble.catalog.run_dir}: its catalog does not store the training and validation "
-                           f"rows (it was created by an older autodeuq), so its members cannot be refitted here; "
-                           f"search again in a new run directory, or refit in Python with "
-                           f"autodeuq.ensemble.refit.refit(ensemble, x, y)", parameters=("refit", "run_dir"))
+                           f"rows, so its members cannot be refitted here; search again in a new run directory, "
+                           f"or refit in Python with autodeuq.ensemble.refit.refit(ensemble, x, y)",
+                           parameters=("refit", "run_dir"))
     where = where or {}
     return refit_selected(ensemble, rows[0], rows[1], when, deadline=deadline,
                           evaluator=where.get("evaluator", "serial"), evaluator_options=where.get("evaluator_options"))

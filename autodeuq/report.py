@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from autodeuq import metrics, plots
-from autodeuq.catalog import Catalog
-from autodeuq.data import BUILTIN_DATASETS, DataError, load_builtin, load_test_file
+from autodeuq.data import load_test_file
 from autodeuq.ensemble import Ensemble
 from autodeuq.fileio import atomic_write, refuse_linked_folders
 from autodeuq.result import Status
@@ -34,20 +33,6 @@ class Report:
         for name in TABLE_METRICS:
             lines.append(f"{name:<22}" + "".join(f"{self.metrics[s][name]['mean']:>14.4f}" for s in splits))
         return "\n".join(lines)
-
-
-def _builtin_dataset(catalog: Catalog):
-    """The run's built-in dataset, rebuilt; for catalogs made before the test set and the training
-    points were stored in the index (a user's data files are never re-read)."""
-    data = catalog.meta.get("data", {})
-    split = data.get("split", {})
-    if data.get("name") not in BUILTIN_DATASETS:
-        return None
-    try:
-        return load_builtin(data["name"], seed=split.get("seed", 0), valid_fraction=split.get("fraction", 1 / 3),
-                            test_fraction=split.get("test_fraction"))
-    except (DataError, ImportError):
-        return None
 
 
 def build_and_report(run_dir, config=None, *, test_file=None, manifest=None, deadline=None, refit_where=None,
@@ -151,21 +136,15 @@ def _prediction_plots(names, data, prediction, y) -> dict[str, bytes]:
 
 
 def _test_and_training_data(catalog, ensemble, test_file):
-    """(x_test, y_test) or None, and for one feature the training points (x, y) or None."""
-    one_feature = len(ensemble.feature_names) == 1
+    """(x_test, y_test) or None, and for one feature the training points (x, y) or None: a
+    ``test_file``'s rows, else the test rows the catalog stores (the built-in datasets', or
+    ``search --test``'s)."""
     if test_file is not None:
         test = load_test_file(test_file, ensemble.feature_names, ensemble.target_names,
                               preprocessor=ensemble.preprocessor)
     else:
         test = catalog.test_data()
-    train = catalog.training_data() if one_feature else None
-    if (test is None and test_file is None) or (train is None and one_feature):
-        dataset = _builtin_dataset(catalog)
-        if dataset is not None:
-            if test is None and test_file is None and dataset.x_test is not None:
-                test = (dataset.x_test, dataset.y_test)
-            if train is None and one_feature:
-                train = (dataset.x_train, dataset.y_train)
+    train = catalog.training_data() if len(ensemble.feature_names) == 1 else None
     return test, train
 
 
