@@ -56,8 +56,6 @@ INPUTS = {
 
 def option(parameter: str) -> str:
     """The command-line option that sets a library parameter."""
-    from autodeuq.options import BY_NAME
-
     if parameter in BY_NAME:
         return BY_NAME[parameter].cli_flag
     return PARAMETER_FLAGS.get(parameter, "--" + parameter.replace("_", "-"))

@@ -270,7 +270,11 @@ class Option:
             return self.default_text
         if isinstance(self.default, bool):
             return "on" if self.default else "off"
-        return "none" if self.default is None else ("1/3" if self.default == 1 / 3 else str(self.default))
+        return "none" if self.default is None else self.default_literal(str)
+
+    def default_literal(self, show=repr) -> str:
+        """The default as written in the help and the documentation (the validation fraction as 1/3)."""
+        return "1/3" if self.default == DEFAULT_VALID_FRACTION else show(self.default)
 
 
 class _Names(dict):
@@ -588,8 +592,7 @@ def numpydoc_parameters(indent: str = "    ") -> str:
 
     lines = []
     for o in OPTIONS:
-        default = "1/3" if o.default == DEFAULT_VALID_FRACTION else repr(o.default)
-        lines.append(f"{indent}{o.name} : {o.constraint.describe()}, default={default}")
+        lines.append(f"{indent}{o.name} : {o.constraint.describe()}, default={o.default_literal()}")
         text = o.help_text(lambda name: f"``{name}``")
         if o.default_text is not None:
             text += f" (default: {o.default_text})"
