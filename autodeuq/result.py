@@ -47,7 +47,8 @@ class TrainResult:
     ----------
     status : {"done", "discarded", "failed"}
     objective : float
-        Minimum validation Gaussian NLL over the epochs (standardized units), ``inf`` on failure.
+        Minimum validation Gaussian NLL over the epochs (standardized units), a classifier's
+        minimum validation categorical NLL (log loss); ``inf`` on failure.
     reason : str or None
         Why the evaluation failed (``None`` when it succeeded).
     epochs : int
@@ -61,7 +62,9 @@ class TrainResult:
     model_bytes : bytes or None
         The ``.keras`` file of the trained model (inputs and outputs in original units).
     valid_mean, valid_var : ndarray of shape (n_valid, n_targets) or None
-        Validation predictions of the kept weights, original units.
+        Validation predictions of the kept weights, original units (regression).
+    valid_proba : ndarray of shape (n_valid, n_classes) or None
+        A classifier's validation class probabilities of the kept weights.
     history : dict of lists
         Per-epoch ``loss``, ``val_loss`` and ``lr``.
     worker : str
@@ -80,6 +83,7 @@ class TrainResult:
     model_bytes: bytes | None = None
     valid_mean: np.ndarray | None = None
     valid_var: np.ndarray | None = None
+    valid_proba: np.ndarray | None = None
     history: dict[str, list[float]] = field(default_factory=dict)
     worker: str = ""
     start_time: float = 0.0

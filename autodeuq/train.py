@@ -1,5 +1,5 @@
-"""Train one configuration with the Gaussian NLL (Nix & Weigend 1994; Lakshminarayanan et al. 2017)
-on a compiled epoch loop.
+"""Train one configuration with the Gaussian NLL (Nix & Weigend 1994; Lakshminarayanan et al. 2017),
+or a classifier with the categorical NLL (cross-entropy), on a compiled epoch loop.
 
 Why not ``model.fit``: for the small tabular networks of the search, Keras' per-step and
 per-epoch Python machinery (data adapters, callbacks, the validation pass) costs far more than
@@ -115,6 +115,68 @@ def gaussian_nll_and_gradients(y, mean, var):
     diff = mean - y
     scaled = 1.0 / (tf.cast(tf.size(y), var.dtype) * var)
     return gaussian_nll(y, mean, var), diff * scaled, 0.5 * scaled * (1.0 - tf.square(diff) / var)
+
+
+def categorical_nll(y, logits):
+    """Mean weighted categorical NLL (cross-entropy) of class codes under softmax(``logits``).
+
+    ``y`` is ``(n, 2)``: the class code and the row's weight (:func:`autodeuq.labels.class_row_weights`;
+    ones without class weights), so that one tensor carries a classifier's targets as it carries
+    a regression's: ``sum_i w_i (logsumexp(z_i) - z_i[y_i]) / n``.
+    """
+    return categorical_nll_and_gradients(y, logits)[0]
+
+
+@tf.autograph.experimental.do_not_convert
+def categorical_nll_and_gradients(y, logits):
+    """:func:`categorical_nll` and its gradient w.r.t. ``logits``: ``w_i (softmax(z_i) - onehot(y_i)) / n``."""
+    log_p = tf.nn.log_softmax(logits)
+    onehot = tf.one_hot(tf.cast(y[:, 0], tf.int32), tf.shape(logits)[1], dtype=logits.dtype)
+    weights = y[:, 1:2]
+    n = tf.cast(tf.shape(logits)[0], logits.dtype)
+    loss = -tf.reduce_sum(weights * onehot * log_p) / n
+    return loss, weights * (tf.exp(log_p) - onehot) / n
+
+
+class GaussianLoss:
+    """The regression training loss: the network outputs ``(mean, var)``; the validation outputs
+    kept per epoch are their concatenation."""
+
+    @staticmethod
+    def value(y, outputs):
+        return gaussian_nll(y, *outputs)
+
+    @staticmethod
+    def value_and_gradients(y, outputs):
+        loss, d_mean, d_var = gaussian_nll_and_gradients(y, *outputs)
+        return loss, (d_mean, d_var)
+
+    @staticmethod
+    def kept(outputs):
+        return tf.concat(outputs, axis=1)
+
+
+class CategoricalLoss:
+    """The classification training loss: the network outputs logits; the validation outputs kept
+    per epoch are the log-probabilities."""
+
+    @staticmethod
+    def value(y, outputs):
+        return categorical_nll(y, outputs[0])
+
+    @staticmethod
+    def value_and_gradients(y, outputs):
+        loss, d_logits = categorical_nll_and_gradients(y, outputs[0])
+        return loss, (d_logits,)
+
+    @staticmethod
+    def kept(outputs):
+        return tf.nn.log_softmax(outputs[0])
+
+
+def loss_of(plan: NetworkPlan):
+    """The training loss of a network's plan (a classifier's or a Gaussian network's)."""
+    return CategoricalLoss if plan.n_classes is not None else GaussianLoss
 
 
 # --------------------------------------------------------------------------- per-epoch bookkeeping
@@ -246,10 +308,13 @@ class CompiledTrainer:
         That network's computation.
     optimizer_name : str
         A name of :data:`autodeuq.optimizers.OPTIMIZERS`.
+    loss : GaussianLoss or CategoricalLoss
+        The network's loss (:func:`loss_of`).
     """
 
-    def __init__(self, model: keras.Model, program: NetworkProgram, optimizer_name: str):
+    def __init__(self, model: keras.Model, program: NetworkProgram, optimizer_name: str, loss=GaussianLoss):
         self.program = program
+        self.loss = loss
         self.shapes = [tuple(int(s) for s in v.shape) for v in model.trainable_variables]
         self.sizes = [int(np.prod(s)) for s in self.shapes]
         size = int(sum(self.sizes))
@@ -301,10 +366,10 @@ class CompiledTrainer:
         def step(i, total):
             start = i * batch_size
             stop = tf.minimum(start + batch_size, n)
-            mean, var, saved = self.program.forward(self._weights(), x[start:stop], self._state(),
-                                                    training=True, rng=self.generator)
-            loss, d_mean, d_var = gaussian_nll_and_gradients(y[start:stop], mean, var)
-            grads = self.program.backward(saved, d_mean, d_var)
+            *outputs, saved = self.program.forward(self._weights(), x[start:stop], self._state(),
+                                                   training=True, rng=self.generator)
+            loss, d_outputs = self.loss.value_and_gradients(y[start:stop], outputs)
+            grads = self.program.backward(saved, *d_outputs)
             grad = tf.concat([g if len(s) == 1 else tf.reshape(g, flat) for g, s in zip(grads, self.shapes)], axis=0)
             self.optimizer.apply(grad, self.params)
             if self.state is not None:
@@ -313,10 +378,10 @@ class CompiledTrainer:
 
         _, total = tf.while_loop(lambda i, _: i < (n + batch_size - 1) // batch_size, step,
                                  (tf.constant(0), tf.constant(0.0)))
-        mean, var, _ = self.program.forward(self._weights(), x_valid, self._state())
+        *outputs, _ = self.program.forward(self._weights(), x_valid, self._state())
         # one tensor for both losses: one transfer to the host per epoch
-        losses = tf.stack([total / tf.cast(n, tf.float32), gaussian_nll(y_valid, mean, var)])
-        return losses, tf.concat([mean, var], axis=1)
+        losses = tf.stack([total / tf.cast(n, tf.float32), self.loss.value(y_valid, outputs)])
+        return losses, self.loss.kept(outputs)
 
     def reset(self, initial_weights, learning_rate: float, seed: int, initial_state=()):
         flat = np.concatenate([np.asarray(w, np.float32).reshape(-1) for w in initial_weights])
@@ -362,7 +427,7 @@ def _checkout_trainer(plan, model, optimizer_name):
         trainer = _CACHE.pop(key, None)
     if trainer is not None:
         return key, trainer, True
-    return key, CompiledTrainer(model, NetworkProgram(plan, model), optimizer_name), False
+    return key, CompiledTrainer(model, NetworkProgram(plan, model), optimizer_name, loss_of(plan)), False
 
 
 def _checkin_trainer(key, trainer):
@@ -509,12 +574,13 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,  
         arch, hp = space.split(config)
         scaler = dataset.scaler
         n_features, n_targets = dataset.x_train.shape[1], dataset.y_train.shape[1]
+        n_classes = dataset.labels.n_classes if dataset.is_classification else None
         batch_size = min(int(hp["batch_size"]), len(dataset.x_train))
 
         seed = _seed32(seed)
         _clear_state()
         keras.utils.set_random_seed(seed)
-        plan = NetworkPlan.from_arch(space, arch, n_features, n_targets)
+        plan = NetworkPlan.from_arch(space, arch, n_features, n_targets, n_classes)
         core = plan.build_model()
         n_params = count_params(core)
         key, trainer, reused = _checkout_trainer(plan, core, hp["optimizer"])
@@ -523,8 +589,8 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,  
                       hp["learning_rate"] if schedule is None else schedule[0], seed,
                       [_to_numpy(v) for v in plan.state_variables(core)])
         tensors = tuple(tf.constant(np.asarray(a, dtype=np.float32)) for a in (
-            scaler.transform_x(dataset.x_train), scaler.transform_y(dataset.y_train),
-            scaler.transform_x(dataset.x_valid), scaler.transform_y(dataset.y_valid),
+            scaler.transform_x(dataset.x_train), _training_targets(dataset, "train"),
+            scaler.transform_x(dataset.x_valid), _training_targets(dataset, "valid"),
         )) + (tf.constant(batch_size, tf.int32),)
         book = EpochBookkeeper(hp["learning_rate"], hp["patience_reduce_lr"], hp["patience_early_stopping"])
         t_setup = time.perf_counter()
@@ -546,8 +612,13 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,  
         for var, value in zip(plan.state_variables(core), trainer.best_state_values()):
             var.assign(value)
         # the best epoch's validation pass ran with exactly the weights kept
-        valid_mean, valid_var = scaler.inverse_y(*split_output(best_out.astype(np.float64)))
-        model_bytes = model_to_bytes(with_scaling(core, scaler))
+        if n_classes is not None:
+            valid_mean = valid_var = None
+            valid_proba = _probabilities(best_out)
+        else:
+            valid_mean, valid_var = scaler.inverse_y(*split_output(best_out.astype(np.float64)))
+            valid_proba = None
+        model_bytes = model_to_bytes(with_scaling(core, scaler, classifier=n_classes is not None))
         t_end = time.perf_counter()
         return TrainResult(
             status=Status.DISCARDED if discarded else Status.DONE,
@@ -559,6 +630,7 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,  
             model_bytes=model_bytes,
             valid_mean=valid_mean,
             valid_var=valid_var,
+            valid_proba=valid_proba,
             history=history,
             worker=worker,
             start_time=start_time,
@@ -577,6 +649,27 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,  
         )
     except Exception as exc:  # noqa: BLE001 - a training never takes its worker down
         return failure(f"{type(exc).__name__}: {exc}".strip())
+
+
+def _training_targets(dataset, part: str) -> np.ndarray:
+    """The targets of the training or validation rows as the loss reads them: standardized, or a
+    classifier's (class code, row weight) pairs (weights on the training rows only: the validation
+    loss, which selects epochs and networks, is the plain log loss)."""
+    y = getattr(dataset, f"y_{part}")
+    if not dataset.is_classification:
+        return dataset.scaler.transform_y(y)
+    from autodeuq.labels import class_row_weights
+
+    weights = (class_row_weights(y[:, 0], dataset.labels.n_classes, dataset.class_weight) if part == "train"
+               else np.ones(len(y)))
+    return np.column_stack([y[:, 0], weights])
+
+
+def _probabilities(log_proba) -> np.ndarray:
+    """Class probabilities (float64, rows summing to 1) from float32 log-probabilities."""
+    log_proba = np.asarray(log_proba, dtype=np.float64)
+    proba = np.exp(log_proba - log_proba.max(axis=1, keepdims=True))
+    return proba / proba.sum(axis=1, keepdims=True)
 
 
 def _run_epochs(trainer: CompiledTrainer, tensors, book: EpochBookkeeper, max_epochs: int, history,  # noqa: C901

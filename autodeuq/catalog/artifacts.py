@@ -92,10 +92,11 @@ def npy_bytes(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def npz_bytes(mean: np.ndarray, var: np.ndarray) -> bytes:
-    """A predictions file: ``mean`` and ``var`` in one ``.npz`` archive (:func:`load_npz` reads it)."""
+def npz_bytes(**arrays: np.ndarray) -> bytes:
+    """A predictions file: named arrays (``mean`` and ``var``, or a classifier's ``proba``) in one
+    ``.npz`` archive (:func:`load_npz` reads it)."""
     buf = io.BytesIO()
-    np.savez(buf, mean=mean, var=var)
+    np.savez(buf, **arrays)
     return buf.getvalue()
 
 

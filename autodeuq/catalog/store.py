@@ -573,24 +573,67 @@ class Catalog:
                                f"refusing to use it")
         return read_verified(path, self.run_dir, sha, limit, where, "the run directory")
 
-    def _read_predictions(self, entry_id: int) -> tuple[np.ndarray, np.ndarray]:
+    @property
+    def task(self) -> str:
+        """``"regression"`` or ``"classification"``, as the run was created."""
+        return (self._meta.get("data") or {}).get("task", "regression")
+
+    @property
+    def labels(self):
+        """A classification run's :class:`~autodeuq.labels.Labels`; None for regression."""
+        from autodeuq.labels import Labels
+
+        recorded = (self._meta.get("data") or {}).get("labels")
+        return Labels.from_dict(recorded) if self.task == "classification" and recorded else None
+
+    @property
+    def prediction_arrays(self) -> tuple[str, ...]:
+        """The validation predictions each entry stores: ``("mean", "var")``, a classifier's ``("proba",)``."""
+        return ("proba",) if self.task == "classification" else ("mean", "var")
+
+    @property
+    def _prediction_shape(self) -> tuple[int, int]:
+        n_valid = self._valid_targets.shape[0]
+        return (n_valid, self.labels.n_classes) if self.task == "classification" else self._valid_targets.shape
+
+    def _read_predictions(self, entry_id: int) -> tuple[np.ndarray, ...]:
+        """The entry's validation predictions, in the order of :attr:`prediction_arrays`."""
         row = self._done_row(entry_id, "predictions")
         path = self.predictions_path(entry_id)
-        expected = self._valid_targets.shape
+        expected = self._prediction_shape
+        names = self.prediction_arrays
         array_bytes = math.prod(expected) * 8 + 4096  # float64 data and its .npy header
         data = self._read_checked(entry_id, path, row["predictions_sha256"], "predictions",
-                                  2 * array_bytes + (1 << 16))
+                                  len(names) * array_bytes + (1 << 16))
         try:
-            arrays = load_npz(data, ("mean", "var"), array_bytes)
+            arrays = load_npz(data, names, array_bytes)
         except Exception as exc:  # noqa: BLE001 - any decoding failure means a corrupt file
             raise CatalogError(f"{self.run_dir}: entry {entry_id}: predictions file {path} is corrupt: {exc}") from None
-        mean, var = arrays["mean"], arrays["var"]
-        if mean.shape != expected or var.shape != expected:
+        shapes = [arrays[name].shape for name in names]
+        if any(shape != expected for shape in shapes):
             raise CatalogError(
-                f"{self.run_dir}: entry {entry_id}: predictions file {path} has shapes {mean.shape}/{var.shape}, "
-                f"expected {expected}"
+                f"{self.run_dir}: entry {entry_id}: predictions file {path} has shapes "
+                f"{'/'.join(map(str, shapes))}, expected {expected}"
             )
-        return mean, var
+        return tuple(arrays[name] for name in names)
+
+    def validation_probabilities(self, ids: Iterable[int] | None = None) -> tuple[list[int], np.ndarray, dict]:
+        """A classification run's cached validation class probabilities of done entries.
+
+        Returns
+        -------
+        ids : list of int
+            The entries loaded (an entry whose file is missing or damaged is left out, as
+            :meth:`validation_predictions` does with ``skip_missing=True``).
+        probas : ndarray of shape (len(ids), n_valid, n_classes)
+        skipped : dict of int to str
+            The entries left out, with the reason.
+        """
+        if self.task != "classification":
+            raise CatalogError(f"{self.run_dir}: a {self.task} run has no class probabilities")
+        ids, arrays, skipped = self._load_predictions(ids, skip_missing=True)
+        shape = (0, *self._prediction_shape)
+        return ids, np.stack([a[0] for a in arrays]) if arrays else np.empty(shape), skipped
 
     def validation_predictions(self, ids: Iterable[int] | None = None, *,
                                skip_missing: bool = True) -> ValidationPredictions:
@@ -612,23 +655,11 @@ class Catalog:
             Unpacks as ``(ids, means, variances)``: the entries loaded, and their means and
             variances, each of shape (len(ids), n_valid, n_targets).
         """
-        ids = self.model_ids() if ids is None else [int(i) for i in ids]
-        loaded, means, variances, skipped = [], [], [], {}
-        for entry_id in ids:
-            try:
-                mean, var = self._read_predictions(entry_id)
-            except CatalogError as exc:
-                skipped[entry_id] = str(exc)
-                continue
-            loaded.append(entry_id)
-            means.append(mean)
-            variances.append(var)
-        if skipped:
-            listing = "; ".join(skipped.values())
-            if not skip_missing:
-                raise CatalogError(f"cannot load the validation predictions of {len(skipped)} entr"
-                                   f"{'y' if len(skipped) == 1 else 'ies'}: {listing}")
-            warnings.warn(f"skipped {len(skipped)} catalog entries: {listing}", CatalogWarning, stacklevel=2)
+        if self.task != "regression":
+            raise CatalogError(f"{self.run_dir}: a {self.task} run has no means and variances: "
+                               f"see validation_probabilities")
+        loaded, arrays, skipped = self._load_predictions(ids, skip_missing)
+        means, variances = [a[0] for a in arrays], [a[1] for a in arrays]
         shape = (0, *self._valid_targets.shape)
         return ValidationPredictions(
             loaded,
@@ -636,6 +667,24 @@ class Catalog:
             np.stack(variances) if variances else np.empty(shape),
             skipped,
         )
+
+    def _load_predictions(self, ids, skip_missing: bool) -> tuple[list[int], list[tuple], dict[int, str]]:
+        ids = self.model_ids() if ids is None else [int(i) for i in ids]
+        loaded, arrays, skipped = [], [], {}
+        for entry_id in ids:
+            try:
+                arrays.append(self._read_predictions(entry_id))
+            except CatalogError as exc:
+                skipped[entry_id] = str(exc)
+                continue
+            loaded.append(entry_id)
+        if skipped:
+            listing = "; ".join(skipped.values())
+            if not skip_missing:
+                raise CatalogError(f"cannot load the validation predictions of {len(skipped)} entr"
+                                   f"{'y' if len(skipped) == 1 else 'ies'}: {listing}")
+            warnings.warn(f"skipped {len(skipped)} catalog entries: {listing}", CatalogWarning, stacklevel=3)
+        return loaded, arrays, skipped
 
     def model_bytes(self, entry_id: int) -> bytes:
         """The bytes of a done entry's model file, checked as :meth:`load_model` checks them.
@@ -935,8 +984,8 @@ class CatalogWriter(Catalog):
                     warnings.warn(f"entry {entry_id}: recorded as failed: {problem}", CatalogWarning, stacklevel=2)
                     status, reason = Status.FAILED, f"invalid result: {problem}"
             if status in MODEL_STATUSES:
-                npz = npz_bytes(np.asarray(result.valid_mean, dtype=np.float64),
-                                np.asarray(result.valid_var, dtype=np.float64))
+                npz = npz_bytes(**{name: np.asarray(getattr(result, f"valid_{name}"), dtype=np.float64)
+                                   for name in self.prediction_arrays})
                 model_sha, predictions_sha = sha256_hex(result.model_bytes), sha256_hex(npz)
                 replace_file(self.model_path(entry_id), bytes(result.model_bytes))
                 replace_file(self.predictions_path(entry_id), npz)
@@ -954,12 +1003,12 @@ class CatalogWriter(Catalog):
             return "no model bytes"
         if not isinstance(result.objective, (int, float)) or not math.isfinite(float(result.objective)):
             return f"non-finite objective {result.objective!r}"
-        expected = self._valid_targets.shape
-        for name in ("valid_mean", "valid_var"):
-            value = getattr(result, name)
+        expected = self._prediction_shape
+        for name in self.prediction_arrays:
+            value = getattr(result, f"valid_{name}")
             shape = None if value is None else np.shape(value)
             if shape != expected:
-                return f"{name} has shape {shape}, expected {expected}"
+                return f"valid_{name} has shape {shape}, expected {expected}"
         return None
 
     def _commit_record(self, entry_id, result, status, reason, model_sha, predictions_sha, extra) -> None:
