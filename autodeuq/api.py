@@ -11,98 +11,28 @@ import weakref
 from pathlib import Path
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
 from autodeuq.options import BY_NAME, numpydoc_parameters, signature_parameters
 
 
-class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
-    """Automated deep ensemble with uncertainty quantification.
+class _AutoDEUQ(BaseEstimator):
+    """What the regressor and the classifier share: the parameters (one per option of a run), the
+    search, the catalog and the ensemble; a subclass says its task and how it reads ``y``."""
 
-    ``fit`` searches architectures and training hyperparameters jointly, keeps every trained
-    network in a catalog (``run_dir``), and selects an ensemble greedily on validation NLL.
-
-    Parameters
-    ----------
-{parameters}
-
-    Attributes
-    ----------
-    ensemble_ : Ensemble
-    run_dir_ : Path
-    search_summary_ : SearchSummary
-    n_features_in_ : int
-    feature_names_in_ : ndarray of str
-        Set when ``X`` is a DataFrame with string column names; recorded in the catalog with the
-        target's name(s) (a named Series or a DataFrame ``y``), so ``autodeuq predict`` reads the
-        original table.
-    n_targets_ : int
-    n_dropped_missing_target_ : int
-        Rows left out because their target is missing (``drop_missing_target``).
-
-    Notes
-    -----
-    The encoding and the imputation values are fitted on the training rows only (see
-    :mod:`autodeuq.preprocess`) and saved with the ensemble as JSON.
-
-    Persistence: ``joblib.dump(model, "model.joblib")`` and ``model = joblib.load("model.joblib")``
-    (or :mod:`pickle`) work, before or after ``predict``; the file holds the estimator and the
-    absolute path of its catalog, from which the loaded estimator reads its member models, so it
-    predicts identically on any machine that has the run directory at that path (with the same
-    package versions, as for any scikit-learn pickle). Loading a pickle runs code: load only files
-    you trust. To ship the model without its catalog, and without pickle, export the ensemble:
-    ``model.ensemble_.save("model_dir", self_contained=True)``, then
-    ``autodeuq.load_ensemble("model_dir").predict(X)`` anywhere.
-
-    Examples
-    --------
-    >>> from autodeuq import AutoDEUQRegressor                      # doctest: +SKIP
-    >>> model = AutoDEUQRegressor(max_evals=20).fit(X, y)           # doctest: +SKIP
-    >>> mean, std = model.predict(X_new, return_std=True)           # doctest: +SKIP
-    >>> parts = model.predict_uncertainty(X_new)                    # doctest: +SKIP
-    >>> parts.aleatoric_std, parts.epistemic_std                    # doctest: +SKIP
-    """
+    _TASK = ""
 
     def __init__(self, **params):
         # One keyword-only parameter per option of a run (autodeuq.options.OPTIONS): the signature
         # scikit-learn reads (get_params, clone) is set below from the same table.
         unknown = sorted(set(params) - set(BY_NAME))
         if unknown:
-            raise TypeError(f"AutoDEUQRegressor got an unexpected keyword argument {unknown[0]!r}")
+            raise TypeError(f"{type(self).__name__} got an unexpected keyword argument {unknown[0]!r}")
         for name, option in BY_NAME.items():
             setattr(self, name, params.get(name, option.default))
 
-    def fit(self, X, y, X_valid=None, y_valid=None):
-        """Search, fill the catalog and build the ensemble.
-
-        Parameters
-        ----------
-        X : array-like or DataFrame of shape (n_samples, n_features)
-            At least 3 rows without ``X_valid`` (2 with); a DataFrame's column names are kept.
-            Non-numeric columns and missing values are handled as ``categorical`` and
-            ``impute`` say.
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-        X_valid, y_valid : array-like, optional
-            Validation data; default: a seeded random split of (X, y).
-
-        Returns
-        -------
-        self
-
-        Raises
-        ------
-        ParameterError
-            A parameter's value is refused, before any work (a ``ValueError``).
-        SpaceError
-            ``space`` names no shipped space or a bad space file, before any work.
-        SearchError
-            No training succeeded, or the first ones all failed the same way (the message gives
-            the most common reason).
-        KeyboardInterrupt
-            Ctrl-C (or SIGTERM, as :class:`~autodeuq.runner.Terminated`) stopped the search; the
-            catalog in ``run_dir_`` is consistent and ``fit`` with that ``run_dir`` resumes it.
-        """
+    def _fit(self, X, y, X_valid=None, y_valid=None):
         from autodeuq.data import DEFAULT_VALID_FRACTION, MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_table
         from autodeuq.errors import ParameterError
         from autodeuq.pipeline import (
@@ -122,18 +52,21 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         options = TableOptions(categorical=table_config.categorical, impute=table_config.impute,
                                drop=table_config.drop, id_column=table_config.id_column,
                                drop_missing_target=table_config.drop_missing_target)
+        if table_config.task not in ("auto", self._TASK):
+            raise ParameterError("task", f"must be 'auto' or {self._TASK!r} for {type(self).__name__}",
+                                 table_config.task)
         space = load_space(config.space)
-        target_names = _target_names(y)
         # At least a training and a validation row; scikit-learn's message says "1 sample(s)".
         min_rows = MIN_TRAIN_ROWS + (MIN_VALID_ROWS if X_valid is None else 0)
         # Values (NaN, inf, text in numbers, missing targets) are checked by the data layer, whose
         # messages name the column and the data row.
-        checked, y = validate_data(self, X, y, validate_separately=(
+        numeric = self._TASK == "regression"
+        checked, y_checked = validate_data(self, X, y, validate_separately=(
             {"dtype": None, "ensure_all_finite": False, "ensure_min_samples": min_rows},
-            {"ensure_2d": False, "dtype": "numeric", "ensure_all_finite": False}))
-        check_consistent_length(checked, y)
-        self._y_1d = np.ndim(y) == 1
-        y2 = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+            {"ensure_2d": False, "dtype": "numeric" if numeric else None, "ensure_all_finite": False}))
+        check_consistent_length(checked, y_checked)
+        y2, target_names = self._targets(y if hasattr(y, "name") or hasattr(y, "columns") else y_checked,
+                                         len(checked))
         valid = None
         if X_valid is not None:
             if self.valid_fraction != DEFAULT_VALID_FRACTION:
@@ -141,7 +74,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
                                      "validation rows are X_valid's)", self.valid_fraction)
             X_valid = self._by_name(X_valid)
             valid_checked = validate_data(self, X_valid, reset=False, dtype=None, ensure_all_finite=False)
-            y_valid = np.asarray(y_valid, dtype=np.float64).reshape(len(valid_checked), -1)
+            y_valid = np.asarray(y_valid, dtype=np.float64 if numeric else object).reshape(len(valid_checked), -1)
         seed = 0 if config.seed is None else int(config.seed)
         # The catalog records the real column names, so `autodeuq predict --data table.csv` works.
         if not (target_names and len(target_names) == y2.shape[1]):
@@ -149,7 +82,9 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         if X_valid is not None:
             valid = (_with_targets(self._table(X_valid, valid_checked), y_valid, target_names), "X_valid")
         dataset = from_table(_with_targets(self._table(X, checked), y2, target_names), target_names, "X", options,
-                             valid=valid, valid_fraction=table_config.valid_fraction, seed=seed, name="<fit arrays>")
+                             valid=valid, valid_fraction=table_config.valid_fraction, seed=seed, name="<fit arrays>",
+                             task=self._TASK, class_weight=table_config.class_weight)
+        self._fitted(dataset)
         self.n_targets_ = y2.shape[1]
         self.n_dropped_missing_target_ = sum(dataset.dropped_missing_target.values())
         space = space.for_rows(len(dataset.x_train))
@@ -208,9 +143,6 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         # An object array of numbers is numbers: only text and the like are categorical.
         return pd.DataFrame(checked, columns=columns).infer_objects()
 
-    def _shape(self, a):
-        return a[:, 0] if self._y_1d else a
-
     def _by_name(self, X):
         """A DataFrame holding the fit's feature names in another order, put in the fit's order."""
         names = getattr(self, "feature_names_in_", None)
@@ -220,6 +152,106 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         if columns != list(names) and len(columns) == len(names) and set(columns) == set(names):
             return X[list(names)]
         return X  # other mismatches: scikit-learn's own error names the unseen / missing columns
+
+    def _ensemble_prediction(self, X):
+        check_is_fitted(self, "ensemble_")
+        X = self._by_name(X)
+        checked = validate_data(self, X, reset=False, dtype=None, ensure_all_finite=False)  # checked when encoded
+        return self.ensemble_.predict(self._table(X, checked))
+
+    def _fitted(self, dataset) -> None:
+        """Record what the fit learned of the targets (a subclass's own attributes)."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = False
+        tags.input_tags.string = self.categorical != "none"
+        tags.input_tags.allow_nan = self.impute != "none"
+        return tags
+
+
+
+
+class AutoDEUQRegressor(RegressorMixin, _AutoDEUQ):
+    """Automated deep ensemble with uncertainty quantification.
+
+    ``fit`` searches architectures and training hyperparameters jointly, keeps every trained
+    network in a catalog (``run_dir``), and selects an ensemble greedily on validation NLL.
+
+    Parameters
+    ----------
+{parameters}
+
+    Attributes
+    ----------
+    ensemble_ : Ensemble
+    run_dir_ : Path
+    search_summary_ : SearchSummary
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Set when ``X`` is a DataFrame with string column names; recorded in the catalog with the
+        target's name(s) (a named Series or a DataFrame ``y``), so ``autodeuq predict`` reads the
+        original table.
+    n_targets_ : int
+    n_dropped_missing_target_ : int
+        Rows left out because their target is missing (``drop_missing_target``).
+
+    Notes
+    -----
+    The encoding and the imputation values are fitted on the training rows only (see
+    :mod:`autodeuq.preprocess`) and saved with the ensemble as JSON.
+
+    Persistence: ``joblib.dump(model, "model.joblib")`` and ``model = joblib.load("model.joblib")``
+    (or :mod:`pickle`) work, before or after ``predict``; the file holds the estimator and the
+    absolute path of its catalog, from which the loaded estimator reads its member models, so it
+    predicts identically on any machine that has the run directory at that path (with the same
+    package versions, as for any scikit-learn pickle). Loading a pickle runs code: load only files
+    you trust. To ship the model without its catalog, and without pickle, export the ensemble:
+    ``model.ensemble_.save("model_dir", self_contained=True)``, then
+    ``autodeuq.load_ensemble("model_dir").predict(X)`` anywhere.
+
+    Examples
+    --------
+    >>> from autodeuq import AutoDEUQRegressor                      # doctest: +SKIP
+    >>> model = AutoDEUQRegressor(max_evals=20).fit(X, y)           # doctest: +SKIP
+    >>> mean, std = model.predict(X_new, return_std=True)           # doctest: +SKIP
+    >>> parts = model.predict_uncertainty(X_new)                    # doctest: +SKIP
+    >>> parts.aleatoric_std, parts.epistemic_std                    # doctest: +SKIP
+    """
+
+    _TASK = "regression"
+
+    def fit(self, X, y, X_valid=None, y_valid=None):
+        """Search, fill the catalog and build the ensemble.
+
+        Parameters
+        ----------
+        X : array-like or DataFrame of shape (n_samples, n_features)
+            At least 3 rows without ``X_valid`` (2 with); a DataFrame's column names are kept.
+            Non-numeric columns and missing values are handled as ``categorical`` and
+            ``impute`` say.
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        X_valid, y_valid : array-like, optional
+            Validation data; default: a seeded random split of (X, y).
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ParameterError
+            A parameter's value is refused, before any work (a ``ValueError``).
+        SpaceError
+            ``space`` names no shipped space or a bad space file, before any work.
+        SearchError
+            No training succeeded, or the first ones all failed the same way (the message gives
+            the most common reason).
+        KeyboardInterrupt
+            Ctrl-C (or SIGTERM, as :class:`~autodeuq.runner.Terminated`) stopped the search; the
+            catalog in ``run_dir_`` is consistent and ``fit`` with that ``run_dir`` resumes it.
+        """
+        return self._fit(X, y, X_valid, y_valid)
 
     def predict_uncertainty(self, X):
         """The decomposed prediction, shaped like :meth:`predict`'s.
@@ -232,10 +264,7 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         A DataFrame is matched to the fit's columns by name (``feature_names_in_``), whatever
         its column order; an array by position.
         """
-        check_is_fitted(self, "ensemble_")
-        X = self._by_name(X)
-        checked = validate_data(self, X, reset=False, dtype=None, ensure_all_finite=False)  # checked when encoded
-        result = self.ensemble_.predict(self._table(X, checked))
+        result = self._ensemble_prediction(X)
         shaped = dataclasses.replace(result, **{f.name: self._shape(getattr(result, f.name))
                                                 for f in dataclasses.fields(result)})
         # The mixture itself stays (n_members, n, n_targets): intervals and tables come from it.
@@ -247,19 +276,123 @@ class AutoDEUQRegressor(RegressorMixin, BaseEstimator):
         result = self.predict_uncertainty(X)
         return (result.mean, result.std) if return_std else result.mean
 
+    def _targets(self, y, n_rows: int):
+        """``y`` checked: (its values as a float (n, T) array, the target names or None)."""
+        names = _target_names(y)
+        self._y_1d = np.ndim(y) == 1
+        return np.asarray(y, dtype=np.float64).reshape(n_rows, -1), names
+
+    def _shape(self, a):
+        return a[:, 0] if self._y_1d else a
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.single_output = False
-        tags.non_deterministic = False
-        tags.input_tags.string = self.categorical != "none"
-        tags.input_tags.allow_nan = self.impute != "none"
         return tags
 
 
+class AutoDEUQClassifier(ClassifierMixin, _AutoDEUQ):
+    """Automated deep ensemble of classifiers whose uncertainty splits into aleatoric and epistemic entropy.
+
+    The same search, catalog and greedy selection as :class:`AutoDEUQRegressor`, with networks
+    that end in one logit per class, trained on the categorical NLL (cross-entropy); members are
+    selected on the log loss of their mixture (the weighted mean of their class probabilities).
+    Any labels (text, integers, booleans) are kept with the model; ``predict`` returns them.
+
+    Parameters
+    ----------
+{parameters}
+
+    Attributes
+    ----------
+    classes_ : ndarray
+        The classes, sorted: the columns of :meth:`predict_proba`.
+    ensemble_ : ClassifierEnsemble
+    run_dir_ : Path
+    search_summary_ : SearchSummary
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+
+    Notes
+    -----
+    ``task`` must be ``"auto"`` or ``"classification"``. Persistence and export are as for
+    :class:`AutoDEUQRegressor`.
+
+    Examples
+    --------
+    >>> from autodeuq import AutoDEUQClassifier                     # doctest: +SKIP
+    >>> model = AutoDEUQClassifier(max_evals=20).fit(X, y)          # doctest: +SKIP
+    >>> model.predict(X_new), model.predict_proba(X_new)            # doctest: +SKIP
+    >>> parts = model.predict_uncertainty(X_new)                    # doctest: +SKIP
+    >>> parts.total_entropy, parts.aleatoric_entropy, parts.epistemic_mi   # doctest: +SKIP
+    """
+
+    _TASK = "classification"
+
+    def fit(self, X, y, X_valid=None, y_valid=None):
+        """Search, fill the catalog and build the ensemble.
+
+        Parameters
+        ----------
+        X : array-like or DataFrame of shape (n_samples, n_features)
+            At least 3 rows without ``X_valid`` (2 with); a DataFrame's column names are kept.
+            Non-numeric columns and missing values are handled as ``categorical`` and
+            ``impute`` say.
+        y : array-like of shape (n_samples,)
+            Class labels of any type; each class needs at least 2 rows.
+        X_valid, y_valid : array-like, optional
+            Validation data (labels among ``y``'s classes); default: a seeded split of (X, y),
+            stratified by class.
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ParameterError
+            A parameter's value is refused, before any work (a ``ValueError``).
+        SpaceError
+            ``space`` names no shipped space or a bad space file, before any work.
+        SearchError
+            No training succeeded, or the first ones all failed the same way (the message gives
+            the most common reason).
+        KeyboardInterrupt
+            Ctrl-C (or SIGTERM, as :class:`~autodeuq.runner.Terminated`) stopped the search; the
+            catalog in ``run_dir_`` is consistent and ``fit`` with that ``run_dir`` resumes it.
+        """
+        return self._fit(X, y, X_valid, y_valid)
+
+    def predict_uncertainty(self, X):
+        """The ensemble's class prediction: a :class:`~autodeuq.ensemble.categorical.CategoricalPrediction`
+        with ``proba``, ``label``, ``total_entropy``, ``aleatoric_entropy``, ``epistemic_mi``,
+        the per-class ``variance`` of the members' probabilities and ``prediction_set(level)``."""
+        return self._ensemble_prediction(X)
+
+    def predict_proba(self, X):
+        """(n, n_classes): class probabilities, columns in :attr:`classes_` order."""
+        return self.predict_uncertainty(X).proba
+
+    def predict(self, X):
+        """The most probable class of each row."""
+        return self.predict_uncertainty(X).label
+
+    def _targets(self, y, n_rows: int):
+        from sklearn.utils.multiclass import check_classification_targets
+
+        names = _target_names(y)
+        if np.ndim(y) == 2 and np.shape(y)[1] != 1:
+            raise ValueError(f"AutoDEUQClassifier takes one column of labels, got y of shape {np.shape(y)}")
+        check_classification_targets(y)
+        return np.asarray(y, dtype=object).reshape(n_rows, 1), names
+
+    def _fitted(self, dataset) -> None:
+        self.classes_ = dataset.labels.array()
 # scikit-learn reads the parameters from the signature (get_params, clone); help() shows them.
-setattr(AutoDEUQRegressor.__init__, "__signature__", inspect.Signature(
+setattr(_AutoDEUQ.__init__, "__signature__", inspect.Signature(
     [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *signature_parameters()]))
-AutoDEUQRegressor.__doc__ = str(AutoDEUQRegressor.__doc__).replace("{parameters}", numpydoc_parameters())
+for _estimator in (AutoDEUQRegressor, AutoDEUQClassifier):
+    _estimator.__doc__ = str(_estimator.__doc__).replace("{parameters}", numpydoc_parameters())
 
 
 def _with_targets(table, y, names):

@@ -585,6 +585,11 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
         raise DataError(f"{source}: no feature columns besides the target(s) {targets}"
                         + (f" and the columns left out {options.ignored}" if options.ignored else ""))
     choice = decide_task(frame, targets, task)
+    if choice.task == "regression" and class_weight != "none":
+        from autodeuq.errors import ParameterError
+
+        raise ParameterError("class_weight", f"applies to classification; {choice.line()}", class_weight,
+                             refers=("task",))
     labels = None
     if choice.task == "classification":
         y, keep, labels = _label_rows(frame, targets[0], source, options.drop_missing_target)

@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from autodeuq import discard, evaluator, preprocess, search
+from autodeuq import discard, evaluator, labels, preprocess, search
 from autodeuq.data import DEFAULT_VALID_FRACTION, SMALL_DATA_ROWS
 from autodeuq.ensemble import options as ensemble_choices
 from autodeuq.errors import ParameterError
@@ -319,8 +319,16 @@ OPTIONS: tuple[Option, ...] = (
            "its output", metavar="COL"),
     Option("drop_missing_target", "table", False, Boolean(), "leave out the rows whose target is missing (of the "
            "training and validation rows), and say how many, instead of refusing the table"),
+    Option("task", "table", "auto", OneOf(labels.TASKS),
+           "what the target is: auto (classification for a target of text, booleans or categories, regression for "
+           "numbers; the run's first line says which and why), regression, classification (one target column "
+           "whose values are class labels)"),
+    Option("class_weight", "table", "none", OneOf(labels.CLASS_WEIGHTS),
+           "classification: the classes' weights in the training loss; balanced weighs each class by the inverse "
+           "of its share of the training rows (validation, selection and scores stay unweighted)"),
     Option("valid_fraction", "table", DEFAULT_VALID_FRACTION, Fraction(),
-           "fraction of the training rows held out for validation when no validation rows are given",
+           "fraction of the training rows held out for validation when no validation rows are given (by class "
+           "for classification)",
            metavar="F"),
     # ------------------------------------------------------------------ search
     Option("space", "search", "tabular", Space(), "search space: 'toy', 'tabular' or a YAML/JSON file",
@@ -436,8 +444,10 @@ OPTIONS: tuple[Option, ...] = (
            "repeat the selection on B random halves of the validation rows and average the weights (bagged "
            "selection; 0: select once on all rows)", metavar="B"),
     Option("calibrate", "ensemble", "auto", OneOf(ensemble_choices.CALIBRATIONS),
-           "scale: recalibrate each target's predictive std by a factor fitted on out-of-fold selections of the "
-           f"validation rows; auto: scale when the training and validation rows number more than {SMALL_DATA_ROWS}"),
+           "scale (regression): recalibrate each target's predictive std by a factor fitted on out-of-fold "
+           "selections of the validation rows; temperature (classification): divide the members' logits by one "
+           "temperature fitted the same way; auto: the task's, when the training and validation rows number more "
+           f"than {SMALL_DATA_ROWS}"),
     Option("refit", "ensemble", "auto", Boolean(auto=True),
            "retrain the selected members on the training and validation rows together, each for the epochs of its "
            "best validation loss with the learning rates it used then; off: keep the networks the search trained. "

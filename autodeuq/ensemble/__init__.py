@@ -4,6 +4,8 @@ One job per module: :mod:`~autodeuq.ensemble.building` (catalog -> selection -> 
 :mod:`~autodeuq.ensemble.selection` and :mod:`~autodeuq.ensemble.calibration`),
 :mod:`~autodeuq.ensemble.predictive` (the ensemble and its prediction),
 :mod:`~autodeuq.ensemble.mixture` (the value a prediction returns),
+:mod:`~autodeuq.ensemble.classifier` and :mod:`~autodeuq.ensemble.categorical` (a classification
+run's ensemble and its prediction),
 :mod:`~autodeuq.ensemble.manifest` (saving and loading), :mod:`~autodeuq.ensemble.inputs` (input
 encoding) and :mod:`~autodeuq.ensemble.refit`.
 
@@ -16,6 +18,7 @@ _NAMES = {
     "Ensemble": "autodeuq.ensemble.predictive", "EnsembleSizeWarning": "autodeuq.ensemble.building",
     "ManifestError": "autodeuq.ensemble.predictive", "UncertaintyPrediction": "autodeuq.ensemble.mixture",
     "load_ensemble": "autodeuq.ensemble.manifest", "select": "autodeuq.ensemble.selection",
+    "ClassifierEnsemble": "autodeuq.ensemble.classifier", "CategoricalPrediction": "autodeuq.ensemble.categorical",
 }
 
 
@@ -26,4 +29,5 @@ def __dir__():
     return sorted(set(globals()) | set(_NAMES))
 
 
-__all__ = ["Ensemble", "EnsembleSizeWarning", "ManifestError", "UncertaintyPrediction", "load_ensemble", "select"]
+__all__ = ["CategoricalPrediction", "ClassifierEnsemble", "Ensemble", "EnsembleSizeWarning", "ManifestError",
+           "UncertaintyPrediction", "load_ensemble", "select"]

@@ -17,8 +17,9 @@ import numpy as np
 from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.ensemble.calibration import cross_fitted_scale, pooled_coverage, resolve_calibration
 from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
-from autodeuq.ensemble.predictive import EnsembleError
-from autodeuq.ensemble.selection import select, select_bagged
+from autodeuq.ensemble.categorical import cross_fitted_temperature, pooled_log_loss
+from autodeuq.ensemble.predictive import EnsembleError, ensemble_class
+from autodeuq.ensemble.selection import select, select_bagged, select_categorical, select_categorical_bagged
 from autodeuq.errors import AutoDEUQWarning, ParameterError
 
 COVERAGE_LEVELS = (0.5, 0.9, 0.95)
@@ -41,13 +42,16 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
     """The ensemble of class ``cls`` selected and calibrated on the catalog in ``run_dir``.
 
     What :meth:`Ensemble.from_catalog <autodeuq.ensemble.Ensemble.from_catalog>` does; its
-    documentation gives the parameters, the warnings and the errors.
+    documentation gives the parameters, the warnings and the errors. A classification run's
+    members are selected on the log loss of their mixture and calibrated by a temperature
+    (:class:`ClassifierCandidates`); its ensemble is a
+    :class:`~autodeuq.ensemble.classifier.ClassifierEnsemble`.
 
     Parameters
     ----------
     cls : type
         The ensemble's class, called as ``cls(run_dir, member_ids, weights, selection=...,
-        calibration=...)``.
+        calibration=...)`` (:func:`~autodeuq.ensemble.predictive.ensemble_class` of the run's task).
     run_dir, size, selector, score, stop, diversity, calibrate, calibration_folds, bags, seed :
         As :meth:`Ensemble.from_catalog <autodeuq.ensemble.Ensemble.from_catalog>` takes them.
 
@@ -62,6 +66,7 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
     if calibrate not in CALIBRATIONS:
         raise ParameterError("calibrate", f"must be one of {list(CALIBRATIONS)}", calibrate)
     catalog = Catalog(run_dir)
+    cls = ensemble_class(catalog.task, cls)
     ids = catalog.model_ids()
     if not ids:
         raise EnsembleError(f"{run_dir}: the catalog has no successful evaluation to build an ensemble from")
@@ -73,28 +78,24 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
         warnings.warn(f"{run_dir}: ensemble size {size} asked, but the catalog has only {len(ids)} successful "
                       f"entries: selecting among those, at most {len(ids)} members", EnsembleSizeWarning,
                       stacklevel=3)
-    ids, means, variances = loaded = catalog.validation_predictions(ids)
-    if not ids:
-        raise CatalogError(f"{run_dir}: no successful entry has usable validation predictions "
-                           f"({next(iter(loaded.skipped.values()))})")
-    y = catalog.validation_targets()
+    candidates = (ClassifierCandidates if catalog.task == "classification" else GaussianCandidates)(catalog, ids)
+    ids, n_valid = candidates.ids, candidates.n_rows
+    if catalog.task == "classification":
+        selection["score"] = "log_loss"
     counts = catalog.row_counts() if calibrate == "auto" else None
-    rows = sum(counts) if counts else None
-    calibrate, selection["calibration"] = resolve_calibration(calibrate, rows)
-    if calibrate == "scale" and len(y) < calibration_folds:
+    calibrate, selection["calibration"] = resolve_calibration(calibrate, sum(counts) if counts else None,
+                                                              catalog.task)
+    if calibrate != "none" and n_valid < calibration_folds:
         raise EnsembleError(f"{run_dir}: recalibration cross-fits on {calibration_folds} folds of the validation "
-                            f"rows, and there are {len(y)}; give more validation rows or no recalibration",
+                            f"rows, and there are {n_valid}; give more validation rows or no recalibration",
                             parameters=("calibrate",))
     groups = None if diversity == "none" else member_groups(catalog, ids, diversity)
 
     def select_rows(rows):
-        options = dict(selector=selector, score=score, stop=stop, groups=groups)
-        if bags and selector != "topk":  # top-k ranks single models: its weights stay uniform
-            return select_bagged(means[:, rows], variances[:, rows], y[rows], selection["size"], bags=bags,
-                                 seed=seed, **options)
-        return select(means[:, rows], variances[:, rows], y[rows], size=selection["size"], **options)
+        return candidates.select(rows, selection["size"], selector=selector, score=score, stop=stop, groups=groups,
+                                 bags=bags, seed=seed)
 
-    chosen = select_rows(np.arange(len(y)))
+    chosen = select_rows(np.arange(n_valid))
     members = [int(ids[i]) for i in chosen.indices]
     selection.update({"stop": stop, "diversity": diversity, "bags": bags, "catalog_entries": len(ids),
                       "members": len(members), "effective_size": round(chosen.effective_size, 4),
@@ -111,16 +112,67 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
                       f"mostly one network's distance to the others; selection without replacement "
                       f"weighs members equally", EnsembleSizeWarning, stacklevel=3)
     calibration = None
-    if calibrate == "scale":
-        scale, chunks = cross_fitted_scale(select_rows, means, variances, y, folds=calibration_folds, seed=seed)
-        calibration = {
-            "method": "scale", "scale": scale.tolist(), "folds": calibration_folds, "seed": seed,
+    if calibrate != "none":
+        calibration = candidates.calibrate(select_rows, calibration_folds, seed)
+    return cls(run_dir, members, chosen.weights, selection=selection, calibration=calibration)
+
+
+class GaussianCandidates:
+    """A regression catalog's entries as selection candidates: their validation means and variances."""
+
+    def __init__(self, catalog, ids):
+        self.ids, self.means, self.variances = loaded = catalog.validation_predictions(ids)
+        if not self.ids:
+            raise CatalogError(f"{catalog.run_dir}: no successful entry has usable validation predictions "
+                               f"({next(iter(loaded.skipped.values()))})")
+        self.y = catalog.validation_targets()
+        self.n_rows = len(self.y)
+
+    def select(self, rows, size, *, selector, score, stop, groups, bags, seed):
+        options = dict(selector=selector, score=score, stop=stop, groups=groups)
+        if bags and selector != "topk":  # top-k ranks single models: its weights stay uniform
+            return select_bagged(self.means[:, rows], self.variances[:, rows], self.y[rows], size, bags=bags,
+                                 seed=seed, **options)
+        return select(self.means[:, rows], self.variances[:, rows], self.y[rows], size=size, **options)
+
+    def calibrate(self, select_rows, folds: int, seed: int) -> dict:
+        """A std scale per target fitted on out-of-fold selections, with the coverage before and after."""
+        scale, chunks = cross_fitted_scale(select_rows, self.means, self.variances, self.y, folds=folds, seed=seed)
+        return {
+            "method": "scale", "scale": scale.tolist(), "folds": folds, "seed": seed,
             "validation_coverage_before": {str(level): pooled_coverage(chunks, level).tolist()
                                            for level in COVERAGE_LEVELS},
             "validation_coverage_after": {str(level): pooled_coverage(chunks, level, scale).tolist()
                                           for level in COVERAGE_LEVELS},
         }
-    return cls(run_dir, members, chosen.weights, selection=selection, calibration=calibration)
+
+
+class ClassifierCandidates:
+    """A classification catalog's entries as selection candidates: their validation class probabilities,
+    selected on the log loss of their mixture (``score`` does not apply)."""
+
+    def __init__(self, catalog, ids):
+        self.ids, self.probas, skipped = catalog.validation_probabilities(ids)
+        if not self.ids:
+            raise CatalogError(f"{catalog.run_dir}: no successful entry has usable validation predictions "
+                               f"({next(iter(skipped.values()))})")
+        self.y = catalog.validation_targets()[:, 0].astype(np.int64)
+        self.n_rows = len(self.y)
+
+    def select(self, rows, size, *, selector, score, stop, groups, bags, seed):
+        options = dict(selector=selector, stop=stop, groups=groups)
+        if bags and selector != "topk":
+            return select_categorical_bagged(self.probas[:, rows], self.y[rows], size, bags=bags, seed=seed,
+                                             **options)
+        return select_categorical(self.probas[:, rows], self.y[rows], size=size, **options)
+
+    def calibrate(self, select_rows, folds: int, seed: int) -> dict:
+        """One temperature fitted on out-of-fold selections, with the validation log loss before and after."""
+        log_proba = np.log(np.maximum(self.probas, np.finfo(float).tiny))
+        temperature, chunks = cross_fitted_temperature(select_rows, log_proba, self.y, folds=folds, seed=seed)
+        return {"method": "temperature", "temperature": float(temperature), "folds": folds, "seed": seed,
+                "validation_log_loss_before": pooled_log_loss(chunks),
+                "validation_log_loss_after": pooled_log_loss(chunks, temperature)}
 
 
 def member_groups(catalog, ids, by: str) -> list[str]:

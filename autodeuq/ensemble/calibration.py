@@ -24,6 +24,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from autodeuq import data, metrics
+from autodeuq.errors import ParameterError
 
 __all__ = ["apply_scale", "fit_scale", "cross_fitted_scale", "pooled_coverage", "resolve_calibration"]
 
@@ -33,24 +34,29 @@ LIMIT = 1e3
 Chunk = tuple  # (means (M, n, T), variances (M, n, T), weights (M,), y (n, T))
 
 
-def resolve_calibration(calibrate: str, n_rows: int | None) -> tuple[str, str]:
+def resolve_calibration(calibrate: str, n_rows: int | None, task: str = "regression") -> tuple[str, str]:
     """The recalibration ``calibrate`` stands for on ``n_rows`` training and validation rows
-    (None: not known, as for a catalog of an older autodeuq), and why.
+    (None: not known, as for a catalog of an older autodeuq), and why: a std scale for
+    regression, a temperature for classification.
 
     >>> resolve_calibration("auto", 5000)
     ('scale', 'recalibrated: 5000 training and validation rows (auto: more than 1000)')
     >>> resolve_calibration("auto", 500)[0], resolve_calibration("scale", 10)[0], resolve_calibration("none", 10)[0]
     ('none', 'scale', 'none')
     """
-    if calibrate == "scale":
-        return "scale", "recalibrated: asked for"
+    method = "temperature" if task == "classification" else "scale"
+    if calibrate in ("scale", "temperature") and calibrate != method:
+        raise ParameterError("calibrate", f"must be 'auto', 'none' or {method!r} for {task}: {calibrate!r} "
+                                          f"recalibrates the other task's predictions", calibrate)
+    if calibrate == method:
+        return method, "recalibrated: asked for"
     if calibrate == "none":
         return "none", "not recalibrated: turned off"
     if n_rows is None:
         return "none", "not recalibrated: the catalog does not record its number of rows"
     limit = data.SMALL_DATA_ROWS
     if not data.is_small(n_rows):
-        return "scale", f"recalibrated: {n_rows} training and validation rows (auto: more than {limit})"
+        return method, f"recalibrated: {n_rows} training and validation rows (auto: more than {limit})"
     return "none", (f"not recalibrated: {n_rows} training and validation rows, at most the {limit} above "
                     f"which recalibration is on by default")
 

@@ -11,4 +11,5 @@ STOPS = ("size", "improvement")
 #: How members may be kept apart (``diversity`` of :meth:`~autodeuq.ensemble.Ensemble.from_catalog`).
 DIVERSITY = ("none", "architecture", "activations")
 #: Post-hoc recalibration methods (``calibrate`` of :meth:`~autodeuq.ensemble.Ensemble.from_catalog`).
-CALIBRATIONS = ("auto", "none", "scale")
+#: "scale" stretches a regression's mixtures, "temperature" softens a classifier's probabilities.
+CALIBRATIONS = ("auto", "none", "scale", "temperature")

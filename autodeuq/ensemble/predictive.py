@@ -63,6 +63,8 @@ class CatalogMembers:
         The training split's ``x_mean``, ``x_std`` (and ``y_mean``, ``y_std``).
     preprocessor : TablePreprocessor or None
         How a table's columns become ``feature_names`` (None: the features are the columns).
+    labels : Labels or None
+        A classification run's classes.
     """
 
     refitted: Mapping[int, bytes] = MappingProxyType({})  # also the value of sources pickled before refits
@@ -76,6 +78,7 @@ class CatalogMembers:
         self.feature_names = list(data.get("features", []))
         self.target_names = list(data.get("targets", []))
         self.standardization = data.get("standardization")
+        self.labels = self.catalog.labels
         try:
             self.preprocessor = checked_preprocessor(data.get("preprocessing"), self.feature_names)
         except DataError as exc:
@@ -114,18 +117,22 @@ class ExportedMembers:
     feature_names, target_names : list of str
     standardization : dict or None
     preprocessor : TablePreprocessor or None
+    labels : Labels or None
     """
 
     run_dir = None
     catalog = None
+    labels = None  # also the value of exports loaded before classification
 
-    def __init__(self, folder, models: dict, feature_names, target_names, standardization, preprocessor=None):
+    def __init__(self, folder, models: dict, feature_names, target_names, standardization, preprocessor=None,
+                 labels=None):
         self.folder = Path(folder)
         self.models = dict(models)
         self.feature_names = list(feature_names)
         self.target_names = list(target_names)
         self.standardization = standardization
         self.preprocessor = preprocessor
+        self.labels = labels
 
     @property
     def location(self) -> Path:
@@ -410,6 +417,12 @@ class Ensemble:
         UnseenCategoryWarning
             Rows of a table hold categories the training rows did not have: how many, per column.
         """
+        out = self._member_outputs(x, source=source, encoded=encoded)
+        t = out.shape[-1] // 2
+        return out[..., :t], out[..., t:]
+
+    def _member_outputs(self, x, *, source: str = "X", encoded: bool = False) -> np.ndarray:
+        """Every member's network output on ``x`` (checked finite), shape (n_members, n, outputs)."""
         import tensorflow as tf
 
         x = encode_inputs(x, self.feature_names, target_names=self.target_names, preprocessor=self.preprocessor,
@@ -432,8 +445,7 @@ class Ensemble:
             shown = ", ".join(map(str, rows[:10])) + (f" and {len(rows) - 10} more" if len(rows) > 10 else "")
             raise DataError(f"{source}: ensemble member {self.member_ids[member]} (catalog entry) predicts "
                             f"non-finite values for data row(s) {shown}; no prediction is returned")
-        t = out.shape[-1] // 2
-        return out[..., :t], out[..., t:]
+        return out
 
     def components(self, x, *, source: str = "X", encoded: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The predictive mixture's component (means, variances), recalibrated when the ensemble is.
@@ -520,6 +532,16 @@ class Ensemble:
         members = ", ".join(f"{i}:{w:.2f}" for i, w in zip(self.member_ids, self.weights))
         refitted = f", refitted={self.refitted_ids}" if self.refitted_ids else ""
         return f"Ensemble({str(self.source.location)!r}, members=[{members}]{refitted})"
+
+
+def ensemble_class(task: str, base=None) -> type:
+    """The ensemble class of a run's task: ``base`` (default :class:`Ensemble`) for regression,
+    :class:`~autodeuq.ensemble.classifier.ClassifierEnsemble` for classification."""
+    if task == "classification":
+        from autodeuq.ensemble.classifier import ClassifierEnsemble
+
+        return base if base is not None and issubclass(base, ClassifierEnsemble) else ClassifierEnsemble
+    return base or Ensemble
 
 
 class _StackedMembers:

@@ -1,0 +1,105 @@
+"""The ensemble of a classification run: a weighted mixture of its members' class probabilities.
+
+:class:`ClassifierEnsemble` is an :class:`~autodeuq.ensemble.Ensemble` whose members output
+logits: its prediction is a :class:`~autodeuq.ensemble.categorical.CategoricalPrediction`, the
+weighted mean of the members' softmax probabilities with the entropy decomposition of Depeweg et
+al. (2018): total = entropy of the mean probabilities, aleatoric = weighted mean of the members'
+entropies, epistemic = their difference (the mutual information between the label and the
+member). A calibrated ensemble divides every member's logits by one temperature (Guo et al.
+2017), fitted on out-of-fold selections (:func:`~autodeuq.ensemble.categorical.cross_fitted_temperature`).
+Building, saving, loading, refitting and the run-directory checks are the regression ensemble's.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from autodeuq.ensemble.categorical import CategoricalPrediction, apply_temperature
+from autodeuq.ensemble.predictive import Ensemble, EnsembleError
+
+
+class ClassifierEnsemble(Ensemble):
+    """A weighted ensemble of a classification catalog's entries (see :class:`Ensemble` for the
+    parameters; ``calibration`` is ``{"method": "temperature", "temperature": T, ...}``).
+
+    Attributes
+    ----------
+    labels : Labels
+        The classes, in the order of the probabilities' columns.
+    classes : ndarray
+        The class labels (scikit-learn's ``classes_``).
+    temperature : float
+        1 unless calibrated.
+
+    Examples
+    --------
+    >>> ens = Ensemble.from_catalog("runs/moons", size=5)          # doctest: +SKIP
+    >>> value = ens.predict(X)                                      # doctest: +SKIP
+    >>> value.proba, value.label, value.epistemic_mi                # doctest: +SKIP
+    >>> value.to_frame("moon", set_level=0.9)                       # doctest: +SKIP
+    """
+
+    def __init__(self, source, member_ids, weights, selection: dict | None = None,
+                 calibration: dict | None = None):
+        if calibration and calibration.get("method") != "temperature":
+            raise ValueError(f"a classifier's calibration is a temperature, got {calibration!r}")
+        super().__init__(source, member_ids, weights, selection=selection)
+        self.calibration = dict(calibration) if calibration else None
+        self.labels = self.source.labels
+        if self.labels is None:
+            raise ValueError("a classifier ensemble needs its classes")
+        self.temperature = 1.0
+        if self.calibration is not None:
+            value = self.calibration.get("temperature")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
+                raise ValueError(f"calibration temperature must be a positive number, got {value!r}")
+            self.temperature = float(value)
+
+    @property
+    def classes(self) -> np.ndarray:
+        return self.labels.array()
+
+    def member_log_proba(self, x, *, source: str = "X", encoded: bool = False) -> np.ndarray:
+        """Every member's class log-probabilities at its temperature, shape (n_members, n, K)."""
+        logits = self._member_outputs(x, source=source, encoded=encoded)
+        return np.log(np.maximum(apply_temperature(logits, self.temperature), np.finfo(float).tiny))
+
+    def member_predictions(self, x, *, source: str = "X", encoded: bool = False) -> np.ndarray:
+        """Every member's class probabilities (calibrated when the ensemble is), (n_members, n, K).
+
+        ``x``, ``source`` and ``encoded`` as in :meth:`Ensemble.member_predictions`.
+        """
+        return apply_temperature(self._member_outputs(x, source=source, encoded=encoded), self.temperature)
+
+    def mixture(self, probas) -> CategoricalPrediction:
+        """The ensemble's prediction from its members' probabilities (as :meth:`member_predictions`
+        returns them, or the catalog's cached validation probabilities, which are untempered: pass
+        them through :func:`~autodeuq.ensemble.categorical.apply_temperature` of their logarithm)."""
+        return CategoricalPrediction(probas, self.weights, self.classes)
+
+    def predict(self, x, *, source: str = "X", encoded: bool = False) -> CategoricalPrediction:
+        """The weighted mixture of the members' class probabilities at each row of ``x``, with the
+        label, the prediction sets and the entropy decomposition."""
+        return self.mixture(self.member_predictions(x, source=source, encoded=encoded))
+
+    def predict_proba(self, x, *, source: str = "X") -> np.ndarray:
+        """(n, K): the ensemble's class probabilities, columns in :attr:`classes` order."""
+        return self.predict(x, source=source).proba
+
+    def components(self, x, *, source: str = "X", encoded: bool = False):
+        raise EnsembleError("a classifier's components are its members' class probabilities: member_predictions")
+
+    def interval(self, x, level: float = 0.9, *, source: str = "X"):
+        raise EnsembleError("a classifier has no intervals; its prediction sets are predict(x).prediction_set(level)")
+
+    def distribution(self, x):
+        import tensorflow_probability as tfp
+
+        tfd = tfp.distributions
+        probas = np.moveaxis(self.member_predictions(x), 0, 1)  # (n, M, K)
+        return tfd.MixtureSameFamily(
+            mixture_distribution=tfd.Categorical(probs=np.broadcast_to(self.weights, probas.shape[:2])),
+            components_distribution=tfd.Categorical(probs=probas),
+        )
+
+    def __repr__(self):
+        return "Classifier" + super().__repr__()
