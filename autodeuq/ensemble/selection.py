@@ -9,6 +9,11 @@ targets, by one of two scores:
 - ``"gaussian"``: the NLL of the single Gaussian with the mixture's mean and variance
   (moment matching, as in the original AutoDEUQ code).
 
+A catalog of classifiers (:func:`select_categorical`) is selected the same way: an ensemble
+predicts the weighted mean of its members' class probabilities, and its score, the mean log loss
+``-log sum_i w_i p_i(y)``, is the mixture NLL with each model's probability of the observed class
+in place of its density.
+
 Greedy steps are incremental: the ensemble is held as running sums, and one step scores
 every catalog model at once in ``O(n_models * n_points * n_targets)``, whatever the
 ensemble's size.
@@ -18,11 +23,13 @@ import operator
 
 import numpy as np
 
+from autodeuq.ensemble.categorical import check_codes
 from autodeuq.ensemble.options import METHODS, SCORES, STOPS
 from autodeuq.errors import ParameterError
 from autodeuq.metrics import LOG_2PI, check_mixture
 
-__all__ = ["select", "select_bagged", "fit_weights", "Selection", "METHODS", "SCORES", "STOPS", "IMPROVEMENT_RTOL"]
+__all__ = ["select", "select_categorical", "select_bagged", "select_categorical_bagged", "fit_weights", "Selection",
+           "METHODS", "SCORES", "STOPS", "IMPROVEMENT_RTOL", "USABLE_SUM_TOL"]
 
 OBJECTIVES = SCORES  # its former name, kept for one release
 
@@ -30,6 +37,12 @@ OBJECTIVES = SCORES  # its former name, kept for one release
 #: ``max(1, |score|)``. It keeps float round-off (e.g. re-adding the only member, which
 #: leaves the mixture unchanged) from counting as an improvement.
 IMPROVEMENT_RTOL = 1e-12
+
+#: A classifier is usable in :func:`select_categorical` only if each row of its probabilities
+#: sums to 1 within this (in float64). Stricter than what
+#: :class:`~autodeuq.ensemble.categorical.CategoricalPrediction` accepts and renormalizes: a
+#: float32 softmax output should be cast to float64 and renormalized before selection.
+USABLE_SUM_TOL = 1e-6
 
 
 class Selection(tuple):
@@ -131,7 +144,6 @@ def select(
     means, variances, y = check_mixture(means, variances, y=y)
     size, groups, max_selections = _check_selection(means.shape[0], size, selector, score, stop, groups,
                                                     max_selections)
-    n_models = means.shape[0]
     # Any non-finite or non-positive input makes the model's log-density NaN or -inf at
     # that point, so "individual NLL is finite" is exactly the usability rule.
     with np.errstate(all="ignore"):
@@ -141,17 +153,90 @@ def select(
         logpdf += np.log(variances)
         logpdf += LOG_2PI
         logpdf *= -0.5
-        single = -logpdf.reshape(n_models, -1).mean(axis=1)
+        single = -logpdf.reshape(means.shape[0], -1).mean(axis=1)
+    if score == "mixture":
+        state, arrays = _MixtureState, (logpdf,)
+    else:
+        state, arrays = _GaussianState, (diff, sq_diff, variances)
+    del diff, sq_diff, logpdf
+    return _select_scored(single, state, arrays, size, selector, stop, groups, max_selections,
+                          unusable="a non-finite mean, a non-finite or non-positive variance, or a non-finite NLL")
+
+
+def select_categorical(probas, y_codes, size=5, selector="greedy", *, stop="size", groups=None, max_selections=None):
+    """Select an ensemble from a catalog of classifiers, on the log loss of their mixture.
+
+    The ensemble predicts the weighted mean of its members' class probabilities; its log loss
+    at row ``n`` of true class ``y_n`` is ``-log sum_j w_j p_j(y_n)``: the mixture NLL of
+    :func:`select` with the density of model ``j`` at row ``n`` replaced by ``p_j(y_n)``. So the
+    same greedy selection (Caruana et al. 2004) runs on it, in the same incremental form.
+
+    Parameters
+    ----------
+    probas : array_like, shape (n_models, n_points, n_classes)
+        Cached validation class probabilities of every catalog model.
+    y_codes : array_like, shape (n_points,)
+        Validation labels as class codes in ``[0, n_classes)``.
+    size, selector, stop, groups, max_selections :
+        As in :func:`select`.
+
+    Returns
+    -------
+    Selection
+        As in :func:`select`.
+
+    Raises
+    ------
+    ValueError
+        On an unknown ``selector`` or ``stop``, ``size < 1``, shapes that do not agree, bad
+        class codes, or a catalog without a single usable model.
+
+    Notes
+    -----
+    A model is usable when all its probabilities are finite and in ``[0, 1]``, each of its rows
+    sums to 1 within :data:`USABLE_SUM_TOL` (in float64: a float32 softmax output may need
+    renormalizing first), and its individual log loss is finite (it gives no
+    row's true class a probability of exactly 0); other models are never selected.
+
+    Examples
+    --------
+    >>> y = np.array([0, 1, 1, 0])
+    >>> probas = np.array([[[0.6, 0.4]] * 4, [[0.9, 0.1], [0.2, 0.8], [0.3, 0.7], [0.8, 0.2]]])
+    >>> indices, weights = select_categorical(probas, y, size=2)
+    >>> indices.tolist(), weights.tolist()
+    ([1, 0], [0.5, 0.5])
+    """
+    probas = np.asarray(probas, dtype=float)
+    if probas.ndim != 3 or 0 in probas.shape:
+        raise ValueError(f"probas must have shape (n_models, n_points, n_classes), none of them 0, got {probas.shape}")
+    n_models, n_points, n_classes = probas.shape
+    codes = check_codes(y_codes, n_points, n_classes)
+    size, groups, max_selections = _check_selection(n_models, size, selector, "mixture", stop, groups, max_selections)
+    with np.errstate(all="ignore"):
+        logpdf = np.log(probas[:, np.arange(n_points), codes])
+        single = -logpdf.mean(axis=1)
+        valid = np.all((probas >= 0) & (probas <= 1), axis=(1, 2))  # NaN fails both comparisons
+        valid &= np.all(np.abs(probas.sum(axis=2) - 1.0) <= USABLE_SUM_TOL, axis=1)
+    single[~valid] = np.nan
+    return _select_scored(single, _MixtureState, (logpdf,), size, selector, stop, groups, max_selections,
+                          unusable="probabilities that are not finite, not in [0, 1] or do not sum to 1, or a "
+                                   "non-finite log loss")
+
+
+def _select_scored(single, state_class, arrays, size, selector, stop, groups, max_selections, unusable):
+    """The selection shared by :func:`select` and :func:`select_categorical`, once every model is scored.
+
+    ``single`` is each model's own score (NaN or inf: unusable); ``state_class(*arrays)``, with
+    each array (n_models, ...) cut to the usable models, scores the greedy candidates;
+    ``unusable`` says what makes a model unusable, for the error when none is usable.
+    """
+    n_models = single.size
     usable = np.flatnonzero(np.isfinite(single))
     if usable.size == 0:
-        raise ValueError(
-            "no usable model in the catalog: every model has a non-finite mean, a non-finite "
-            "or non-positive variance, or a non-finite NLL"
-        )
+        raise ValueError(f"no usable model in the catalog: every model has {unusable}")
     if usable.size < n_models:
-        single, logpdf = single[usable], logpdf[usable]
-        diff, sq_diff, variances = diff[usable], sq_diff[usable], variances[usable]
-
+        single = single[usable]
+        arrays = tuple(a[usable] for a in arrays)
     if groups is not None:
         groups = groups[usable]
 
@@ -164,13 +249,8 @@ def select(
         return Selection(usable[order], np.full(order.size, 1.0 / order.size), size,
                          _shortfall(order.size, size, n_models, usable.size, groups, stopped=None))
 
-    if score == "mixture":
-        state = _MixtureState(logpdf)
-    else:
-        state = _GaussianState(diff, sq_diff, variances)
-    del diff, sq_diff, logpdf
     order, counts, stopped = _greedy(
-        state, single, size, replace=(selector == "greedy"), stop=stop, groups=groups,
+        state_class(*arrays), single, size, replace=(selector == "greedy"), stop=stop, groups=groups,
         max_selections=max_selections,
     )
     counts = counts[order]
@@ -376,22 +456,59 @@ def select_bagged(means, variances, y, size=5, *, bags=10, fraction=0.5, seed=0,
     Selection
     """
     means, variances, y = check_mixture(means, variances, y=y)
+    return _bagged(lambda rows: select(means[:, rows], variances[:, rows], y[rows], size, **options),
+                   means.shape[0], y.shape[0], size, bags, fraction, seed, options.get("groups"))
+
+
+def select_categorical_bagged(probas, y_codes, size=5, *, bags=10, fraction=0.5, seed=0, **options):
+    """:func:`select_bagged` for a catalog of classifiers: :func:`select_categorical` on random row subsets.
+
+    Parameters
+    ----------
+    probas, y_codes, size :
+        As in :func:`select_categorical`.
+    bags, fraction, seed :
+        As in :func:`select_bagged`.
+    **options :
+        ``selector``, ``stop``, ``groups``, ``max_selections`` of :func:`select_categorical`.
+
+    Returns
+    -------
+    Selection
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 3, size=40)
+    >>> probas = rng.dirichlet(np.ones(3), size=(6, 40))
+    >>> chosen = select_categorical_bagged(probas, y, size=2, bags=4)
+    >>> len(chosen.indices), round(float(chosen.weights.sum()), 12)
+    (2, 1.0)
+    """
+    probas = np.asarray(probas, dtype=float)
+    if probas.ndim != 3:
+        raise ValueError(f"probas must have shape (n_models, n_points, n_classes), got {probas.shape}")
+    y_codes = check_codes(y_codes, probas.shape[1], probas.shape[2])
+    return _bagged(lambda rows: select_categorical(probas[:, rows], y_codes[rows], size, **options),
+                   probas.shape[0], y_codes.size, size, bags, fraction, seed, options.get("groups"))
+
+
+def _bagged(select_rows, n_models, n_rows, size, bags, fraction, seed, groups):
+    """Bagged selection over ``select_rows(rows) -> Selection`` (see :func:`select_bagged`)."""
     size = _check_positive_int(size, "size")
     bags = _check_positive_int(bags, "bags")
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
-    n_rows = y.shape[0]
     rng = np.random.default_rng(seed)
-    totals = np.zeros(means.shape[0])
+    totals = np.zeros(n_models)
     reasons = []
     for _ in range(bags):
         rows = np.sort(rng.choice(n_rows, size=max(1, int(round(fraction * n_rows))), replace=False))
-        chosen = select(means[:, rows], variances[:, rows], y[rows], size, **options)
+        chosen = select_rows(rows)
         totals[chosen.indices] += chosen.weights
         reasons.append(chosen.reason)
     ranked = np.argsort(-totals, kind="stable")
     ranked = ranked[totals[ranked] > 0][:size]
-    groups = options.get("groups")
     if groups is not None:  # the union of the bags may hold two members of a group: keep the heavier
         labels = np.asarray(groups)[ranked]
         ranked = ranked[np.sort(np.unique(labels, return_index=True)[1])]
