@@ -434,8 +434,12 @@ def _check_seed(seed) -> int:
 
 
 def from_arrays(x, y, x_valid=None, y_valid=None, *, valid_fraction=DEFAULT_VALID_FRACTION, seed=0,
-                feature_names=None, target_names=None, name="<arrays>", x_test=None, y_test=None) -> Dataset:
-    """Validate in-memory arrays and build a :class:`Dataset` (random split when no validation given)."""
+                feature_names=None, target_names=None, name="<arrays>", x_test=None, y_test=None,
+                labels: Labels | None = None, class_weight: str = "none") -> Dataset:
+    """Validate in-memory arrays and build a :class:`Dataset` (random split when no validation given).
+
+    With ``labels``, ``y`` holds the class codes of a classification target (stratified split).
+    """
     x = _as_2d(x, "X")
     y = _as_2d(y, "y")
     if len(x) != len(y):
@@ -446,9 +450,10 @@ def from_arrays(x, y, x_valid=None, y_valid=None, *, valid_fraction=DEFAULT_VALI
             raise DataError(f"{label} is empty")
         check_values(arr, names, label, "feature" if label == "X" else "target")
     if x_valid is None:
-        tr, va = random_split(len(x), valid_fraction, seed)
+        tr, va = (stratified_split(y[:, 0], valid_fraction, _check_seed(seed)) if labels is not None
+                  else random_split(len(x), valid_fraction, seed))
         x, x_valid, y, y_valid = x[tr], x[va], y[tr], y[va]
-        split = {"kind": "random", "fraction": valid_fraction, "seed": seed}
+        split = {"kind": "stratified" if labels is not None else "random", "fraction": valid_fraction, "seed": seed}
     else:
         x_valid, y_valid = _as_2d(x_valid, "X_valid"), _as_2d(y_valid, "y_valid")
         if x_valid.shape[1] != x.shape[1] or y_valid.shape[1] != y.shape[1]:
@@ -457,11 +462,14 @@ def from_arrays(x, y, x_valid=None, y_valid=None, *, valid_fraction=DEFAULT_VALI
         check_values(x_valid, feature_names, "X_valid", "feature")
         check_values(y_valid, target_names, "y_valid", "target")
         split = {"kind": "given"}
-    _check_targets_vary(y, target_names, name)
+    if labels is None:
+        _check_targets_vary(y, target_names, name)
     if x_test is not None:
         x_test, y_test = _as_2d(x_test, "X_test"), _as_2d(y_test, "y_test")
+    task = {} if labels is None else {"task": "classification", "task_reason": "class codes", "labels": labels,
+                                      "class_weight": class_weight}
     return Dataset(x, y, x_valid, y_valid, feature_names, target_names, name=name, split=split,
-                   x_test=x_test, y_test=y_test)
+                   x_test=x_test, y_test=y_test, **task)
 
 
 def _column_names(x, y, feature_names, target_names, name) -> tuple[list[str], list[str]]:

@@ -752,6 +752,21 @@ def _graph_optimizer_off():
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": previous})
 
 
+def _outputs(model: keras.Model, x, batch_size: int) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 1:
+        x = x[:, None]
+    chunks = [np.asarray(model(x[i:i + batch_size], training=False)) for i in range(0, len(x), batch_size)]
+    out = np.concatenate(chunks, axis=0) if chunks else np.zeros((0, model.output_shape[-1]), np.float32)
+    return out.astype(np.float64)
+
+
+def predict_log_proba(model: keras.Model, x, batch_size: int = 65536) -> np.ndarray:
+    """Class log-probabilities (n, K), float64, of a classifier's network (which outputs logits)."""
+    logits = _outputs(model, x, batch_size)
+    return logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+
+
 def predict(model: keras.Model, x, batch_size: int = 65536) -> tuple[np.ndarray, np.ndarray]:
     """Means and variances of an original-unit model (see :func:`~autodeuq.model.with_scaling`).
 
@@ -759,10 +774,4 @@ def predict(model: keras.Model, x, batch_size: int = 65536) -> tuple[np.ndarray,
     -------
     mean, var : ndarray of shape (n, T), float64, original units
     """
-    x = np.asarray(x, dtype=np.float32)
-    if x.ndim == 1:
-        x = x[:, None]
-    chunks = [np.asarray(model(x[i:i + batch_size], training=False)) for i in range(0, len(x), batch_size)]
-    out = np.concatenate(chunks, axis=0) if chunks else np.zeros((0, model.output_shape[-1]), np.float32)
-    mean, var = split_output(out.astype(np.float64))
-    return mean, var
+    return split_output(_outputs(model, x, batch_size))

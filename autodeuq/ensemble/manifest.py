@@ -47,6 +47,7 @@ from autodeuq.ensemble.predictive import (
     EnsembleError,
     ExportedMembers,
     ManifestError,
+    ensemble_class,
 )
 from autodeuq.fileio import WriteError, atomic_write, os_reason, refuse_linked_folders
 
@@ -159,7 +160,8 @@ def load_ensemble(path) -> Ensemble:
     selection, calibration = _selection_and_calibration(path, manifest)
     try:
         source = CatalogMembers((path.parent.resolve() / run_dir).resolve(), refitted)
-        return Ensemble(source, ids, weights, selection=selection, calibration=calibration)
+        return ensemble_class(source.catalog.task)(source, ids, weights, selection=selection,
+                                                   calibration=calibration)
     except CatalogError:
         raise
     except ValueError as exc:
@@ -218,11 +220,28 @@ def _load_self_contained(path: Path, manifest: dict) -> Ensemble:
             raise ManifestError(f"{path}: members[{k}]: 'model' must be {name!r}, got {_short(member.get('model'))}")
         models[entry_id] = _member_file(path, k, member, name, "model file", "the ensemble folder")
     selection, calibration = _selection_and_calibration(path, manifest)
-    source = ExportedMembers(folder, models, features, targets, standardization, preprocessor)
+    labels = _manifest_labels(path, manifest.get("labels"), targets)
+    source = ExportedMembers(folder, models, features, targets, standardization, preprocessor, labels)
     try:
-        return Ensemble(source, ids, weights, selection=selection, calibration=calibration)
+        return ensemble_class("regression" if labels is None else "classification")(
+            source, ids, weights, selection=selection, calibration=calibration)
     except ValueError as exc:
         raise ManifestError(f"{path}: {exc}") from None
+
+
+def _manifest_labels(path: Path, recorded, targets: list[str]):
+    """A self-contained classifier's classes (``labels``: ``{"classes": [...], "target": name}``), or None."""
+    from autodeuq.labels import Labels
+
+    if recorded is None:
+        return None
+    classes = recorded.get("classes") if isinstance(recorded, dict) else None
+    if (not isinstance(classes, list) or len(classes) < 2 or len(classes) > 100_000
+            or not all(isinstance(c, (str, int, float, bool)) for c in classes) or len(set(classes)) != len(classes)
+            or recorded.get("target") not in targets):
+        raise ManifestError(f"{path}: 'labels' must hold 'classes' (at least two distinct labels) and 'target' (one "
+                            f"of {targets}), got {_short(recorded)}")
+    return Labels(classes, recorded["target"])
 
 
 def _member_file(path: Path, k: int, member: dict, name: str, what: str, held_in: str) -> bytes:
@@ -335,6 +354,7 @@ def _export(ens: Ensemble, folder: Path) -> Path:
         "targets": ens.target_names,
         "standardization": ens.source.standardization,
         "preprocessing": None if ens.preprocessor is None else ens.preprocessor.to_dict(),
+        **({} if ens.source.labels is None else {"labels": ens.source.labels.to_dict()}),
         "versions": {k: versions[k] for k in _EXPORT_VERSIONS if k in versions},
     }
     _make_folder(members_dir)

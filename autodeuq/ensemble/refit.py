@@ -128,17 +128,25 @@ def refit_failed(refit_nll: float, original_nll: float, constant_nll: float) -> 
     return refit_nll - original_nll > REFIT_TOLERANCE * max(constant_nll - original_nll, 0.0)
 
 
-def _constant_nll(y) -> float:
-    """Mean Gaussian NLL on ``y`` of the constant Gaussian with its columns' means and variances."""
+def _constant_nll(y, n_classes: int | None = None) -> float:
+    """Mean NLL on ``y`` of the constant prediction: the Gaussian with its columns' means and
+    variances, or for class codes (``n_classes``) the classes' frequencies."""
     y = np.asarray(y, dtype=np.float64)
+    if n_classes is not None:
+        codes = y[:, 0].astype(np.int64)
+        frequencies = np.bincount(codes, minlength=n_classes) / len(codes)
+        return float(-np.mean(np.log(frequencies[codes])))
     return float(np.mean(gaussian_nll(y, np.broadcast_to(y.mean(axis=0), y.shape),
                                       np.broadcast_to(np.maximum(y.var(axis=0), 1e-12), y.shape))))
 
 
-def _nll(model, x, y) -> float:
-    """Mean Gaussian NLL of an original-unit network on rows ``(x, y)``."""
-    from autodeuq.train import predict
+def _nll(model, x, y, classifier: bool = False) -> float:
+    """Mean NLL of an original-unit network on rows ``(x, y)``: Gaussian, or a classifier's log loss."""
+    from autodeuq.train import predict, predict_log_proba
 
+    if classifier:
+        log_proba = predict_log_proba(model, x)
+        return float(-np.mean(log_proba[np.arange(len(y)), np.asarray(y, dtype=np.float64)[:, 0].astype(np.int64)]))
     mean, var = predict(model, x)
     return float(np.mean(gaussian_nll(y, mean, var)))
 
@@ -256,8 +264,10 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
     if y.shape[1] != len(ensemble.target_names):
         raise ParameterError("y", f"must have {len(ensemble.target_names)} column(s)", np.shape(y))
     # Every row trains; the same rows stand in for the validation data, whose loss is only reported.
+    labels = catalog.labels
     dataset = data.from_arrays(x, y, x, y, feature_names=ensemble.feature_names,
-                               target_names=ensemble.target_names, name="refit")
+                               target_names=ensemble.target_names, name="refit", labels=labels,
+                               class_weight=(catalog.meta.get("data") or {}).get("class_weight", "none"))
     n_train = (catalog.row_counts() or (len(x), 0))[0]
     started = time.monotonic()
     entries = {entry_id: catalog.entry(entry_id) for entry_id in dict.fromkeys(ensemble.member_ids)}
@@ -275,7 +285,8 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
             results.update(runner.wait())
         parallel = min(runner.n_slots, len(planned))
     models, epochs, kept = {}, {}, []
-    constant = _constant_nll(y)
+    classifier = labels is not None
+    constant = _constant_nll(y, labels.n_classes if classifier else None)
     for entry_id in planned:
         result = results.get(entry_id)
         if result is None or not result.ok:
@@ -283,7 +294,8 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
             raise RefitError(f"refit of member {entry_id} failed: {reason}")
         where = f"{catalog.run_dir}: member {entry_id}"
         original = load_keras_model(catalog.model_bytes(entry_id), where)
-        if not refit_failed(_nll(load_keras_model(result.model_bytes, where), x, y), _nll(original, x, y), constant):
+        refitted = load_keras_model(result.model_bytes, where)
+        if not refit_failed(_nll(refitted, x, y, classifier), _nll(original, x, y, classifier), constant):
             models[entry_id], epochs[entry_id] = result.model_bytes, len(schedules[entry_id])
         else:
             kept.append(entry_id)
@@ -291,8 +303,8 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
               "kept_original": kept, "out_of_time": late, "parallel": parallel,
               "seconds": round(time.monotonic() - started, 1)}
     source = CatalogMembers(catalog.run_dir, models)
-    return Ensemble(source, ensemble.member_ids, ensemble.weights, selection={**ensemble.selection, "refit": record},
-                    calibration=ensemble.calibration)
+    return type(ensemble)(source, ensemble.member_ids, ensemble.weights,
+                          selection={**ensemble.selection, "refit": record}, calibration=ensemble.calibration)
 
 
 def refit_selected(ensemble: Ensemble, x, y, when="auto", *, deadline: float | None = None,
@@ -339,7 +351,7 @@ def not_refitted(ensemble: Ensemble, why: str | dict) -> Ensemble:
     """``ensemble`` itself (the catalog's networks), its ``selection["refit"]`` saying why it was not
     refitted (a reason, or the record of a refit that kept every original network)."""
     record = why if isinstance(why, dict) else {"refitted": False, "reason": why}
-    same = Ensemble(ensemble.source, ensemble.member_ids, ensemble.weights,
-                    selection={**ensemble.selection, "refit": record}, calibration=ensemble.calibration)
+    same = type(ensemble)(ensemble.source, ensemble.member_ids, ensemble.weights,
+                          selection={**ensemble.selection, "refit": record}, calibration=ensemble.calibration)
     same._models = ensemble._models  # the same networks: loaded once
     return same
