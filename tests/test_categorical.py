@@ -11,6 +11,12 @@ from scipy.special import log_softmax
 from sklearn import metrics as skm
 
 from autodeuq.classification_metrics import ECE_BINS, LOG_LOSS_FLOOR, classification_metrics
+from autodeuq.classification_plots import (
+    plot_confusion,
+    plot_decision_2d,
+    plot_reliability,
+    plot_uncertainty_correct_wrong,
+)
 from autodeuq.ensemble.categorical import (
     TEMPERATURE_BOUNDS,
     CategoricalPrediction,
@@ -480,3 +486,56 @@ def test_auroc_of_the_uncertainties_for_misclassified_rows():
 def test_metrics_refuse_bad_input(proba, y, uncertainties, match):
     with pytest.raises(ValueError, match=match):
         classification_metrics(proba, y, uncertainties)
+
+
+# --- figures -------------------------------------------------------------------------------------
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def assert_png(path):
+    data = path.read_bytes()
+    assert len(data) > 1000 and data.startswith(PNG_MAGIC)
+
+
+def test_plot_reliability_writes_a_png(tmp_path):
+    proba, y = random_predictions(4)
+    assert_png(plot_reliability(tmp_path / "reliability.png", proba, y, bins=10, data="test"))
+    assert plot_reliability(None, proba, y).startswith(PNG_MAGIC)  # bytes, as autodeuq.plots gives
+
+
+def test_plot_confusion_writes_a_png(tmp_path):
+    proba, y = random_predictions(5)
+    assert_png(plot_confusion(tmp_path / "confusion.png", proba, y, ["a", "b", True, 3]))
+    with pytest.raises(ValueError, match="classes must name the 4 classes"):
+        plot_confusion(None, proba, y, ["a", "b"])
+
+
+def test_plot_uncertainty_correct_wrong_writes_a_png(tmp_path):
+    proba, y = random_predictions(6)
+    value = CategoricalPrediction(proba[None], [1.0], [0, 1, 2, 3])
+    correct = proba.argmax(axis=1) == y
+    uncertainties = {"total entropy": value.total_entropy, "1 - confidence": 1 - proba.max(axis=1)}
+    assert_png(plot_uncertainty_correct_wrong(tmp_path / "right_wrong.png", uncertainties, correct, data="test"))
+    # every row right: one group, no AUROC, still a figure
+    assert_png(plot_uncertainty_correct_wrong(tmp_path / "all_right.png", uncertainties, np.ones_like(correct)))
+
+
+def test_plot_decision_2d_writes_a_png(tmp_path):
+    # three classes at three centres; members are softmax regressions that agree near the data
+    # and extrapolate differently away from it
+    rng = np.random.default_rng(0)
+    centres = np.array([[-2.0, 0.0], [2.0, 0.0], [0.0, 2.5]])
+    labels = np.repeat(np.array(["red", "green", "blue"]), 20)
+    x_train = np.repeat(centres, 20, axis=0) + rng.normal(scale=0.7, size=(60, 2))
+    xx, yy = np.meshgrid(np.linspace(-6, 6, 30), np.linspace(-5, 7, 30))
+    grid = np.column_stack([xx.ravel(), yy.ravel()])
+    slopes = centres[None] + rng.normal(scale=0.6, size=(4, 3, 2))
+    logits = np.einsum("gd,mkd->mgk", grid, slopes) - 0.5 * np.sum(slopes**2, axis=-1)[:, None, :]
+    value = CategoricalPrediction.from_log_proba(logits, np.full(4, 0.25), ["red", "green", "blue"])
+    path = plot_decision_2d(tmp_path / "plane.png", xx, yy, value.total_entropy, value.aleatoric_entropy,
+                            value.epistemic_mi, x_train, labels)
+    assert_png(path)
+    with pytest.raises(ValueError, match="one 2-D grid"):
+        plot_decision_2d(None, xx, yy[:, :3], value.total_entropy, value.aleatoric_entropy, value.epistemic_mi,
+                         x_train, labels)
