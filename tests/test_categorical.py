@@ -10,6 +10,13 @@ import pytest
 from scipy.special import log_softmax
 from sklearn import metrics as skm
 
+from autodeuq.classification_metrics import ECE_BINS, LOG_LOSS_FLOOR, classification_metrics
+from autodeuq.classification_plots import (
+    plot_confusion,
+    plot_decision_2d,
+    plot_reliability,
+    plot_uncertainty_correct_wrong,
+)
 from autodeuq.ensemble.categorical import (
     TEMPERATURE_BOUNDS,
     CategoricalPrediction,
@@ -26,7 +33,7 @@ from numerics import assert_same_math
 LN2 = np.log(2.0)
 
 
-@pytest.mark.parametrize("name", ["autodeuq.ensemble.categorical"])
+@pytest.mark.parametrize("name", ["autodeuq.ensemble.categorical", "autodeuq.classification_metrics"])
 def test_docstring_examples(name):
     module = importlib.import_module(name)
     failed, attempted = doctest.testmod(module, optionflags=doctest.ELLIPSIS, report=True)
@@ -388,3 +395,147 @@ def test_bagged_selection_on_log_loss():
     plain = select_categorical(probas, y, size=3)
     assert sorted(whole.indices.tolist()) == sorted(plain.indices.tolist())
     assert_same_math(np.sort(whole.weights), np.sort(plain.weights))
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+
+def random_predictions(seed, n=200, n_classes=4):
+    rng = np.random.default_rng(seed)
+    proba = rng.dirichlet(np.ones(n_classes), size=n)
+    y = (proba.cumsum(axis=1) < rng.uniform(size=(n, 1))).sum(axis=1)  # drawn from proba: calibrated
+    return proba, y
+
+
+def test_metrics_by_hand():
+    proba = np.array([[0.8, 0.2, 0.0], [0.4, 0.6, 0.0], [0.7, 0.3, 0.0], [0.1, 0.1, 0.8]])
+    y = np.array([0, 1, 1, 2])
+    scores = classification_metrics(proba, y, bins=2)
+    assert scores["log_loss"] == pytest.approx(-(np.log(0.8) + np.log(0.6) + np.log(0.3) + np.log(0.8)) / 4, rel=1e-12)
+    assert scores["accuracy"] == 0.75
+    assert scores["balanced_accuracy"] == pytest.approx((1 + 0.5 + 1) / 3, rel=1e-12)  # class 1: one of two right
+    assert scores["brier"] == pytest.approx((0.08 + 0.32 + 0.98 + 0.06) / 4, rel=1e-12)
+    # every confidence (0.8, 0.6, 0.7, 0.8) falls in (0.5, 1]: accuracy 3/4 against mean confidence 0.725
+    assert scores["ece"] == pytest.approx(0.025, rel=1e-12)
+    assert scores["ece_bins"] == 2 and scores["n_rows"] == 4
+
+
+def test_metrics_agree_with_sklearn():
+    proba, y = random_predictions(0)
+    scores = classification_metrics(proba, y)
+    labels = list(range(4))
+    predicted = proba.argmax(axis=1)
+    assert scores["log_loss"] == pytest.approx(skm.log_loss(y, proba, labels=labels), rel=1e-12)
+    assert scores["brier"] == pytest.approx(skm.brier_score_loss(y, proba, labels=labels), rel=1e-12)
+    assert scores["accuracy"] == pytest.approx(skm.accuracy_score(y, predicted), rel=1e-12)
+    assert scores["balanced_accuracy"] == pytest.approx(skm.balanced_accuracy_score(y, predicted), rel=1e-12)
+    assert all(isinstance(v, (int, float)) for v in scores.values())
+
+
+def test_ece_against_a_loop_over_bins():
+    proba, y = random_predictions(1, n=300)
+    confidence, correct = proba.max(axis=1), proba.argmax(axis=1) == y
+    expected = 0.0
+    for b in range(10):
+        inside = (confidence > b / 10) & (confidence <= (b + 1) / 10)
+        if inside.any():
+            expected += inside.mean() * abs(correct[inside].mean() - confidence[inside].mean())
+    assert classification_metrics(proba, y, bins=10)["ece"] == pytest.approx(expected, rel=1e-12)
+    assert classification_metrics(proba, y)["ece_bins"] == ECE_BINS == 15
+
+
+def test_ece_is_small_for_calibrated_and_large_for_overconfident_predictions():
+    proba, y = random_predictions(2, n=5000)
+    assert classification_metrics(proba, y)["ece"] < 0.03
+    sharpened = apply_temperature(np.log(proba), 0.3)
+    assert classification_metrics(sharpened, y)["ece"] > 0.1
+
+
+def test_log_loss_floors_an_impossible_observation():
+    scores = classification_metrics([[1.0, 0.0], [0.5, 0.5]], [1, 0])
+    assert scores["log_loss"] == pytest.approx((-np.log(LOG_LOSS_FLOOR) + LN2) / 2, rel=1e-12)
+
+
+def test_balanced_accuracy_averages_over_the_observed_classes_only():
+    proba = np.array([[0.9, 0.1, 0.0], [0.1, 0.9, 0.0], [0.2, 0.1, 0.7]])  # class 2 predicted, never observed
+    scores = classification_metrics(proba, [0, 1, 1])
+    assert scores["balanced_accuracy"] == pytest.approx((1 + 0.5) / 2, rel=1e-12)
+    with pytest.warns(UserWarning, match="y_pred contains classes not in y_true"):
+        assert scores["balanced_accuracy"] == pytest.approx(skm.balanced_accuracy_score([0, 1, 1], [0, 1, 2]))
+
+
+def test_auroc_of_the_uncertainties_for_misclassified_rows():
+    proba, y = random_predictions(3)
+    value = CategoricalPrediction(proba[None], [1.0], [0, 1, 2, 3])
+    wrong = proba.argmax(axis=1) != y
+    noise = np.random.default_rng(0).normal(size=len(y))
+    scores = classification_metrics(proba, y, {"entropy": value.total_entropy, "noise": noise})
+    assert scores["auroc_misclassified_entropy"] == pytest.approx(skm.roc_auc_score(wrong, value.total_entropy))
+    assert scores["auroc_misclassified_entropy"] > 0.6  # entropy flags wrong rows better than chance
+    assert scores["auroc_misclassified_noise"] == pytest.approx(skm.roc_auc_score(wrong, noise))
+    assert classification_metrics([[0.9, 0.1]], [0], {"u": [0.3]})["auroc_misclassified_u"] is None  # all right
+    assert classification_metrics([[0.9, 0.1]] * 2, [1, 1], {"u": [0.3, 0.1]})["auroc_misclassified_u"] is None
+
+
+@pytest.mark.parametrize("proba, y, uncertainties, match", [
+    ([0.5, 0.5], [0], None, "proba must have shape"),
+    ([[0.5, np.nan]], [0], None, "finite, non-negative"),
+    ([[0.5, 0.5]], [2], None, "class codes"),
+    ([[0.5, 0.5]], [0], {"u": [1.0, 2.0]}, "uncertainty 'u' must hold 1 finite"),
+])
+def test_metrics_refuse_bad_input(proba, y, uncertainties, match):
+    with pytest.raises(ValueError, match=match):
+        classification_metrics(proba, y, uncertainties)
+
+
+# --- figures -------------------------------------------------------------------------------------
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def assert_png(path):
+    data = path.read_bytes()
+    assert len(data) > 1000 and data.startswith(PNG_MAGIC)
+
+
+def test_plot_reliability_writes_a_png(tmp_path):
+    proba, y = random_predictions(4)
+    assert_png(plot_reliability(tmp_path / "reliability.png", proba, y, bins=10, data="test"))
+    assert plot_reliability(None, proba, y).startswith(PNG_MAGIC)  # bytes, as autodeuq.plots gives
+
+
+def test_plot_confusion_writes_a_png(tmp_path):
+    proba, y = random_predictions(5)
+    assert_png(plot_confusion(tmp_path / "confusion.png", proba, y, ["a", "b", True, 3]))
+    with pytest.raises(ValueError, match="classes must name the 4 classes"):
+        plot_confusion(None, proba, y, ["a", "b"])
+
+
+def test_plot_uncertainty_correct_wrong_writes_a_png(tmp_path):
+    proba, y = random_predictions(6)
+    value = CategoricalPrediction(proba[None], [1.0], [0, 1, 2, 3])
+    correct = proba.argmax(axis=1) == y
+    uncertainties = {"total entropy": value.total_entropy, "1 - confidence": 1 - proba.max(axis=1)}
+    assert_png(plot_uncertainty_correct_wrong(tmp_path / "right_wrong.png", uncertainties, correct, data="test"))
+    # every row right: one group, no AUROC, still a figure
+    assert_png(plot_uncertainty_correct_wrong(tmp_path / "all_right.png", uncertainties, np.ones_like(correct)))
+
+
+def test_plot_decision_2d_writes_a_png(tmp_path):
+    # three classes at three centres; members are softmax regressions that agree near the data
+    # and extrapolate differently away from it
+    rng = np.random.default_rng(0)
+    centres = np.array([[-2.0, 0.0], [2.0, 0.0], [0.0, 2.5]])
+    labels = np.repeat(np.array(["red", "green", "blue"]), 20)
+    x_train = np.repeat(centres, 20, axis=0) + rng.normal(scale=0.7, size=(60, 2))
+    xx, yy = np.meshgrid(np.linspace(-6, 6, 30), np.linspace(-5, 7, 30))
+    grid = np.column_stack([xx.ravel(), yy.ravel()])
+    slopes = centres[None] + rng.normal(scale=0.6, size=(4, 3, 2))
+    logits = np.einsum("gd,mkd->mgk", grid, slopes) - 0.5 * np.sum(slopes**2, axis=-1)[:, None, :]
+    value = CategoricalPrediction.from_log_proba(logits, np.full(4, 0.25), ["red", "green", "blue"])
+    path = plot_decision_2d(tmp_path / "plane.png", xx, yy, value.total_entropy, value.aleatoric_entropy,
+                            value.epistemic_mi, x_train, labels)
+    assert_png(path)
+    with pytest.raises(ValueError, match="one 2-D grid"):
+        plot_decision_2d(None, xx, yy[:, :3], value.total_entropy, value.aleatoric_entropy, value.epistemic_mi,
+                         x_train, labels)
