@@ -30,7 +30,11 @@ PREDICT_COLUMNS = (
     "(total predictive standard deviation), <target>_aleatoric_std and <target>_epistemic_std (standard "
     "deviations of the two parts; their squares, the variances, add up: std^2 = aleatoric_std^2 + "
     "epistemic_std^2), and with --interval L, <target>_lower_<100 L> and <target>_upper_<100 L> (the central "
-    "L interval, from the quantiles of the ensemble's Gaussian mixture). No column is a variance."
+    "L interval, from the quantiles of the ensemble's Gaussian mixture). No column is a variance. "
+    "A classifier's: <target>_pred (the most probable class), <target>_p_<class> (one probability per class), "
+    "<target>_entropy (total, nats), <target>_aleatoric_entropy (the members' mean entropy) and "
+    "<target>_epistemic_mi (their difference, the mutual information), and with --set L, <target>_set (the most "
+    "probable classes whose probabilities add up to at least L, joined by '|')."
 )
 
 
@@ -129,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, action="append", metavar="LEVEL",
                    help="also write the central LEVEL prediction interval of the ensemble's mixture, e.g. 0.9: "
                         "columns <target>_lower_90 and <target>_upper_90; repeat for several levels (default: none)")
+    p.add_argument("--set", type=float, metavar="LEVEL", default=None, dest="set_level",
+                   help="a classifier's prediction set: also write <target>_set, the most probable classes whose "
+                        "probabilities reach LEVEL together, e.g. 0.9 (default: none)")
     p.add_argument("--id-column", metavar="COL", default=None,
                    help="a column of --data to copy, first, into the predictions (default: the --id-column the "
                         "model was fitted with, when the table has it)")
@@ -176,7 +183,7 @@ def _load_dataset(args, table, seed):
     if args.dataset:
         if table_flags:
             raise CLIError(f"{table_flags[0]} applies to --data tables, not to the built-in --dataset")
-        test_fraction = None if args.dataset == "toy-sine" else 0.1
+        test_fraction = None if args.dataset in ("toy-sine", "moons") else 0.1
         return load_builtin(args.dataset, seed=seed, valid_fraction=table.valid_fraction, test_fraction=test_fraction)
     if not args.data:
         raise CLIError("no data: give --data FILE (with --target COL) or --dataset NAME")
@@ -185,7 +192,8 @@ def _load_dataset(args, table, seed):
     options = TableOptions(categorical=table.categorical, impute=table.impute, drop=tuple(table.drop or ()),
                            id_column=table.id_column, drop_missing_target=table.drop_missing_target)
     dataset = load_files(args.data, args.target, valid=args.valid, test=args.test,
-                         valid_fraction=table.valid_fraction, seed=seed, options=options)
+                         valid_fraction=table.valid_fraction, seed=seed, options=options, task=table.task,
+                         class_weight=table.class_weight)
     for source, n in dataset.dropped_missing_target.items():
         print(f"autodeuq: {source}: left out {n} row(s) whose target is missing (--drop-missing-target)", flush=True)
     return dataset
@@ -211,8 +219,10 @@ def cmd_search(args, *, timeout=None, configs=None):
     run_dir = Path(config.run_dir or f"runs/{Path(dataset.name).stem}-{config.search}")
 
     def announce(evaluator):
-        print(f"autodeuq: {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_valid)} validation rows, "
-              f"{dataset.n_features} feature(s), target(s) {dataset.target_names}; space {space.name} "
+        classes = f", {dataset.labels.n_classes} classes" if dataset.is_classification else ""
+        print(f"autodeuq: {dataset.name}: task {dataset.task} ({dataset.task_reason}); "
+              f"{len(dataset.x_train)} train / {len(dataset.x_valid)} validation rows, "
+              f"{dataset.n_features} feature(s), target(s) {dataset.target_names}{classes}; space {space.name} "
               f"({space.describe_sizes()}); "
               f"search {config.search}; {evaluator.n_slots} parallel evaluation(s); catalog {run_dir}", flush=True)
 
@@ -270,8 +280,11 @@ def cmd_ensemble(args, run_dir=None, deadline=None, config=None, search=None):
     print(report.refit)
     if report.ensemble.calibration is not None:
         why = (report.ensemble.selection or {}).get("calibration", "recalibrated")
-        scale = ", ".join(f"{c:.3g}" for c in report.ensemble.scale)
-        print(f"{why}; predictive std x {scale} (per target)")
+        if report.ensemble.scale is None:
+            print(f"{why}; members' logits / temperature {report.ensemble.temperature:.3g}")
+        else:
+            scale = ", ".join(f"{c:.3g}" for c in report.ensemble.scale)
+            print(f"{why}; predictive std x {scale} (per target)")
     print(f"ensemble: {report.ensemble}")
     print(f"wrote {out}, {out.parent / 'metrics.json'}")
     for plot in report.plots:
@@ -317,10 +330,22 @@ def cmd_predict(args):
         raise CLIError(f"--ensemble {args.ensemble}: is a directory without ensemble.json; give the manifest file "
                        f"or an exported ensemble folder")
     levels = _interval_levels(args.interval)
+    if args.set_level is not None:
+        from autodeuq.metrics import check_level
+
+        try:
+            check_level(args.set_level)
+        except ParameterError as exc:
+            raise CLIError(f"--set {exc.requirement}, got {args.set_level}") from None
     out = Path(args.out)
     _check_out(out, "--out")
     try:
         ensemble = load_ensemble(args.ensemble)
+        classifier = ensemble.labels is not None if hasattr(ensemble, "labels") else False
+        if classifier and levels:
+            raise CLIError("--interval: a classifier has no intervals; its prediction sets are --set LEVEL")
+        if not classifier and args.set_level is not None:
+            raise CLIError("--set: prediction sets are a classifier's; a regression ensemble has --interval LEVEL")
         # Columns are matched by name; target columns, when present, are ignored.
         x = read_table(args.data)
         ids, features = _split_id_column(x, ensemble, args.id_column, str(args.data))
@@ -329,7 +354,10 @@ def cmd_predict(args):
         prediction = ensemble.predict(features, source=str(args.data))
     except OSError as exc:
         raise _os_error(exc) from None
-    frame = prediction.to_frame(ensemble.target_names, levels=[level for level, _ in levels])
+    if hasattr(prediction, "proba"):  # a classifier's
+        frame = prediction.to_frame(ensemble.target_names[0], set_level=args.set_level)
+    else:
+        frame = prediction.to_frame(ensemble.target_names, levels=[level for level, _ in levels])
     columns = {} if ids is None else {ids.name: ids.to_numpy()}  # an id column goes first
     columns.update((name, frame[name].to_numpy()) for name in frame.columns)
     try:
@@ -338,8 +366,9 @@ def cmd_predict(args):
         raise CLIError(f"--out {out}: cannot create its folder: {exc.strerror or exc}") from None
     atomic_write(out, pd.DataFrame(columns).to_csv(index=False).encode())
     # What the columns hold is in `predict --help` and the documentation's predict-CSV page.
+    kind = "" if hasattr(prediction, "proba") else "all standard deviations, "
     print(f"wrote {len(x)} predictions to {out}: columns {', '.join(columns)} "
-          f"(all standard deviations, explained in `autodeuq predict --help`)")
+          f"({kind}explained in `autodeuq predict --help`)")
 
 
 def _leaderboard(frame, nll_column: str) -> list[str]:
@@ -384,6 +413,9 @@ def cmd_catalog(args):
           f"(target(s) {', '.join(map(str, data.get('targets', [])))}); space {space}")
     # The NLL users compare with metrics.json: in the data's units, unless the catalog lacks their scale.
     nll_column = "valid_nll" if original else "objective"
+    if data.get("task") == "classification":  # the objective is the log loss, whatever the scale
+        frame = frame.rename(columns={"valid_nll": "valid_log_loss"})
+        nll_column = "valid_log_loss"
     models = frame[frame["status"].isin(MODEL_STATUSES)].sort_values([nll_column, "id"], na_position="last")
     if models.empty:
         print("no trained network yet")
@@ -391,7 +423,8 @@ def cmd_catalog(args):
         shown = models if args.top == 0 else models.head(args.top)
         scale = ("in the data's original units, as metrics.json reports it" if original
                  else "in standardized units (the catalog does not record the targets' scale)")
-        print(f"best {len(shown)} of {len(models)} trained networks by validation NLL ({nll_column}, lower is "
+        measure = "log loss" if nll_column == "valid_log_loss" else "NLL"
+        print(f"best {len(shown)} of {len(models)} trained networks by validation {measure} ({nll_column}, lower is "
               f"better), {scale}; parent: the entry aging evolution mutated into this one (-: drawn otherwise); "
               f"time_s: training seconds; architecture: cells in order, "
               f"'+skip(...)' adds the outputs of earlier cells (input: the features)")

@@ -8,14 +8,22 @@ from pathlib import Path
 
 import numpy as np
 
+from autodeuq import classification_plots as class_plots
 from autodeuq import metrics, plots
+from autodeuq.classification_metrics import classification_metrics
 from autodeuq.data import load_test_file
 from autodeuq.ensemble import Ensemble
+from autodeuq.ensemble.categorical import CategoricalPrediction, apply_temperature
+from autodeuq.ensemble.classifier import ClassifierEnsemble
 from autodeuq.fileio import atomic_write, refuse_linked_folders
 from autodeuq.result import Status
 
 TABLE_METRICS = ("nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_95",
                  "miscalibration_area", "sharpness")
+CLASSIFICATION_TABLE_METRICS = ("log_loss", "accuracy", "balanced_accuracy", "brier", "ece",
+                                "auroc_misclassified_total_entropy", "auroc_misclassified_epistemic_mi")
+#: The uncertainties of a classifier's prediction that metrics.json scores for flagging misclassified rows.
+CLASS_UNCERTAINTIES = ("total_entropy", "aleatoric_entropy", "epistemic_mi")
 MANIFEST_NAME = "ensemble.json"
 METRICS_NAME = "metrics.json"
 
@@ -29,6 +37,12 @@ class Report:
 
     def table(self) -> str:
         splits = list(self.metrics)
+        if isinstance(self.ensemble, ClassifierEnsemble):
+            lines = [f"{'metric':<34}" + "".join(f"{s:>14}" for s in splits)]
+            for name in CLASSIFICATION_TABLE_METRICS:
+                values = [self.metrics[s].get(name) for s in splits]
+                lines.append(f"{name:<34}" + "".join(f"{'-':>14}" if v is None else f"{v:>14.4f}" for v in values))
+            return "\n".join(lines)
         lines = [f"{'metric':<22}" + "".join(f"{s:>14}" for s in splits)]
         for name in TABLE_METRICS:
             lines.append(f"{name:<22}" + "".join(f"{self.metrics[s][name]['mean']:>14.4f}" for s in splits))
@@ -72,11 +86,10 @@ def build_and_report(run_dir, config=None, *, test_file=None, manifest=None, dea
     refuse_linked_folders(run_dir, out_dir)  # before any work: every output goes there
     ensemble = select_ensemble(run_dir, config, seed=seed)  # an unreadable member fails before any file is written
     catalog = ensemble.catalog
-    _, means, variances = catalog.validation_predictions(ensemble.member_ids)
-    validation = ensemble.mixture(means, variances)  # recalibrated when the ensemble is
+    task = ClassificationScores if isinstance(ensemble, ClassifierEnsemble) else RegressionScores
+    validation = task.validation(ensemble, catalog)  # recalibrated when the ensemble is
     valid_targets = catalog.validation_targets()
-    results = {"validation": metrics.evaluate(validation.means, validation.variances, validation.weights,
-                                              valid_targets)}
+    results = {"validation": task.scores(validation, valid_targets)}
     calibration = dict(ensemble.calibration) if ensemble.calibration else None
     test, train = _test_and_training_data(catalog, ensemble, test_file)
     ensemble, refit_line = refit_ensemble(ensemble, config.refit, deadline=deadline, where=refit_where)
@@ -84,20 +97,13 @@ def build_and_report(run_dir, config=None, *, test_file=None, manifest=None, dea
     # The figures of the predictions show test data when there is some, else validation data.
     scored = ("validation", validation, valid_targets)
     if test is not None:
-        raw = ensemble.member_predictions(test[0], encoded=True)
-        predicted = ensemble.mixture(*raw)
-        results["test"] = metrics.evaluate(predicted.means, predicted.variances, predicted.weights, test[1])
+        predicted = task.test(ensemble, test, calibration)
+        results["test"] = task.scores(predicted, test[1])
         scored = ("test", predicted, test[1])
-        if calibration is not None:
-            for key, (m, v) in (("test_coverage_before", raw),
-                                ("test_coverage_after", (predicted.means, predicted.variances))):
-                calibration[key] = {str(level): metrics.coverage(m, v, ensemble.weights, test[1], level).tolist()
-                                    for level in (0.5, 0.9, 0.95)}
 
     figures = {"search_trace.png": _trace_plot(catalog, ensemble.member_ids)}
-    figures.update(_prediction_plots(ensemble.target_names, *scored))
-    if len(ensemble.feature_names) == 1:
-        figures["uncertainty.png"] = _uncertainty_plot(ensemble, catalog, test, train, run_dir)
+    figures.update(task.figures(ensemble, *scored))
+    figures.update(task.input_figures(ensemble, catalog, test, train, run_dir))
     document = {
         "search": search_counts(catalog),
         "ensemble": {"members": ensemble.member_ids, "weights": ensemble.weights.tolist(),
@@ -112,6 +118,101 @@ def build_and_report(run_dir, config=None, *, test_file=None, manifest=None, dea
     atomic_write(out_dir / METRICS_NAME, json.dumps(document, indent=2).encode())
     ensemble.save(manifest)
     return Report(ensemble, results, written, refit_line)
+
+
+class RegressionScores:
+    """What the report computes of a regression ensemble: its mixture's scores and figures."""
+
+    @staticmethod
+    def validation(ensemble, catalog):
+        _, means, variances = catalog.validation_predictions(ensemble.member_ids)
+        return ensemble.mixture(means, variances)
+
+    @staticmethod
+    def scores(prediction, y) -> dict:
+        return metrics.evaluate(prediction.means, prediction.variances, prediction.weights, y)
+
+    @staticmethod
+    def test(ensemble, test, calibration):
+        """The prediction on the test rows; the coverage before and after recalibration go to ``calibration``."""
+        raw = ensemble.member_predictions(test[0], encoded=True)
+        predicted = ensemble.mixture(*raw)
+        if calibration is not None:
+            for key, (m, v) in (("test_coverage_before", raw),
+                                ("test_coverage_after", (predicted.means, predicted.variances))):
+                calibration[key] = {str(level): metrics.coverage(m, v, ensemble.weights, test[1], level).tolist()
+                                    for level in (0.5, 0.9, 0.95)}
+        return predicted
+
+    @staticmethod
+    def figures(ensemble, data, prediction, y) -> dict[str, bytes]:
+        return _prediction_plots(ensemble.target_names, data, prediction, y)
+
+    @staticmethod
+    def input_figures(ensemble, catalog, test, train, run_dir) -> dict[str, bytes]:
+        if len(ensemble.feature_names) != 1:
+            return {}
+        return {"uncertainty.png": _uncertainty_plot(ensemble, catalog, test, train, run_dir)}
+
+
+class ClassificationScores:
+    """What the report computes of a classifier ensemble: log loss, accuracy, balanced accuracy,
+    Brier score, expected calibration error, the AUROC of each uncertainty for flagging the
+    misclassified rows (:func:`autodeuq.classification_metrics.classification_metrics`), and the
+    reliability diagram, confusion matrix and uncertainty of right and wrong rows."""
+
+    @staticmethod
+    def validation(ensemble, catalog):
+        _, probas, _ = catalog.validation_probabilities(ensemble.member_ids)
+        return ensemble.mixture(apply_temperature(np.log(np.maximum(probas, np.finfo(float).tiny)),
+                                                  ensemble.temperature))
+
+    @staticmethod
+    def scores(prediction, y) -> dict:
+        uncertainties = {name: getattr(prediction, name) for name in CLASS_UNCERTAINTIES}
+        return classification_metrics(prediction.proba, _codes(y), uncertainties)
+
+    @staticmethod
+    def test(ensemble, test, calibration):
+        predicted = ensemble.predict(test[0], encoded=True)
+        if calibration is not None:
+            untempered = CategoricalPrediction.from_log_proba(ensemble._member_outputs(test[0], encoded=True),
+                                                              ensemble.weights, ensemble.classes)
+            calibration["test_log_loss_before"] = classification_metrics(untempered.proba, _codes(test[1]))["log_loss"]
+            calibration["test_log_loss_after"] = classification_metrics(predicted.proba, _codes(test[1]))["log_loss"]
+        return predicted
+
+    @staticmethod
+    def figures(ensemble, data, prediction, y) -> dict[str, bytes]:
+        codes = _codes(y)
+        correct = prediction.proba.argmax(axis=1) == codes
+        return {
+            "reliability.png": class_plots.plot_reliability(None, prediction.proba, codes, data=data),
+            "confusion.png": class_plots.plot_confusion(None, prediction.proba, codes, ensemble.classes, data=data),
+            "uncertainty_right_wrong.png": class_plots.plot_uncertainty_correct_wrong(
+                None, {name: getattr(prediction, name) for name in CLASS_UNCERTAINTIES}, correct, data=data),
+        }
+
+    @staticmethod
+    def input_figures(ensemble, catalog, test, train, run_dir) -> dict[str, bytes]:
+        """With two inputs, the entropies over the plane around the data (``uncertainty.png``)."""
+        if len(ensemble.feature_names) != 2 or train is None:
+            return {}
+        x = train[0] if test is None else np.vstack([train[0], test[0]])
+        lo, hi = x.min(axis=0), x.max(axis=0)
+        pad = 0.5 * (hi - lo)
+        xx, yy = np.meshgrid(np.linspace(lo[0] - pad[0], hi[0] + pad[0], 120),
+                             np.linspace(lo[1] - pad[1], hi[1] + pad[1], 120))
+        value = ensemble.predict(np.column_stack([xx.ravel(), yy.ravel()]), encoded=True)
+        shaped = [getattr(value, name).reshape(xx.shape) for name in CLASS_UNCERTAINTIES]
+        name = catalog.meta.get("data", {}).get("name")
+        return {"uncertainty.png": class_plots.plot_decision_2d(
+            None, xx, yy, *shaped, train[0], ensemble.labels.decode(_codes(train[1])),
+            title=str(name or run_dir.name))}
+
+
+def _codes(y) -> np.ndarray:
+    return np.asarray(y, dtype=np.float64).reshape(len(y), -1)[:, 0].astype(np.int64)
 
 
 def search_counts(catalog) -> dict:
@@ -141,10 +242,10 @@ def _test_and_training_data(catalog, ensemble, test_file):
     ``search --test``'s)."""
     if test_file is not None:
         test = load_test_file(test_file, ensemble.feature_names, ensemble.target_names,
-                              preprocessor=ensemble.preprocessor)
+                              preprocessor=ensemble.preprocessor, labels=getattr(ensemble, "labels", None))
     else:
         test = catalog.test_data()
-    train = catalog.training_data() if len(ensemble.feature_names) == 1 else None
+    train = catalog.training_data() if len(ensemble.feature_names) <= 2 else None
     return test, train
 
 

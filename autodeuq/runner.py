@@ -72,6 +72,7 @@ class SearchSummary:
     epochs: int = 0
     best_valid_nll: float = math.nan
     n_mutated: int = 0  #: entries of the run that aging evolution mutated from an earlier one
+    measure: str = "NLL"  #: what the objective is: the Gaussian NLL, or a classifier's "log loss"
 
     @property
     def error(self) -> str | None:
@@ -115,7 +116,7 @@ class SearchSummary:
         discarded = f"{self.n_discarded} discarded early, " if self.n_discarded else ""
         budget = f" ({self.n_out_of_time} ended by the evaluation budget)" if self.n_out_of_time else ""
         mutated = f"{self.n_mutated} mutated from earlier ones, " if self.n_mutated else ""
-        return (f"{self.n_done} done{budget}, {discarded}{self.n_failed} failed, {mutated}best validation NLL {best}, "
+        return (f"{self.n_done} done{budget}, {discarded}{self.n_failed} failed, {mutated}best validation {self.measure} {best}, "
                 f"{self.wall_time:.1f} s, utilization {100 * self.utilization:.1f} % of {self.slots} slot(s)")
 
 
@@ -423,6 +424,7 @@ def _summary(run_dir: Path, sessions: list["_SearchSession"]) -> SearchSummary:
         wall_time=wall, busy_time=sum(s.busy for s in sessions), slots=last.evaluator.n_slots,
         interrupted=any(s.interrupted for s in sessions), stopped_by=stops[-1] if stops else "max_evals",
         failure_reason=failure_reason, failure_count=failure_count, n_mutated=int(frame["parent"].notna().sum()),
+        measure="log loss" if writer.task == "classification" else "NLL",
     )
 
 
