@@ -615,7 +615,7 @@ def write_report(records: list[dict], path: Path) -> str:
             for m in methods:
                 timed = [r for r in cell[(m, t)] if not r.get("info", {}).get("resumed")]
                 resumed = len(cell[(m, t)]) - len(timed)
-                shown = text(timed, "wall_s", 0, full) if timed else ("resumed" if resumed else "–")
+                shown = text(timed, "wall_s", 1, full) if timed else ("resumed" if resumed else "–")
                 row.append(shown + (f" ({resumed} resumed split{'s' if resumed > 1 else ''} left out)"
                                     if timed and resumed else ""))
             lines.append(f"| {label(t)} | " + " | ".join(row) + " |")
@@ -636,17 +636,23 @@ def write_report(records: list[dict], path: Path) -> str:
         lines = [f"**Out-of-distribution check: {OOD_TABLE}, trained on classes other than "
                  f"{', '.join(map(str, OOD_CLASSES))}, flagging the test rows of those classes (AUROC)**", "",
                  "| table | method | epistemic measure | AUROC, epistemic measure | AUROC, total entropy | "
-                 "accuracy on the classes trained on |", "|---" * 6 + "|"]
+                 "accuracy on the classes trained on | wall time (s) |", "|---" * 7 + "|"]
         for t in o_tables:
             for m in o_methods:
                 rows = o_cell[(m, t)]
                 if rows:
+                    timed = [r for r in rows if not r.get("info", {}).get("resumed")]
                     lines.append(f"| {t} | {LABELS[m]} | {rows[0]['epistemic_measure']} | "
                                  f"{text(rows, 'auroc_epistemic', 3, o_full)} | {text(rows, 'auroc_total', 3, o_full)}"
-                                 f" | {text(rows, 'accuracy_known', 3, o_full)} |")
-        note = (["HGB is a single model without an epistemic measure: its column \"AUROC, epistemic measure\" is "
-                 "the AUROC of its total entropy."] if "hgb" in o_methods else [])
-        return lines + [""] + ([*note, ""] if note else [])
+                                 f" | {text(rows, 'accuracy_known', 3, o_full)} | "
+                                 f"{text(timed, 'wall_s', 1, o_full) if timed else 'resumed'} |")
+        r = next(r for rows in o_cell.values() for r in rows)
+        notes = [f"Rows per split: {r['n_fit']} fitting, {r['n_valid']} validation (classes trained on only), "
+                 f"{r['n_test']} test, {r['n_ood_test']} of them of the classes left out."]
+        if "hgb" in o_methods:
+            notes.append("HGB is a single model without an epistemic measure: its column \"AUROC, epistemic "
+                         "measure\" is the AUROC of its total entropy.")
+        return lines + ["", " ".join(notes), ""]
 
     shown = [portable_command(r["command"]) for r in records if r.get("command")]
     commands = sorted({c for c, _ in shown})

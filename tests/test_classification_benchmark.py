@@ -171,6 +171,9 @@ def test_records_resume_and_report(tmp_path, monkeypatch):
     md = (out / "classification.md").read_text()
     assert "| wine (178 rows, 3 classes) | 1.099 ± 0.000 |" in md.split("**Test log loss")[1]
     assert "| wine | 178 | 3 | 113 | 29 | 36 |" in md
+    wall = [r["wall_s"] for r in records]
+    assert f"| wine (178 rows, 3 classes) | {np.mean(wall):.1f} ± {np.std(wall, ddof=1) / np.sqrt(2):.1f} |" in \
+        md.split("**Wall time per split")[1]
     assert "Machine: test box; threads per run (TensorFlow, OpenMP, BLAS, CatBoost): 1." in md
     assert "`python benchmarks/classification.py --methods hgb --tables wine --splits 0-1 --results " \
            "RESULTS_DIR/out --machine 'test box'`" in md
@@ -228,6 +231,7 @@ def test_ood_records_are_their_own_task_and_table(tmp_path, monkeypatch):
     md = (out / "classification.md").read_text()
     ood = md.split("**Out-of-distribution check: digits")[1]
     assert "| digits | HGB | total entropy (no epistemic measure) | 0.500 ± 0.000 | 0.500 ± 0.000 |" in ood
+    assert "Rows per split: 923 fitting, 231 validation (classes trained on only), 360 test, 71 of them of " in ood
     assert "HGB is a single model without an epistemic measure" in ood
     assert "| digits (" not in md.split("**Out-of-distribution")[0]  # not among the tables' rows
 
