@@ -70,7 +70,7 @@ Methods (``--methods``):
   rows encodes as zeros), all fitted on the fitting rows. Keras 3, TensorFlow backend.
 * ``hgb``: scikit-learn ``HistGradientBoostingClassifier``, learning rate 0.1, up to 1000
   iterations, early stopping on the validation rows (``fit(..., X_val=, y_val=)``, scikit-learn
-  >= 1.8; 10 iterations without improvement of the validation loss), native categorical support
+  >= 1.7; 10 iterations without improvement of the validation loss), native categorical support
   (pandas categories) and native missing values; the other settings scikit-learn's defaults. One
   model: its only uncertainty is the entropy of its probabilities (total; no epistemic measure).
 
@@ -459,6 +459,9 @@ def run_hgb(data: Split, args, *, max_iter=HGB_MAX_ITER, patience=HGB_PATIENCE) 
     """HistGradientBoostingClassifier with early stopping on the validation rows: see the module docstring."""
     from sklearn.ensemble import HistGradientBoostingClassifier
 
+    if "X_val" not in inspect.signature(HistGradientBoostingClassifier.fit).parameters:
+        raise MethodError("HistGradientBoostingClassifier.fit takes no X_val/y_val: scikit-learn >= 1.7 is needed "
+                          "to stop early on the benchmark's validation rows")
     model = HistGradientBoostingClassifier(learning_rate=HGB_LR, max_iter=max_iter, early_stopping=True,
                                            n_iter_no_change=patience, scoring="loss",
                                            categorical_features="from_dtype", random_state=data.split)
