@@ -56,18 +56,19 @@ Methods (``--methods``):
   the members' probabilities; total uncertainty = entropy of that mean; data uncertainty = mean
   of the members' entropies; knowledge uncertainty = their difference (as CatBoost's
   ``TotalUncertainty`` prediction type defines them, Malinin et al. 2021).
-* ``deep-ensemble``: Deep Ensembles for classification (Lakshminarayanan et al. 2017, Section
-  3.5, MNIST): 5 MLPs of 3 hidden layers of 200 units, each a dense layer, batch normalization and
-  ReLU, a softmax output; softmax cross-entropy; Adam, batch 100; members differ only in their
-  random initialization and the shuffling of the rows (seed ``1000 i + k``); no adversarial
-  training (the paper's "ensemble" without AT); the equal-weight mixture, mutual information as
-  the epistemic measure. The paper trains a fixed budget on MNIST; these tables are far smaller
-  and differ in size, so each member stops early on the validation log loss (patience 10, at most
-  200 epochs, the weights of the best epoch). Learning rate: Adam's default 1e-3 (Kingma & Ba
-  2015); the paper's fixed 0.1 made members diverge on the UCI regression tables
-  (``benchmarks/uci.py``). Inputs: numeric columns imputed by their mean and standardized,
-  categorical ones one-hot (a missing category as its own level; a level unseen in the fitting
-  rows encodes as zeros), all fitted on the fitting rows. Keras 3, TensorFlow backend.
+* ``deep-ensemble``: Deep Ensembles for classification (Lakshminarayanan et al. 2017): the network
+  of the paper's MNIST experiment, 5 MLPs of 3 hidden layers of 200 units, each a dense layer,
+  batch normalization and ReLU, then a softmax output; softmax cross-entropy; Adam, batch 100
+  (the paper's batch size); members differ only in their random initialization and the shuffling
+  of the rows (seed ``1000 i + k``); no adversarial training (the paper's plain "ensemble"); the
+  equal-weight mixture, mutual information as the epistemic measure. Training length: these
+  tables are small and differ widely in size, so each member stops early on the validation log
+  loss (patience 10, at most 200 epochs, the weights of the best epoch restored) instead of a
+  fixed number of epochs. Learning rate: Adam's default 1e-3 (Kingma & Ba 2015); the paper's fixed
+  0.1 made members diverge on the UCI regression tables (``benchmarks/uci.py``). Inputs: numeric
+  columns imputed by their mean and standardized, categorical ones one-hot (a missing category as
+  its own level; a level unseen in the fitting rows encodes as zeros), all fitted on the fitting
+  rows. Keras 3, TensorFlow backend.
 * ``hgb``: scikit-learn ``HistGradientBoostingClassifier``, learning rate 0.1, up to 1000
   iterations, early stopping on the validation rows (``fit(..., X_val=, y_val=)``, scikit-learn
   >= 1.7; 10 iterations without improvement of the validation loss), native categorical support
