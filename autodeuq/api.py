@@ -380,11 +380,14 @@ class AutoDEUQClassifier(ClassifierMixin, _AutoDEUQ):
     def _targets(self, y, n_rows: int):
         from sklearn.utils.multiclass import check_classification_targets
 
+        from sklearn.utils.validation import column_or_1d
+
         names = _target_names(y)
         if np.ndim(y) == 2 and np.shape(y)[1] != 1:
             raise ValueError(f"AutoDEUQClassifier takes one column of labels, got y of shape {np.shape(y)}")
-        check_classification_targets(y)
-        return np.asarray(y, dtype=object).reshape(n_rows, 1), names
+        labels = column_or_1d(np.asarray(y, dtype=object), warn=True)  # a column vector warns, as scikit-learn's do
+        check_classification_targets(labels)
+        return labels.reshape(n_rows, 1), names
 
     def _fitted(self, dataset) -> None:
         self.classes_ = dataset.labels.array()

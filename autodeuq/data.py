@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from autodeuq.errors import AutoDEUQError
-from autodeuq.labels import Labels, decide_task, stratified_split
+from autodeuq.labels import Labels, decide_task, resolve_class_weight, stratified_split
 
 if TYPE_CHECKING:
     from autodeuq.preprocess import TablePreprocessor
@@ -110,8 +110,8 @@ class Dataset:
         Why (:func:`autodeuq.labels.decide_task`), for the run's first line.
     labels : Labels or None
         The classes of a classification target.
-    class_weight : {"none", "balanced"}
-        Weights of the classes in the training loss (classification).
+    class_weight : {"none", "balanced"} or list of float
+        Weights of the classes in the training loss (classification): one per class when given.
     """
 
     x_train: np.ndarray
@@ -562,8 +562,9 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
         See :func:`autodeuq.labels.decide_task`. For classification the target's labels become
         class codes (:class:`autodeuq.labels.Labels`, from the training rows) and the random
         validation split is stratified by class.
-    class_weight : {"none", "balanced"}
-        Classification: the classes' weights in the training loss.
+    class_weight : {"none", "balanced"} or dict
+        Classification: the classes' weights in the training loss (a mapping of labels to weights
+        becomes one weight per class, :func:`autodeuq.labels.resolve_class_weight`).
 
     Rows whose target is missing are refused, or left out of every table with
     ``options.drop_missing_target`` (counted in ``Dataset.dropped_missing_target``).
@@ -592,32 +593,10 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
     if not features:
         raise DataError(f"{source}: no feature columns besides the target(s) {targets}"
                         + (f" and the columns left out {options.ignored}" if options.ignored else ""))
-    choice = decide_task(frame, targets, task)
-    if choice.task == "regression" and class_weight != "none":
-        from autodeuq.errors import ParameterError
-
-        raise ParameterError("class_weight", f"applies to classification; {choice.line()}", class_weight,
-                             refers=("task",))
-    labels = None
-    if choice.task == "classification":
-        y, keep, labels = _label_rows(frame, targets[0], source, options.drop_missing_target)
-    else:
-        y, keep = _target_rows(frame, targets, source, options.drop_missing_target)
-        _check_targets_vary(y[keep], targets, source)
+    choice, y, keep, labels = _task_targets(frame, targets, source, options, task, class_weight)
     dropped = {source: len(frame) - len(keep)}
     if valid is None:
-        try:
-            if labels is not None:
-                _check_seed(seed)
-                if not 0 < valid_fraction < 1:
-                    raise DataError(f"validation fraction must be in (0, 1), got {valid_fraction}")
-                tr, va = stratified_split(y[keep, 0], valid_fraction, seed)
-            else:
-                tr, va = random_split(len(keep), valid_fraction, seed)
-        except DataError as exc:
-            raise DataError(f"{source}: {exc}") from None
-        tr, va = keep[tr], keep[va]
-        split = {"kind": "stratified" if labels is not None else "random", "fraction": valid_fraction, "seed": seed}
+        tr, va, split = _validation_split(y, keep, labels, valid_fraction, seed, source)
         if labels is None:
             _check_targets_vary(y[tr], targets, f"{source} (training split)")
     else:
@@ -638,7 +617,42 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
     return Dataset(x_tr, y_tr, x_va, y_va, prep.output_names, targets, name=name or source, split=split,
                    x_test=x_te, y_test=y_te, preprocessor=prep,
                    dropped_missing_target={k: n for k, n in dropped.items() if n},
-                   task=choice.task, task_reason=choice.reason, labels=labels, class_weight=class_weight)
+                   task=choice.task, task_reason=choice.reason, labels=labels,
+                   class_weight=class_weight if labels is None else resolve_class_weight(class_weight, labels))
+
+
+def _task_targets(frame, targets, source, options, task, class_weight):
+    """(the task chosen, the targets of every row (class codes for classification), the rows kept, the
+    labels or None)."""
+    choice = decide_task(frame, targets, task)
+    if choice.task == "regression" and class_weight != "none":
+        from autodeuq.errors import ParameterError
+
+        raise ParameterError("class_weight", f"applies to classification; {choice.line()}", class_weight,
+                             refers=("task",))
+    if choice.task == "classification":
+        y, keep, labels = _label_rows(frame, targets[0], source, options.drop_missing_target)
+        return choice, y, keep, labels
+    y, keep = _target_rows(frame, targets, source, options.drop_missing_target)
+    _check_targets_vary(y[keep], targets, source)
+    return choice, y, keep, None
+
+
+def _validation_split(y, keep, labels, valid_fraction, seed, source):
+    """(training rows, validation rows, how they were split) among the rows ``keep``: seeded, by class
+    when there are ``labels``."""
+    try:
+        if labels is not None:
+            _check_seed(seed)
+            if not 0 < valid_fraction < 1:
+                raise DataError(f"validation fraction must be in (0, 1), got {valid_fraction}")
+            tr, va = stratified_split(y[keep, 0], valid_fraction, seed)
+        else:
+            tr, va = random_split(len(keep), valid_fraction, seed)
+    except DataError as exc:
+        raise DataError(f"{source}: {exc}") from None
+    split = {"kind": "stratified" if labels is not None else "random", "fraction": valid_fraction, "seed": seed}
+    return keep[tr], keep[va], split
 
 
 def _label_rows(frame, target: str, source: str, drop_missing: bool | None, labels: Labels | None = None):

@@ -198,12 +198,53 @@ class Labels:
         return f"Labels({self.classes!r}, target={self.target!r})"
 
 
-def class_row_weights(codes, n_classes: int, class_weight: str) -> np.ndarray:
-    """Per-row weights of the training loss: ones, or ``balanced`` (King & Zeng 2001's weighting,
-    as scikit-learn's ``class_weight="balanced"``): ``n / (K * n_k)`` for a row of class ``k``,
-    so each class weighs the same in total.
+def check_class_weight(name: str, value) -> None:
+    """Refuse a ``class_weight`` that is not one of :data:`CLASS_WEIGHTS` nor a mapping of labels to
+    positive finite weights."""
+    if isinstance(value, str) and value in CLASS_WEIGHTS:
+        return
+    if isinstance(value, dict) and value and all(
+            isinstance(w, (int, float, np.integer, np.floating)) and not isinstance(w, bool) and np.isfinite(w)
+            and w > 0 for w in value.values()):
+        return
+    raise ParameterError(name, f"must be one of {list(CLASS_WEIGHTS)} or a mapping of classes to positive weights",
+                         value)
+
+
+def resolve_class_weight(class_weight, labels: Labels):
+    """``class_weight`` as a run records it: ``"none"``, ``"balanced"``, or one weight per class in
+    the order of ``labels.classes`` (from a mapping keyed by the labels, or by their text as JSON
+    keys are; a class it leaves out weighs 1).
+
+    Raises
+    ------
+    ParameterError
+        A key that names no class.
+    """
+    if not isinstance(class_weight, dict):
+        check_class_weight("class_weight", class_weight)
+        return class_weight
+    check_class_weight("class_weight", class_weight)
+    by_text = {str(c): k for k, c in enumerate(labels.classes)}
+    weights = [1.0] * labels.n_classes
+    for key, weight in class_weight.items():
+        k = labels._index.get(_python_value(key), by_text.get(str(key)))
+        if k is None:
+            raise ParameterError("class_weight", f"names classes of the target; {key!r} is not one of "
+                                                 f"{labels.classes}", class_weight)
+        weights[k] = float(weight)
+    return weights
+
+
+def class_row_weights(codes, n_classes: int, class_weight) -> np.ndarray:
+    """Per-row weights of the training loss: ones (``"none"``), ``"balanced"`` (King & Zeng 2001's
+    weighting, as scikit-learn's ``class_weight="balanced"``: ``n / (K * n_k)`` for a row of class
+    ``k``, so each class weighs the same in total), or one weight per class (a list, as
+    :func:`resolve_class_weight` gives it).
     """
     codes = np.asarray(codes, dtype=np.int64).reshape(-1)
+    if isinstance(class_weight, (list, tuple)):
+        return np.asarray(class_weight, dtype=np.float64)[codes]
     if class_weight == "none":
         return np.ones(len(codes))
     if class_weight != "balanced":

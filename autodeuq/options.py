@@ -213,6 +213,32 @@ class Space(Constraint):
         return "str, path or SearchSpace"
 
 
+class ClassWeight(Constraint):
+    """``"none"``, ``"balanced"`` or a mapping of class labels to positive weights (JSON on the command line)."""
+
+    @property
+    def choices(self) -> tuple | None:
+        return None
+
+    def check(self, name, value):
+        labels.check_class_weight(name, value)
+
+    def parse(self, text):
+        if text in labels.CLASS_WEIGHTS:
+            return text
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            raise argparse.ArgumentTypeError(f"must be none, balanced or a JSON object of class weights, "
+                                             f"got {text!r}") from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(f"must be none, balanced or a JSON object of class weights, got {text!r}")
+        return value
+
+    def describe(self):
+        return '{"none", "balanced"} or dict'
+
+
 class Json(Constraint):
     """A JSON value (written as JSON text on the command line) of type ``kind``, or None."""
 
@@ -323,9 +349,11 @@ OPTIONS: tuple[Option, ...] = (
            "what the target is: auto (classification for a target of text, booleans or categories, regression for "
            "numbers; the run's first line says which and why), regression, classification (one target column "
            "whose values are class labels)"),
-    Option("class_weight", "table", "none", OneOf(labels.CLASS_WEIGHTS),
+    Option("class_weight", "table", "none", ClassWeight(),
            "classification: the classes' weights in the training loss; balanced weighs each class by the inverse "
-           "of its share of the training rows (validation, selection and scores stay unweighted)"),
+           "of its share of the training rows; or a mapping of classes to weights (JSON on the command line, "
+           "'{{\"fault\": 5}}'; a class left out weighs 1). Validation, selection and scores stay unweighted",
+           metavar="WEIGHTS"),
     Option("valid_fraction", "table", DEFAULT_VALID_FRACTION, Fraction(),
            "fraction of the training rows held out for validation when no validation rows are given (by class "
            "for classification)",

@@ -116,8 +116,9 @@ class SearchSummary:
         discarded = f"{self.n_discarded} discarded early, " if self.n_discarded else ""
         budget = f" ({self.n_out_of_time} ended by the evaluation budget)" if self.n_out_of_time else ""
         mutated = f"{self.n_mutated} mutated from earlier ones, " if self.n_mutated else ""
-        return (f"{self.n_done} done{budget}, {discarded}{self.n_failed} failed, {mutated}best validation {self.measure} {best}, "
-                f"{self.wall_time:.1f} s, utilization {100 * self.utilization:.1f} % of {self.slots} slot(s)")
+        return (f"{self.n_done} done{budget}, {discarded}{self.n_failed} failed, {mutated}best validation "
+                f"{self.measure} {best}, {self.wall_time:.1f} s, "
+                f"utilization {100 * self.utilization:.1f} % of {self.slots} slot(s)")
 
 
 def objective_of(result: TrainResult) -> float | None:

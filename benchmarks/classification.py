@@ -41,11 +41,12 @@ Methods (``--methods``):
 * ``autodeuq``: :class:`autodeuq.AutoDEUQClassifier` with ``max_evals=--max-evals`` (100),
   ``workers=--workers`` (2), ``seed=i``, one resumable catalog per table/split under
   ``--runs-dir`` (``<table>-split<i>``; ``<table>-ood-split<i>`` for the OOD check), the
-  estimator's defaults otherwise. The benchmark's own validation rows are given to ``fit`` as
-  ``X_valid``/``y_valid`` when its signature takes them; otherwise the fitting and validation rows
-  are given together with ``valid_fraction=0.2`` (the estimator's own split); each record says
-  which (``info.validation``). Probabilities, entropy, aleatoric entropy and mutual information
-  from ``predict_uncertainty``.
+  estimator's defaults otherwise; the benchmark's validation rows are ``fit``'s ``X_valid`` /
+  ``y_valid``. Probabilities, entropy, aleatoric entropy and mutual information from
+  ``predict_uncertainty``.
+* ``autodeuq-noreplace``: the same catalogs (run ``autodeuq`` first: its catalog is resumed, no
+  search runs again), the ensemble selected by ``selector="greedy-noreplace"`` (each member
+  once, equal weights) instead of greedy selection with replacement; the members are refitted again.
 * ``catboost``: ``CatBoostClassifier`` (``MultiClass``, ``Logloss`` for two classes), depth 6
   (the default), learning rate 0.03, up to 3000 iterations, overfitting detector ``Iter`` with 200
   rounds on the validation rows, the best iteration kept (``use_best_model``),
@@ -121,8 +122,9 @@ from benchmarks.uci import parse_splits, portable_command  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "classification"
 TABLES = ("wine", "penguins", "breast_cancer", "titanic", "digits", "credit_default")  # smallest first
-METHODS = ("autodeuq", "catboost", "deep-ensemble", "hgb")
-LABELS = {"autodeuq": "AutoDEUQ", "catboost": "CatBoost", "deep-ensemble": "Deep Ensemble", "hgb": "HGB"}
+METHODS = ("autodeuq", "autodeuq-noreplace", "catboost", "deep-ensemble", "hgb")
+LABELS = {"autodeuq": "AutoDEUQ", "autodeuq-noreplace": "AutoDEUQ (no replacement)", "catboost": "CatBoost",
+          "deep-ensemble": "Deep Ensemble", "hgb": "HGB"}
 TASKS = ("classification", "ood")
 TEST_FRACTION = VALID_FRACTION = 0.2
 ECE_BINS = 15
@@ -130,7 +132,8 @@ LOG_EPS = 1e-15  # probabilities are clipped here for the log loss
 SUM_TOL = 1e-4  # a row of probabilities must sum to 1 within this, then it is renormalized
 OOD_TABLE, OOD_CLASSES = "digits", (8, 9)
 #: What each method's epistemic measure is; None: the method has none (its total entropy stands in).
-EPISTEMIC = {"autodeuq": "mutual information", "catboost": "knowledge uncertainty",
+EPISTEMIC = {"autodeuq": "mutual information", "autodeuq-noreplace": "mutual information",
+             "catboost": "knowledge uncertainty",
              "deep-ensemble": "mutual information", "hgb": None}
 SCORES = {"log_loss": "Test log loss (nats; lower is better)", "accuracy": "Test accuracy (higher is better)",
           "brier": "Test Brier score (sum over classes; lower is better)",
@@ -139,7 +142,6 @@ SCORES = {"log_loss": "Test log loss (nats; lower is better)", "accuracy": "Test
 DE_MEMBERS, DE_HIDDEN, DE_BATCH, DE_LR, DE_MAX_EPOCHS, DE_PATIENCE = 5, (200, 200, 200), 100, 1e-3, 200, 10
 CB_LR, CB_ITERATIONS, CB_OD_WAIT, CB_VIRTUAL, CB_MISSING = 0.03, 3000, 200, 10, "missing"
 HGB_LR, HGB_MAX_ITER, HGB_PATIENCE = 0.1, 1000, 10
-AUTODEUQ_VALID_FRACTION = 0.2  # the fallback when the estimator's fit takes no validation rows
 
 
 class MethodError(RuntimeError):
@@ -471,7 +473,7 @@ def run_hgb(data: Split, args, *, max_iter=HGB_MAX_ITER, patience=HGB_PATIENCE) 
     return Prediction(proba, entropy(proba), info={"iterations": int(model.n_iter_)})
 
 
-def run_autodeuq(data: Split, args) -> Prediction:
+def run_autodeuq(data: Split, args, selector: str = "greedy") -> Prediction:
     """AutoDEUQ's classifier, one resumable catalog per table/split: see the module docstring."""
     from autodeuq import AutoDEUQClassifier
 
@@ -479,27 +481,24 @@ def run_autodeuq(data: Split, args) -> Prediction:
     run_dir = Path(args.runs_dir) / f"{data.name}{suffix}-split{data.split}"
     resumed = (run_dir / "catalog.sqlite").exists()
     model = AutoDEUQClassifier(max_evals=args.max_evals, workers=args.workers, seed=data.split, run_dir=run_dir,
-                               progress=False)
-    fit_parameters = inspect.signature(model.fit).parameters
-    if "X_valid" in fit_parameters and "y_valid" in fit_parameters:
-        model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
-        validation = "the benchmark's validation rows (fit X_valid/y_valid)"
-    else:  # the estimator draws its own validation rows from fitting + validation rows
-        if "valid_fraction" not in model.get_params():
-            raise MethodError("AutoDEUQClassifier takes neither X_valid/y_valid in fit nor valid_fraction")
-        model.set_params(valid_fraction=AUTODEUQ_VALID_FRACTION)
-        model.fit(pd.concat([data.x_fit, data.x_valid], ignore_index=True),
-                  np.concatenate([data.y_fit, data.y_valid]))
-        validation = f"the estimator's own split (valid_fraction={AUTODEUQ_VALID_FRACTION})"
+                               progress=False, selector=selector)
+    model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
     u = model.predict_uncertainty(data.x_test)
     classes = list(model.classes_)
-    info = {"validation": validation, "run_dir": str(run_dir), "resumed": resumed,
+    info = {"run_dir": str(run_dir), "resumed": resumed, "selector": selector,
+            "effective_size": model.ensemble_.selection.get("effective_size"),
             "classes": [int(c) for c in classes]}
     return Prediction(_label_columns(u.proba, classes, data.n_classes), np.asarray(u.total_entropy, dtype=float),
                       np.asarray(u.aleatoric_entropy, dtype=float), np.asarray(u.epistemic_mi, dtype=float), info)
 
 
-RUNNERS = {"autodeuq": run_autodeuq, "catboost": run_catboost, "deep-ensemble": run_deep_ensemble, "hgb": run_hgb}
+def run_autodeuq_noreplace(data: Split, args) -> Prediction:
+    """AutoDEUQ on the same catalog, each member selected once (equal weights)."""
+    return run_autodeuq(data, args, selector="greedy-noreplace")
+
+
+RUNNERS = {"autodeuq": run_autodeuq, "autodeuq-noreplace": run_autodeuq_noreplace, "catboost": run_catboost,
+           "deep-ensemble": run_deep_ensemble, "hgb": run_hgb}
 
 
 # --------------------------------------------------------------------------- raw results

@@ -262,20 +262,14 @@ class FakeClassifier:
 
     calls = []
 
-    def __init__(self, max_evals=100, workers=None, seed=None, run_dir=None, progress=True, valid_fraction=None):
+    def __init__(self, max_evals=100, workers=None, seed=None, run_dir=None, progress=True, selector="greedy"):
         self.params = dict(max_evals=max_evals, workers=workers, seed=seed, run_dir=run_dir, progress=progress,
-                           valid_fraction=valid_fraction)
+                           selector=selector)
 
-    def get_params(self):
-        return dict(self.params)
-
-    def set_params(self, **kw):
-        self.params.update(kw)
-        return self
-
-    def _fit(self, X, y, valid):
-        self.calls.append((len(X), None if valid is None else len(valid), self.params))
+    def fit(self, X, y, X_valid=None, y_valid=None):
+        self.calls.append((len(X), len(X_valid), len(y_valid), self.params))
         self.classes_ = np.array([2, 0, 1])
+        self.ensemble_ = argparse.Namespace(selection={"effective_size": 1.5})
         return self
 
     def predict_uncertainty(self, X):
@@ -285,32 +279,17 @@ class FakeClassifier:
                                   epistemic_mi=np.full(n, 0.2))
 
 
-class TakesValidation(FakeClassifier):
-    def fit(self, X, y, X_valid=None, y_valid=None):
-        return self._fit(X, y, X_valid)
-
-
-class DrawsItsOwn(FakeClassifier):
-    def fit(self, X, y):
-        return self._fit(X, y, None)
-
-
-@pytest.mark.parametrize("estimator, validation", [(TakesValidation, "benchmark's validation rows"),
-                                                   (DrawsItsOwn, "valid_fraction=0.2")])
-def test_autodeuq_runner_adapts_to_the_fit_signature(tables, tmp_path, monkeypatch, estimator, validation):
-    monkeypatch.setattr(autodeuq, "AutoDEUQClassifier", estimator, raising=False)
+@pytest.mark.parametrize("method, selector", [("autodeuq", "greedy"), ("autodeuq-noreplace", "greedy-noreplace")])
+def test_autodeuq_runner_gives_the_benchmark_validation_rows(tables, tmp_path, monkeypatch, method, selector):
+    monkeypatch.setattr(autodeuq, "AutoDEUQClassifier", FakeClassifier, raising=False)
     monkeypatch.setattr(FakeClassifier, "calls", [])
     data = cls.make_split(tables["wine"], 1)
-    pred = cls.run_autodeuq(data, namespace(runs_dir=tmp_path, max_evals=7, workers=2))
-    (n_x, n_valid, params), = FakeClassifier.calls
-    if estimator is TakesValidation:
-        assert (n_x, n_valid, params["valid_fraction"]) == (113, 29, None)
-    else:  # fitting and validation rows together, the estimator's own 20 %
-        assert (n_x, n_valid, params["valid_fraction"]) == (142, None, 0.2)
-    assert params | {"valid_fraction": None} == {"max_evals": 7, "workers": 2, "seed": 1,
-                                                 "run_dir": tmp_path / "wine-split1", "progress": False,
-                                                 "valid_fraction": None}
-    assert validation in pred.info["validation"] and pred.info["resumed"] is False
+    pred = cls.RUNNERS[method](data, namespace(runs_dir=tmp_path, max_evals=7, workers=2))
+    (n_x, n_valid, n_y_valid, params), = FakeClassifier.calls
+    assert (n_x, n_valid, n_y_valid) == (113, 29, 29)
+    assert params == {"max_evals": 7, "workers": 2, "seed": 1, "run_dir": tmp_path / "wine-split1",
+                      "progress": False, "selector": selector}
+    assert pred.info["resumed"] is False and pred.info["selector"] == selector and pred.info["effective_size"] == 1.5
     np.testing.assert_allclose(pred.proba[0], [0.3, 0.1, 0.6])  # label order 0, 1, 2
     assert (pred.total[0], pred.aleatoric[0], pred.epistemic[0]) == (0.9, 0.7, 0.2)
 

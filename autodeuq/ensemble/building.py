@@ -16,8 +16,8 @@ import numpy as np
 
 from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.ensemble.calibration import cross_fitted_scale, pooled_coverage, resolve_calibration
-from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
 from autodeuq.ensemble.categorical import cross_fitted_temperature, pooled_log_loss
+from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
 from autodeuq.ensemble.predictive import EnsembleError, ensemble_class
 from autodeuq.ensemble.selection import select, select_bagged, select_categorical, select_categorical_bagged
 from autodeuq.errors import AutoDEUQWarning, ParameterError
