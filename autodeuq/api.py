@@ -385,9 +385,9 @@ class AutoDEUQClassifier(ClassifierMixin, _AutoDEUQ):
         names = _target_names(y)
         if np.ndim(y) == 2 and np.shape(y)[1] != 1:
             raise ValueError(f"AutoDEUQClassifier takes one column of labels, got y of shape {np.shape(y)}")
-        labels = column_or_1d(np.asarray(y, dtype=object), warn=True)  # a column vector warns, as scikit-learn's do
+        labels = column_or_1d(y, dtype=None, warn=True)  # a column vector warns, as scikit-learn's do
         check_classification_targets(labels)
-        return labels.reshape(n_rows, 1), names
+        return np.asarray(labels, dtype=object).reshape(n_rows, 1), names
 
     def _fitted(self, dataset) -> None:
         self.classes_ = dataset.labels.array()
