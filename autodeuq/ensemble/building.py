@@ -160,6 +160,9 @@ class ClassifierCandidates:
         self.n_rows = len(self.y)
 
     def select(self, rows, size, *, selector, score, stop, groups, bags, seed):
+        if score != "mixture":
+            raise ParameterError("score", "must be 'mixture' for a classification run: its members are selected on "
+                                          "the log loss of their mixture", score)
         options = dict(selector=selector, stop=stop, groups=groups)
         if bags and selector != "topk":
             return select_categorical_bagged(self.probas[:, rows], self.y[rows], size, bags=bags, seed=seed,
