@@ -12,7 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 _quiet = import_module("autodeuq.quiet")
 _quiet.install()
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _LAZY = {
     "AutoDEUQError": "autodeuq.errors",
