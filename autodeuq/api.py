@@ -379,7 +379,6 @@ class AutoDEUQClassifier(ClassifierMixin, _AutoDEUQ):
 
     def _targets(self, y, n_rows: int):
         from sklearn.utils.multiclass import check_classification_targets
-
         from sklearn.utils.validation import column_or_1d
 
         names = _target_names(y)
