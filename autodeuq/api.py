@@ -1,4 +1,4 @@
-"""The whole job as one scikit-learn estimator: search, catalog, ensemble, decomposed prediction."""
+"""The whole job as scikit-learn estimators, a regressor and a classifier: search, catalog, ensemble, decomposed prediction."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,6 +15,34 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
 from autodeuq.options import BY_NAME, numpydoc_parameters, signature_parameters
+
+_FIT_DOC = """Search, fill the catalog and build the ensemble.
+
+        Parameters
+        ----------
+        X : array-like or DataFrame of shape (n_samples, n_features)
+            At least 3 rows without ``X_valid`` (2 with); a DataFrame's column names are kept.
+            Non-numeric columns and missing values are handled as ``categorical`` and
+            ``impute`` say.
+{y}
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ParameterError
+            A parameter's value is refused, before any work (a ``ValueError``).
+        SpaceError
+            ``space`` names no shipped space or a bad space file, before any work.
+        SearchError
+            No training succeeded, or the first ones all failed the same way (the message gives
+            the most common reason).
+        KeyboardInterrupt
+            Ctrl-C (or SIGTERM, as :class:`~autodeuq.runner.Terminated`) stopped the search; the
+            catalog in ``run_dir_`` is consistent and ``fit`` with that ``run_dir`` resumes it.
+        """
 
 
 class _AutoDEUQ(BaseEstimator):
@@ -222,36 +250,11 @@ class AutoDEUQRegressor(RegressorMixin, _AutoDEUQ):
     _TASK = "regression"
 
     def fit(self, X, y, X_valid=None, y_valid=None):
-        """Search, fill the catalog and build the ensemble.
-
-        Parameters
-        ----------
-        X : array-like or DataFrame of shape (n_samples, n_features)
-            At least 3 rows without ``X_valid`` (2 with); a DataFrame's column names are kept.
-            Non-numeric columns and missing values are handled as ``categorical`` and
-            ``impute`` say.
-        y : array-like of shape (n_samples,) or (n_samples, n_targets)
-        X_valid, y_valid : array-like, optional
-            Validation data; default: a seeded random split of (X, y).
-
-        Returns
-        -------
-        self
-
-        Raises
-        ------
-        ParameterError
-            A parameter's value is refused, before any work (a ``ValueError``).
-        SpaceError
-            ``space`` names no shipped space or a bad space file, before any work.
-        SearchError
-            No training succeeded, or the first ones all failed the same way (the message gives
-            the most common reason).
-        KeyboardInterrupt
-            Ctrl-C (or SIGTERM, as :class:`~autodeuq.runner.Terminated`) stopped the search; the
-            catalog in ``run_dir_`` is consistent and ``fit`` with that ``run_dir`` resumes it.
-        """
         return self._fit(X, y, X_valid, y_valid)
+
+    fit.__doc__ = _FIT_DOC.format(y="""        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+        X_valid, y_valid : array-like, optional
+            Validation data; default: a seeded random split of (X, y).""")
 
     def predict_uncertainty(self, X):
         """The decomposed prediction, shaped like :meth:`predict`'s.
@@ -330,38 +333,13 @@ class AutoDEUQClassifier(ClassifierMixin, _AutoDEUQ):
     _TASK = "classification"
 
     def fit(self, X, y, X_valid=None, y_valid=None):
-        """Search, fill the catalog and build the ensemble.
+        return self._fit(X, y, X_valid, y_valid)
 
-        Parameters
-        ----------
-        X : array-like or DataFrame of shape (n_samples, n_features)
-            At least 3 rows without ``X_valid`` (2 with); a DataFrame's column names are kept.
-            Non-numeric columns and missing values are handled as ``categorical`` and
-            ``impute`` say.
-        y : array-like of shape (n_samples,)
+    fit.__doc__ = _FIT_DOC.format(y="""        y : array-like of shape (n_samples,)
             Class labels of any type; each class needs at least 2 rows.
         X_valid, y_valid : array-like, optional
             Validation data (labels among ``y``'s classes); default: a seeded split of (X, y),
-            stratified by class.
-
-        Returns
-        -------
-        self
-
-        Raises
-        ------
-        ParameterError
-            A parameter's value is refused, before any work (a ``ValueError``).
-        SpaceError
-            ``space`` names no shipped space or a bad space file, before any work.
-        SearchError
-            No training succeeded, or the first ones all failed the same way (the message gives
-            the most common reason).
-        KeyboardInterrupt
-            Ctrl-C (or SIGTERM, as :class:`~autodeuq.runner.Terminated`) stopped the search; the
-            catalog in ``run_dir_`` is consistent and ``fit`` with that ``run_dir`` resumes it.
-        """
-        return self._fit(X, y, X_valid, y_valid)
+            stratified by class.""")
 
     def predict_uncertainty(self, X):
         """The ensemble's class prediction: a :class:`~autodeuq.ensemble.categorical.CategoricalPrediction`
