@@ -1,4 +1,4 @@
-"""The whole job as scikit-learn estimators, a regressor and a classifier: search, catalog, ensemble, decomposed prediction."""
+"""The whole job as scikit-learn estimators (a regressor, a classifier): search, catalog, ensemble, prediction."""
 from __future__ import annotations
 
 import dataclasses
