@@ -258,7 +258,10 @@ def _trace_plot(catalog, member_ids=()) -> bytes:
     column = "valid_nll" if original else "objective"
     objectives = np.where(frame["status"] != Status.FAILED, frame[column].astype(float), np.inf)
     position = {int(i): k + 1 for k, i in enumerate(frame["id"])}
-    return plots.plot_search_trace(objectives, None, units="original units" if original else "standardized",
+    units = "original units" if original else "standardized"
+    if catalog.task == "classification":
+        units = "the log loss, nats"
+    return plots.plot_search_trace(objectives, None, units=units,
                                    status=frame["status"].to_numpy(),
                                    members=[position[i] for i in member_ids if i in position])
 
