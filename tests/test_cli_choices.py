@@ -9,6 +9,7 @@ from autodeuq import discard, evaluator, search
 from autodeuq.cli import build_parser, main
 from autodeuq.data import BUILTIN_DATASETS
 from autodeuq.ensemble import options
+from autodeuq.labels import TASKS
 from autodeuq.preprocess import CATEGORICAL, IMPUTE
 
 
@@ -27,7 +28,7 @@ def test_every_choice_list_is_its_registry():
         "evaluator": list(evaluator.EVALUATORS), "selector": list(options.METHODS),
         "selection_score": list(options.SCORES),
         "selection_stop": list(options.STOPS), "diversity": list(options.DIVERSITY),
-        "calibrate": list(options.CALIBRATIONS),
+        "calibrate": list(options.CALIBRATIONS), "task": list(TASKS),
     }
     assert _choices("run") == expected
     assert _choices("search") == {k: v for k, v in expected.items() if k not in (

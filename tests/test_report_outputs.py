@@ -192,7 +192,7 @@ def test_a_refit_that_fits_its_rows_worse_keeps_the_original_member(reported, mo
 
     calls = []
 
-    def nll(model, x, y):  # called for the refitted network, then for the original one
+    def nll(model, x, y, classifier=False):  # called for the refitted network, then for the original one
         calls.append(model)
         return 1.0 if len(calls) % 2 else 0.0
 
@@ -216,7 +216,7 @@ def test_a_refit_as_good_within_noise_replaces_the_member(reported, monkeypatch)
     original = refit_module._constant_nll(y) - 1.0  # gained 1 nat over the constant Gaussian
     calls = []
 
-    def nll(model, x, y):  # the refitted network first, then the original one
+    def nll(model, x, y, classifier=False):  # the refitted network first, then the original one
         calls.append(model)
         return original + (0.09 if len(calls) % 2 else 0.0)
 
