@@ -109,7 +109,7 @@ class Labels:
 
     Examples
     --------
-    >>> labels = Labels.fit(["no", "yes", "no"], "train.csv", "fault")
+    >>> labels = Labels.fit(["no", "yes", "no", "yes"], "train.csv", "fault")
     >>> labels.classes, labels.encode(["yes", "no"], "test.csv").tolist()
     (['no', 'yes'], [1, 0])
     >>> labels.decode([1, 1]).tolist()

@@ -25,6 +25,7 @@ MODULES = (
     "autodeuq.search.surrogate",
     "autodeuq.registry",
     "autodeuq._lazy",
+    "autodeuq.labels",
 )
 
 
