@@ -457,9 +457,10 @@ OPTIONS: tuple[Option, ...] = (
     # ------------------------------------------------------------------ ensemble
     Option("ensemble_size", "ensemble", 5, Integer(1, 1000), "distinct ensemble members (at most)", flag="--size",
            metavar="K"),
-    Option("selector", "ensemble", "greedy", OneOf(ensemble_choices.METHODS),
-           "selection method: greedy with replacement (Caruana et al. 2004), without, or the best {ensemble_size} "
-           "models"),
+    Option("selector", "ensemble", "auto", OneOf(ensemble_choices.SELECTORS),
+           "selection method: greedy with replacement (Caruana et al. 2004), without (each member once, equal "
+           "weights), or the best {ensemble_size} models; auto: greedy for regression, greedy-noreplace for "
+           "classification"),
     Option("selection_score", "ensemble", "mixture", OneOf(ensemble_choices.SCORES),
            "what selection minimizes on the validation rows: the ensemble's exact mixture NLL or its moment-matched "
            "Gaussian NLL"),

@@ -38,7 +38,8 @@ label and the member (Depeweg et al. 2018; Malinin et al. 2021 for CatBoost's vi
 
 Methods (``--methods``):
 
-* ``autodeuq``: :class:`autodeuq.AutoDEUQClassifier` with ``max_evals=--max-evals`` (100),
+* ``autodeuq``: :class:`autodeuq.AutoDEUQClassifier` with ``selector="greedy"`` (with
+  replacement, the regression default), ``max_evals=--max-evals`` (100),
   ``workers=--workers`` (2), ``seed=i``, one resumable catalog per table/split under
   ``--runs-dir`` (``<table>-split<i>``; ``<table>-ood-split<i>`` for the OOD check), the
   estimator's defaults otherwise; the benchmark's validation rows are ``fit``'s ``X_valid`` /
@@ -46,7 +47,8 @@ Methods (``--methods``):
   ``predict_uncertainty``.
 * ``autodeuq-noreplace``: the same catalogs (run ``autodeuq`` first: its catalog is resumed, no
   search runs again), the ensemble selected by ``selector="greedy-noreplace"`` (each member
-  once, equal weights) instead of greedy selection with replacement; the members are refitted again.
+  once, equal weights), what ``selector="auto"``, the default, does for classification; the
+  members are refitted again.
 * ``catboost``: ``CatBoostClassifier`` (``MultiClass``, ``Logloss`` for two classes), depth 6
   (the default), learning rate 0.03, up to 3000 iterations, overfitting detector ``Iter`` with 200
   rounds on the validation rows, the best iteration kept (``use_best_model``),
@@ -123,7 +125,8 @@ from benchmarks.uci import parse_splits, portable_command  # noqa: E402
 RESULTS = REPO / "benchmarks" / "results" / "classification"
 TABLES = ("wine", "penguins", "breast_cancer", "titanic", "digits", "credit_default")  # smallest first
 METHODS = ("autodeuq", "autodeuq-noreplace", "catboost", "deep-ensemble", "hgb")
-LABELS = {"autodeuq": "AutoDEUQ", "autodeuq-noreplace": "AutoDEUQ (no replacement)", "catboost": "CatBoost",
+LABELS = {"autodeuq": "AutoDEUQ (greedy)", "autodeuq-noreplace": "AutoDEUQ (defaults: no replacement)",
+          "catboost": "CatBoost",
           "deep-ensemble": "Deep Ensemble", "hgb": "HGB"}
 TASKS = ("classification", "ood")
 TEST_FRACTION = VALID_FRACTION = 0.2

@@ -25,7 +25,7 @@ def test_every_choice_list_is_its_registry():
         "search": list(search.SEARCHERS) + list(search.ABLATIONS), "surrogate": list(search.SURROGATES),
         "acq": list(search.ACQUISITIONS), "early_discarding": list(discard.POLICIES),
         "sha_rungs": list(discard.RUNG_UNITS),
-        "evaluator": list(evaluator.EVALUATORS), "selector": list(options.METHODS),
+        "evaluator": list(evaluator.EVALUATORS), "selector": list(options.SELECTORS),
         "selection_score": list(options.SCORES),
         "selection_stop": list(options.STOPS), "diversity": list(options.DIVERSITY),
         "calibrate": list(options.CALIBRATIONS), "task": list(TASKS),

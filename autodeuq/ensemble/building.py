@@ -17,7 +17,7 @@ import numpy as np
 from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.ensemble.calibration import cross_fitted_scale, pooled_coverage, resolve_calibration
 from autodeuq.ensemble.categorical import cross_fitted_temperature, pooled_log_loss
-from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
+from autodeuq.ensemble.options import AUTO_SELECTOR, CALIBRATIONS, DIVERSITY
 from autodeuq.ensemble.predictive import EnsembleError, ensemble_class
 from autodeuq.ensemble.selection import select, select_bagged, select_categorical, select_categorical_bagged
 from autodeuq.errors import AutoDEUQWarning, ParameterError
@@ -67,6 +67,8 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
         raise ParameterError("calibrate", f"must be one of {list(CALIBRATIONS)}", calibrate)
     catalog = Catalog(run_dir)
     cls = ensemble_class(catalog.task, cls)
+    if selector == "auto":
+        selector = AUTO_SELECTOR[catalog.task]
     ids = catalog.model_ids()
     if not ids:
         raise EnsembleError(f"{run_dir}: the catalog has no successful evaluation to build an ensemble from")

@@ -4,6 +4,11 @@ choices come from here; :mod:`~autodeuq.ensemble.selection` and
 
 #: Selection methods (``selector``).
 METHODS = ("greedy", "greedy-noreplace", "topk")
+#: The ``selector`` option's values: a method, or ``auto``, the task's (:data:`AUTO_SELECTOR`).
+SELECTORS = ("auto", *METHODS)
+#: What ``selector="auto"`` selects with, per task: with replacement for regression (Caruana et al.
+#: 2004, the method's rule); each member once for classification (docs/decisions/selection.md).
+AUTO_SELECTOR = {"regression": "greedy", "classification": "greedy-noreplace"}
 #: Scores of an ensemble (``score``); "objective" is reserved for the search's (a model's validation NLL).
 SCORES = ("mixture", "gaussian")
 #: When greedy selection stops (``stop``).

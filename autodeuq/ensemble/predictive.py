@@ -279,7 +279,7 @@ class Ensemble:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: str = "mixture", *,
+    def from_catalog(cls, run_dir, size: int = 5, selector: str = "auto", score: str = "mixture", *,
                      stop: str = "size", diversity: str = "none", calibrate: str = "auto",
                      calibration_folds: int = 2, bags: int = 0, seed: int = 0) -> "Ensemble":
         """Select members greedily (or top-k) on the cached validation predictions of a catalog.
@@ -292,7 +292,9 @@ class Ensemble:
             ensemble is selected among all of them and an
             :class:`~autodeuq.ensemble.building.EnsembleSizeWarning` says so.
         selector, score, stop :
-            See :func:`autodeuq.ensemble.select`. With the default ``stop="size"`` the ensemble
+            See :func:`autodeuq.ensemble.select`; ``selector="auto"`` is the task's
+            (:data:`autodeuq.ensemble.options.AUTO_SELECTOR`: ``"greedy"`` for regression,
+            ``"greedy-noreplace"`` for classification). With the default ``stop="size"`` the ensemble
             has ``size`` distinct members whenever the catalog has that many usable models;
             otherwise a warning says how many it has and why.
         diversity : {"none", "architecture", "activations"}
