@@ -341,7 +341,7 @@ def cmd_predict(args):
     _check_out(out, "--out")
     try:
         ensemble = load_ensemble(args.ensemble)
-        classifier = ensemble.labels is not None if hasattr(ensemble, "labels") else False
+        classifier = getattr(ensemble, "labels", None) is not None
         if classifier and levels:
             raise CLIError("--interval: a classifier has no intervals; its prediction sets are --set LEVEL")
         if not classifier and args.set_level is not None:
@@ -354,7 +354,7 @@ def cmd_predict(args):
         prediction = ensemble.predict(features, source=str(args.data))
     except OSError as exc:
         raise _os_error(exc) from None
-    if hasattr(prediction, "proba"):  # a classifier's
+    if classifier:
         frame = prediction.to_frame(ensemble.target_names[0], set_level=args.set_level)
     else:
         frame = prediction.to_frame(ensemble.target_names, levels=[level for level, _ in levels])
@@ -366,7 +366,7 @@ def cmd_predict(args):
         raise CLIError(f"--out {out}: cannot create its folder: {exc.strerror or exc}") from None
     atomic_write(out, pd.DataFrame(columns).to_csv(index=False).encode())
     # What the columns hold is in `predict --help` and the documentation's predict-CSV page.
-    kind = "" if hasattr(prediction, "proba") else "all standard deviations, "
+    kind = "" if classifier else "all standard deviations, "
     print(f"wrote {len(x)} predictions to {out}: columns {', '.join(columns)} "
           f"({kind}explained in `autodeuq predict --help`)")
 

@@ -142,11 +142,6 @@ class Dataset:
         return self.task == "classification"
 
     @property
-    def n_outputs(self) -> int:
-        """Values a network predicts per row and target: the classes, or a mean and a variance."""
-        return self.labels.n_classes if self.is_classification else 2
-
-    @property
     def n_features(self) -> int:
         return self.x_train.shape[1]
 

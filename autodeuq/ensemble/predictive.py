@@ -68,6 +68,7 @@ class CatalogMembers:
     """
 
     refitted: Mapping[int, bytes] = MappingProxyType({})  # also the value of sources pickled before refits
+    labels = None  # also the value of sources pickled before classification
 
     def __init__(self, run_dir, refitted: Mapping[int, bytes] | None = None):
         self.run_dir = Path(os.path.abspath(run_dir))
