@@ -111,7 +111,8 @@ class _AutoDEUQ(BaseEstimator):
             valid = (_with_targets(self._table(X_valid, valid_checked), y_valid, target_names), "X_valid")
         dataset = from_table(_with_targets(self._table(X, checked), y2, target_names), target_names, "X", options,
                              valid=valid, valid_fraction=table_config.valid_fraction, seed=seed, name="<fit arrays>",
-                             task=self._TASK, class_weight=table_config.class_weight)
+                             task=self._TASK, class_weight=table_config.class_weight,
+                             label_smoothing=table_config.label_smoothing)
         self._fitted(dataset)
         self.n_targets_ = y2.shape[1]
         self.n_dropped_missing_target_ = sum(dataset.dropped_missing_target.values())

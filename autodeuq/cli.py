@@ -193,7 +193,7 @@ def _load_dataset(args, table, seed):
                            id_column=table.id_column, drop_missing_target=table.drop_missing_target)
     dataset = load_files(args.data, args.target, valid=args.valid, test=args.test,
                          valid_fraction=table.valid_fraction, seed=seed, options=options, task=table.task,
-                         class_weight=table.class_weight)
+                         class_weight=table.class_weight, label_smoothing=table.label_smoothing)
     for source, n in dataset.dropped_missing_target.items():
         print(f"autodeuq: {source}: left out {n} row(s) whose target is missing (--drop-missing-target)", flush=True)
     return dataset

@@ -112,6 +112,8 @@ class Dataset:
         The classes of a classification target.
     class_weight : {"none", "balanced"} or list of float
         Weights of the classes in the training loss (classification): one per class when given.
+    label_smoothing : float
+        Classification: the training targets' share spread over every class.
     """
 
     x_train: np.ndarray
@@ -132,6 +134,7 @@ class Dataset:
     task_reason: str = "numeric target"
     labels: Labels | None = None
     class_weight: str = "none"
+    label_smoothing: float = 0.0
 
     def __post_init__(self):
         if self.scaler is None:
@@ -158,6 +161,8 @@ class Dataset:
         h.update(json.dumps([self.feature_names, self.target_names]).encode())
         if self.is_classification:
             h.update(json.dumps([self.task, self.labels.to_dict(), self.class_weight]).encode())
+            if self.label_smoothing:
+                h.update(json.dumps({"label_smoothing": self.label_smoothing}).encode())
         return h.hexdigest()[:16]
 
     def describe(self) -> dict:
@@ -171,7 +176,8 @@ class Dataset:
             "split": self.split,
             "fingerprint": self.fingerprint(),
             "task": self.task,
-            **({"labels": self.labels.to_dict(), "class_weight": self.class_weight} if self.is_classification else {}),
+            **({"labels": self.labels.to_dict(), "class_weight": self.class_weight,
+                "label_smoothing": self.label_smoothing} if self.is_classification else {}),
             "standardization": self.scaler.to_dict(),
             **({} if self.preprocessor is None else {"preprocessing": self.preprocessor.to_dict()}),
         }
@@ -430,7 +436,7 @@ def _check_seed(seed) -> int:
 
 def from_arrays(x, y, x_valid=None, y_valid=None, *, valid_fraction=DEFAULT_VALID_FRACTION, seed=0,
                 feature_names=None, target_names=None, name="<arrays>", x_test=None, y_test=None,
-                labels: Labels | None = None, class_weight: str = "none") -> Dataset:
+                labels: Labels | None = None, class_weight: str = "none", label_smoothing: float = 0.0) -> Dataset:
     """Validate in-memory arrays and build a :class:`Dataset` (random split when no validation given).
 
     With ``labels``, ``y`` holds the class codes of a classification target (stratified split).
@@ -462,7 +468,7 @@ def from_arrays(x, y, x_valid=None, y_valid=None, *, valid_fraction=DEFAULT_VALI
     if x_test is not None:
         x_test, y_test = _as_2d(x_test, "X_test"), _as_2d(y_test, "y_test")
     task = {} if labels is None else {"task": "classification", "task_reason": "class codes", "labels": labels,
-                                      "class_weight": class_weight}
+                                      "class_weight": class_weight, "label_smoothing": float(label_smoothing)}
     return Dataset(x, y, x_valid, y_valid, feature_names, target_names, name=name, split=split,
                    x_test=x_test, y_test=y_test, **task)
 
@@ -496,7 +502,8 @@ def _as_2d(a, label):
 
 def load_files(train: str | Path, targets: Sequence[str] | None = None, *, valid: str | Path | None = None,
                test: str | Path | None = None, valid_fraction: float = DEFAULT_VALID_FRACTION,
-               seed: int = 0, options=None, task: str = "auto", class_weight: str = "none") -> Dataset:
+               seed: int = 0, options=None, task: str = "auto", class_weight: str = "none",
+               label_smoothing: float = 0.0) -> Dataset:
     """Read and validate a training file (and optional validation/test files).
 
     ``options`` (:class:`autodeuq.preprocess.TableOptions`; default: one-hot encoding, mean
@@ -507,7 +514,8 @@ def load_files(train: str | Path, targets: Sequence[str] | None = None, *, valid
     valid_table = None if valid is None else (read_table(valid), str(valid))
     test_table = None if test is None else (read_table(test), str(test))
     return from_table(frame, targets, str(train), options, valid=valid_table, test=test_table,
-                      valid_fraction=valid_fraction, seed=seed, task=task, class_weight=class_weight)
+                      valid_fraction=valid_fraction, seed=seed, task=task, class_weight=class_weight,
+                      label_smoothing=label_smoothing)
 
 
 def _resolve_targets(columns: list[str], targets, source: str) -> list[str]:
@@ -532,7 +540,7 @@ def _resolve_targets(columns: list[str], targets, source: str) -> list[str]:
 
 def from_table(frame, targets: Sequence[str] | None, source: str, options=None, *, valid=None, test=None,
                valid_fraction: float = DEFAULT_VALID_FRACTION, seed: int = 0, name: str | None = None,
-               task: str = "auto", class_weight: str = "none") -> Dataset:
+               task: str = "auto", class_weight: str = "none", label_smoothing: float = 0.0) -> Dataset:
     """A :class:`Dataset` from a table that may hold categorical columns and missing values.
 
     The columns that are not targets, dropped (``options.drop``) or the id column
@@ -560,6 +568,8 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
     class_weight : {"none", "balanced"} or dict
         Classification: the classes' weights in the training loss (a mapping of labels to weights
         becomes one weight per class, :func:`autodeuq.labels.resolve_class_weight`).
+    label_smoothing : float
+        Classification: the share of each training target spread over every class.
 
     Rows whose target is missing are refused, or left out of every table with
     ``options.drop_missing_target`` (counted in ``Dataset.dropped_missing_target``).
@@ -588,7 +598,7 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
     if not features:
         raise DataError(f"{source}: no feature columns besides the target(s) {targets}"
                         + (f" and the columns left out {options.ignored}" if options.ignored else ""))
-    choice, y, keep, labels = _task_targets(frame, targets, source, options, task, class_weight)
+    choice, y, keep, labels = _task_targets(frame, targets, source, options, task, class_weight, label_smoothing)
     dropped = {source: len(frame) - len(keep)}
     if valid is None:
         tr, va, split = _validation_split(y, keep, labels, valid_fraction, seed, source)
@@ -613,10 +623,11 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
                    x_test=x_te, y_test=y_te, preprocessor=prep,
                    dropped_missing_target={k: n for k, n in dropped.items() if n},
                    task=choice.task, task_reason=choice.reason, labels=labels,
-                   class_weight=class_weight if labels is None else resolve_class_weight(class_weight, labels))
+                   class_weight=class_weight if labels is None else resolve_class_weight(class_weight, labels),
+                   label_smoothing=float(label_smoothing))
 
 
-def _task_targets(frame, targets, source, options, task, class_weight):
+def _task_targets(frame, targets, source, options, task, class_weight, label_smoothing=0.0):
     """(the task chosen, the targets of every row (class codes for classification), the rows kept, the
     labels or None)."""
     choice = decide_task(frame, targets, task)
@@ -624,6 +635,11 @@ def _task_targets(frame, targets, source, options, task, class_weight):
         from autodeuq.errors import ParameterError
 
         raise ParameterError("class_weight", f"applies to classification; {choice.line()}", class_weight,
+                             refers=("task",))
+    if choice.task == "regression" and label_smoothing:
+        from autodeuq.errors import ParameterError
+
+        raise ParameterError("label_smoothing", f"applies to classification; {choice.line()}", label_smoothing,
                              refers=("task",))
     if choice.task == "classification":
         y, keep, labels = _label_rows(frame, targets[0], source, options.drop_missing_target)

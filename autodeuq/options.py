@@ -354,6 +354,10 @@ OPTIONS: tuple[Option, ...] = (
            "of its share of the training rows; or a mapping of classes to weights (JSON on the command line, "
            "'{{\"fault\": 5}}'; a class left out weighs 1). Validation, selection and scores stay unweighted",
            metavar="WEIGHTS"),
+    Option("label_smoothing", "table", 0.0, Real(0.0, 0.5, strict=False),
+           "classification: train toward (1 - e) on the observed class and e / K on every class instead of all on "
+           "the observed one (Szegedy et al. 2016), which bounds how confident a network can grow; validation, "
+           "selection and scores keep the plain log loss", metavar="E"),
     Option("valid_fraction", "table", DEFAULT_VALID_FRACTION, Fraction(),
            "fraction of the training rows held out for validation when no validation rows are given (by class "
            "for classification)",

@@ -120,22 +120,25 @@ def gaussian_nll_and_gradients(y, mean, var):
 def categorical_nll(y, logits):
     """Mean weighted categorical NLL (cross-entropy) of class codes under softmax(``logits``).
 
-    ``y`` is ``(n, 2)``: the class code and the row's weight (:func:`autodeuq.labels.class_row_weights`;
-    ones without class weights), so that one tensor carries a classifier's targets as it carries
-    a regression's: ``sum_i w_i (logsumexp(z_i) - z_i[y_i]) / n``.
+    ``y`` is ``(n, 3)``: the class code, the row's weight (:func:`autodeuq.labels.class_row_weights`;
+    ones without class weights) and its label smoothing ``e`` (zeros without), so that one tensor
+    carries a classifier's targets as it carries a regression's: ``-sum_i w_i sum_k q_ik log
+    softmax(z_i)_k / n`` with ``q_i = (1 - e_i) onehot(y_i) + e_i / K``.
     """
     return categorical_nll_and_gradients(y, logits)[0]
 
 
 @tf.autograph.experimental.do_not_convert
 def categorical_nll_and_gradients(y, logits):
-    """:func:`categorical_nll` and its gradient w.r.t. ``logits``: ``w_i (softmax(z_i) - onehot(y_i)) / n``."""
+    """:func:`categorical_nll` and its gradient w.r.t. ``logits``: ``w_i (softmax(z_i) - q_i) / n``."""
     log_p = tf.nn.log_softmax(logits)
-    onehot = tf.one_hot(tf.cast(y[:, 0], tf.int32), tf.shape(logits)[1], dtype=logits.dtype)
-    weights = y[:, 1:2]
+    n_classes = tf.shape(logits)[1]
+    onehot = tf.one_hot(tf.cast(y[:, 0], tf.int32), n_classes, dtype=logits.dtype)
+    weights, smoothing = y[:, 1:2], y[:, 2:3]
+    target = (1.0 - smoothing) * onehot + smoothing / tf.cast(n_classes, logits.dtype)
     n = tf.cast(tf.shape(logits)[0], logits.dtype)
-    loss = -tf.reduce_sum(weights * onehot * log_p) / n
-    return loss, weights * (tf.exp(log_p) - onehot) / n
+    loss = -tf.reduce_sum(weights * target * log_p) / n
+    return loss, weights * (tf.exp(log_p) - target) / n
 
 
 class GaussianLoss:
@@ -653,16 +656,18 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,  
 
 def _training_targets(dataset, part: str) -> np.ndarray:
     """The targets of the training or validation rows as the loss reads them: standardized, or a
-    classifier's (class code, row weight) pairs (weights on the training rows only: the validation
-    loss, which selects epochs and networks, is the plain log loss)."""
+    classifier's (class code, row weight, label smoothing) rows (weights and smoothing on the
+    training rows only: the validation loss, which selects epochs and networks, is the plain log
+    loss)."""
     y = getattr(dataset, f"y_{part}")
     if not dataset.is_classification:
         return dataset.scaler.transform_y(y)
     from autodeuq.labels import class_row_weights
 
-    weights = (class_row_weights(y[:, 0], dataset.labels.n_classes, dataset.class_weight) if part == "train"
-               else np.ones(len(y)))
-    return np.column_stack([y[:, 0], weights])
+    train = part == "train"
+    weights = class_row_weights(y[:, 0], dataset.labels.n_classes, dataset.class_weight) if train else np.ones(len(y))
+    smoothing = np.full(len(y), dataset.label_smoothing if train else 0.0)
+    return np.column_stack([y[:, 0], weights, smoothing])
 
 
 def _probabilities(log_proba) -> np.ndarray:

@@ -203,7 +203,7 @@ BAD_PARAMETERS = [
     ("population_size", 1), ("tournament_size", 0), ("surrogate", "svm"), ("acq", "ucb"), ("fixed_hp", "adam"),
     ("fixed_arch", {"a": 1}), ("eval_timeout", 0), ("ray_address", 6379), ("cpus_per_eval", 0),
     ("gpus_per_eval", -1), ("new_run", "yes"), ("iepoch_epochs", 0), ("iepoch_top_k", 0), ("discard_budget", 0),
-    ("task", "ordinal"), ("class_weight", "heavy"),
+    ("task", "ordinal"), ("class_weight", "heavy"), ("label_smoothing", 0.7),
 ]
 #: The settings under which an option applies (else its value is not used).
 APPLIES = {"fixed_hp": {"search": "age-fixed-hp"}, "fixed_arch": {"search": "bo-fixed-arch"},

@@ -133,11 +133,13 @@ def test_categorical_nll_and_its_gradient_match_the_tape_in_float64():
 
     rng = np.random.default_rng(0)
     logits = tf.constant(rng.normal(size=(7, 4)) * 3)
-    y = tf.constant(np.column_stack([rng.integers(0, 4, 7), rng.uniform(0.5, 2.0, 7)]))
+    y = tf.constant(np.column_stack([rng.integers(0, 4, 7), rng.uniform(0.5, 2.0, 7), [0.0, 0.1] * 3 + [0.3]]))
     with tf.GradientTape() as tape:
         tape.watch(logits)
         log_p = tf.nn.log_softmax(logits)
-        expected = -tf.reduce_mean(y[:, 1] * tf.gather(log_p, tf.cast(y[:, 0], tf.int32), batch_dims=1))
+        observed = tf.gather(log_p, tf.cast(y[:, 0], tf.int32), batch_dims=1)
+        smoothed = (1 - y[:, 2]) * observed + y[:, 2] * tf.reduce_mean(log_p, axis=1)
+        expected = -tf.reduce_mean(y[:, 1] * smoothed)
     loss, grad = categorical_nll_and_gradients(y, logits)
     assert_same_math(np.asarray(loss), np.asarray(expected))
     assert_same_math(np.asarray(grad), np.asarray(tape.gradient(expected, logits)))
@@ -166,6 +168,26 @@ def test_a_classifier_plan_ends_in_logits_and_its_backward_matches_the_tape():
     assert_same_math(np.asarray(logits), np.asarray(model(x)))
     for got, expected in zip(program.backward(saved, c), tape.gradient(loss, weights)):
         assert_same_math(np.asarray(got), np.asarray(expected))
+
+
+def test_label_smoothing_bounds_the_confidence_training_reaches():
+    from autodeuq.space import load_space
+    from autodeuq.train import train
+
+    frame = labelled_table(90)
+    frame["a"] *= 10  # classes far apart: plain training grows confident
+    space = load_space("tabular")
+    config = space.sample(np.random.default_rng(0))
+    config["hp"].update(optimizer="adam", learning_rate=0.01)
+    top = {}
+    for smoothing in (0.0, 0.3):
+        dataset = from_table(frame, ["y"], "t.csv", label_smoothing=smoothing)
+        result = train(config, space, dataset, epochs=40)
+        top[smoothing] = float(result.valid_proba.max())
+    # with e = 0.3 and 3 classes the training target puts 0.8 on the observed class
+    assert top[0.3] < 0.9 < top[0.0]
+    with pytest.raises(ParameterError, match="label_smoothing applies to classification"):
+        from_table(frame.assign(y=np.arange(90) * 0.5), ["y"], "t.csv", label_smoothing=0.1)
 
 
 def test_a_classifier_trains_and_stores_its_validation_probabilities(tmp_path):

@@ -267,7 +267,8 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
     labels = catalog.labels
     dataset = data.from_arrays(x, y, x, y, feature_names=ensemble.feature_names,
                                target_names=ensemble.target_names, name="refit", labels=labels,
-                               class_weight=(catalog.meta.get("data") or {}).get("class_weight", "none"))
+                               class_weight=(catalog.meta.get("data") or {}).get("class_weight", "none"),
+                               label_smoothing=(catalog.meta.get("data") or {}).get("label_smoothing", 0.0))
     n_train = (catalog.row_counts() or (len(x), 0))[0]
     started = time.monotonic()
     entries = {entry_id: catalog.entry(entry_id) for entry_id in dict.fromkeys(ensemble.member_ids)}
