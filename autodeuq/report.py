@@ -13,7 +13,7 @@ from autodeuq import metrics, plots
 from autodeuq.classification_metrics import classification_metrics
 from autodeuq.data import load_test_file
 from autodeuq.ensemble import Ensemble
-from autodeuq.ensemble.categorical import CategoricalPrediction, apply_temperature
+from autodeuq.ensemble.categorical import CategoricalPrediction, log_probabilities
 from autodeuq.ensemble.classifier import ClassifierEnsemble
 from autodeuq.fileio import atomic_write, refuse_linked_folders
 from autodeuq.result import Status
@@ -164,8 +164,7 @@ class ClassificationScores:
     @staticmethod
     def validation(ensemble, catalog):
         _, probas, _ = catalog.validation_probabilities(ensemble.member_ids)
-        return ensemble.mixture(apply_temperature(np.log(np.maximum(probas, np.finfo(float).tiny)),
-                                                  ensemble.temperature))
+        return ensemble.mixture(log_probabilities(probas))
 
     @staticmethod
     def scores(prediction, y) -> dict:
@@ -174,10 +173,10 @@ class ClassificationScores:
 
     @staticmethod
     def test(ensemble, test, calibration):
-        predicted = ensemble.predict(test[0], encoded=True)
+        logits = ensemble.member_logits(test[0], encoded=True)  # the networks run once
+        predicted = ensemble.mixture(logits)
         if calibration is not None:
-            untempered = CategoricalPrediction.from_log_proba(ensemble._member_outputs(test[0], encoded=True),
-                                                              ensemble.weights, ensemble.classes)
+            untempered = CategoricalPrediction.from_log_proba(logits, ensemble.weights, ensemble.classes)
             calibration["test_log_loss_before"] = classification_metrics(untempered.proba, _codes(test[1]))["log_loss"]
             calibration["test_log_loss_after"] = classification_metrics(predicted.proba, _codes(test[1]))["log_loss"]
         return predicted

@@ -16,7 +16,7 @@ import numpy as np
 
 from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.ensemble.calibration import cross_fitted_scale, pooled_coverage, resolve_calibration
-from autodeuq.ensemble.categorical import cross_fitted_temperature, pooled_log_loss
+from autodeuq.ensemble.categorical import cross_fitted_temperature, log_probabilities, pooled_log_loss
 from autodeuq.ensemble.options import AUTO_SELECTOR, CALIBRATIONS, DIVERSITY
 from autodeuq.ensemble.predictive import EnsembleError, ensemble_class
 from autodeuq.ensemble.selection import select, select_bagged, select_categorical, select_categorical_bagged
@@ -173,8 +173,8 @@ class ClassifierCandidates:
 
     def calibrate(self, select_rows, folds: int, seed: int) -> dict:
         """One temperature fitted on out-of-fold selections, with the validation log loss before and after."""
-        log_proba = np.log(np.maximum(self.probas, np.finfo(float).tiny))
-        temperature, chunks = cross_fitted_temperature(select_rows, log_proba, self.y, folds=folds, seed=seed)
+        temperature, chunks = cross_fitted_temperature(select_rows, log_probabilities(self.probas), self.y,
+                                                       folds=folds, seed=seed)
         return {"method": "temperature", "temperature": float(temperature), "folds": folds, "seed": seed,
                 "validation_log_loss_before": pooled_log_loss(chunks),
                 "validation_log_loss_after": pooled_log_loss(chunks, temperature)}

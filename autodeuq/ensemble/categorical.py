@@ -30,6 +30,7 @@ from autodeuq.metrics import check_level
 
 __all__ = [
     "CategoricalPrediction", "apply_temperature", "fit_temperature", "cross_fitted_temperature", "pooled_log_loss",
+    "log_probabilities",
     "check_codes", "TEMPERATURE_BOUNDS", "PROBA_SUM_TOL",
 ]
 
@@ -294,6 +295,16 @@ def apply_temperature(log_proba, temperature: float) -> np.ndarray:
     """
     temperature = _check_temperature(temperature)
     return np.exp(log_softmax(_check_log_proba(log_proba) / temperature, axis=-1))
+
+
+def log_probabilities(probas) -> np.ndarray:
+    """Probabilities as the log-probabilities :func:`apply_temperature` and the mixtures take (float64;
+    a probability of 0 is floored at the smallest positive float, so that a fit never meets ``log 0``).
+
+    >>> bool(log_probabilities([[1.0, 0.0]])[0, 1] < -700)
+    True
+    """
+    return np.log(np.maximum(np.asarray(probas, dtype=np.float64), np.finfo(float).tiny))
 
 
 def _check_log_proba(log_proba) -> np.ndarray:

@@ -58,28 +58,28 @@ class ClassifierEnsemble(Ensemble):
     def classes(self) -> np.ndarray:
         return self.labels.array()
 
-    def member_log_proba(self, x, *, source: str = "X", encoded: bool = False) -> np.ndarray:
-        """Every member's class log-probabilities at its temperature, shape (n_members, n, K)."""
-        logits = self._member_outputs(x, source=source, encoded=encoded)
-        return np.log(np.maximum(apply_temperature(logits, self.temperature), np.finfo(float).tiny))
-
-    def member_predictions(self, x, *, source: str = "X", encoded: bool = False) -> np.ndarray:
-        """Every member's class probabilities (calibrated when the ensemble is), (n_members, n, K).
+    def member_logits(self, x, *, source: str = "X", encoded: bool = False) -> np.ndarray:
+        """Every member's logits, untempered, shape (n_members, n, K).
 
         ``x``, ``source`` and ``encoded`` as in :meth:`Ensemble.member_predictions`.
         """
-        return apply_temperature(self._member_outputs(x, source=source, encoded=encoded), self.temperature)
+        return self._member_outputs(x, source=source, encoded=encoded)
 
-    def mixture(self, probas) -> CategoricalPrediction:
-        """The ensemble's prediction from its members' probabilities (as :meth:`member_predictions`
-        returns them, or the catalog's cached validation probabilities, which are untempered: pass
-        them through :func:`~autodeuq.ensemble.categorical.apply_temperature` of their logarithm)."""
-        return CategoricalPrediction(probas, self.weights, self.classes)
+    def member_predictions(self, x, *, source: str = "X", encoded: bool = False) -> np.ndarray:
+        """Every member's class probabilities (calibrated when the ensemble is), (n_members, n, K)."""
+        return apply_temperature(self.member_logits(x, source=source, encoded=encoded), self.temperature)
+
+    def mixture(self, log_proba) -> CategoricalPrediction:
+        """The ensemble's prediction from its members' untempered logits or log-probabilities
+        (:meth:`member_logits`, or the catalog's cached validation probabilities through
+        :func:`~autodeuq.ensemble.categorical.log_probabilities`), tempered when the ensemble is
+        calibrated: what :meth:`predict` returns for those rows."""
+        return CategoricalPrediction.from_log_proba(log_proba, self.weights, self.classes, self.temperature)
 
     def predict(self, x, *, source: str = "X", encoded: bool = False) -> CategoricalPrediction:
         """The weighted mixture of the members' class probabilities at each row of ``x``, with the
         label, the prediction sets and the entropy decomposition."""
-        return self.mixture(self.member_predictions(x, source=source, encoded=encoded))
+        return self.mixture(self.member_logits(x, source=source, encoded=encoded))
 
     def predict_proba(self, x, *, source: str = "X") -> np.ndarray:
         """(n, K): the ensemble's class probabilities, columns in :attr:`classes` order."""
