@@ -302,18 +302,23 @@ def _target_rows(frame, targets: list[str], source: str, drop_missing: bool | No
     left out with ``drop_missing`` (None: a table that option does not apply to, such as a test
     file scored later); infinite and out-of-float32 targets are refused."""
     y = _numeric_block(frame, targets, source, "target", allow_nan=True)
-    missing = np.isnan(y)
+    return y, _kept_rows(np.isnan(y), targets, source, drop_missing, "value")
+
+
+def _kept_rows(missing, targets: list[str], source: str, drop_missing: bool | None, what: str) -> np.ndarray:
+    """The rows whose targets are all present (``missing``: (n, targets) booleans); a missing target
+    refused unless ``drop_missing`` (``what`` names its kind: value, label)."""
     if missing.any() and not drop_missing:
         col = int(np.argmax(missing.any(axis=0)))
         row = int(np.argmax(missing[:, col]))
-        raise DataError(f"{source}: target column {targets[col]!r} has {int(missing[:, col].sum())} missing value(s) "
+        raise DataError(f"{source}: target column {targets[col]!r} has {int(missing[:, col].sum())} missing {what}(s) "
                         f"(first at data row {row + 1}): fill them"
                         + ("" if drop_missing is None else ", or leave out the rows whose target is missing"),
                         parameters=() if drop_missing is None else ("drop_missing_target",))
     keep = np.flatnonzero(~missing.any(axis=1))
     if not len(keep):
         raise DataError(f"{source}: every row's target is missing")
-    return y, keep
+    return keep
 
 
 def check_values(arr: np.ndarray, cols, source: str, role: str, allow_nan: bool = False) -> None:
@@ -671,16 +676,7 @@ def _label_rows(frame, target: str, source: str, drop_missing: bool | None, labe
     kept, the labels): fitted on these rows when ``labels`` is None, else checked against them."""
     import pandas as pd
 
-    missing = pd.isna(frame[target]).to_numpy()
-    if missing.any() and not drop_missing:
-        row = int(np.argmax(missing))
-        raise DataError(f"{source}: target column {target!r} has {int(missing.sum())} missing label(s) "
-                        f"(first at data row {row + 1}): fill them"
-                        + ("" if drop_missing is None else ", or leave out the rows whose target is missing"),
-                        parameters=() if drop_missing is None else ("drop_missing_target",))
-    keep = np.flatnonzero(~missing)
-    if not len(keep):
-        raise DataError(f"{source}: every row's target is missing")
+    keep = _kept_rows(pd.isna(frame[target]).to_numpy()[:, None], [target], source, drop_missing, "label")
     values = frame[target].to_numpy(dtype=object)
     if labels is None:
         labels = Labels.fit(values[keep], source, target)

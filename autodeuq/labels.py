@@ -221,10 +221,9 @@ def resolve_class_weight(class_weight, labels: Labels):
     ParameterError
         A key that names no class.
     """
-    if not isinstance(class_weight, dict):
-        check_class_weight("class_weight", class_weight)
-        return class_weight
     check_class_weight("class_weight", class_weight)
+    if not isinstance(class_weight, dict):
+        return class_weight
     by_text = {str(c): k for k, c in enumerate(labels.classes)}
     weights = [1.0] * labels.n_classes
     for key, weight in class_weight.items():
