@@ -265,10 +265,11 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
         raise ParameterError("y", f"must have {len(ensemble.target_names)} column(s)", np.shape(y))
     # Every row trains; the same rows stand in for the validation data, whose loss is only reported.
     labels = catalog.labels
+    recorded = catalog.meta.get("data") or {}  # the training loss the search used
     dataset = data.from_arrays(x, y, x, y, feature_names=ensemble.feature_names,
                                target_names=ensemble.target_names, name="refit", labels=labels,
-                               class_weight=(catalog.meta.get("data") or {}).get("class_weight", "none"),
-                               label_smoothing=(catalog.meta.get("data") or {}).get("label_smoothing", 0.0))
+                               class_weight=recorded.get("class_weight", "none"),
+                               label_smoothing=recorded.get("label_smoothing", 0.0))
     n_train = (catalog.row_counts() or (len(x), 0))[0]
     started = time.monotonic()
     entries = {entry_id: catalog.entry(entry_id) for entry_id in dict.fromkeys(ensemble.member_ids)}
