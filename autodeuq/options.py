@@ -216,10 +216,6 @@ class Space(Constraint):
 class ClassWeight(Constraint):
     """``"none"``, ``"balanced"`` or a mapping of class labels to positive weights (JSON on the command line)."""
 
-    @property
-    def choices(self) -> tuple | None:
-        return None
-
     def check(self, name, value):
         labels.check_class_weight(name, value)
 
