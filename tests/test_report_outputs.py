@@ -128,7 +128,7 @@ def test_a_refitted_run_directory_moves_exports_and_predicts(reported, tables, t
     shutil.copytree(reported, moved, ignore=shutil.ignore_patterns("catalog.lock"))
     again = load_ensemble(moved / "ensemble.json")
     assert again.run_dir == moved.resolve() and again.refitted_ids
-    np.testing.assert_array_equal(again.predict(test).mean, expected.mean)
+    np.testing.assert_allclose(again.predict(test).mean, expected.mean, rtol=1e-6)
     assert main(["export", "--ensemble", str(moved / "ensemble.json"), "--out", str(tmp_path / "shipped")]) == 0
     shipped = load_ensemble(tmp_path / "shipped")
     assert shipped.run_dir is None and shipped.refitted_ids == again.refitted_ids
@@ -264,7 +264,7 @@ def test_estimator_refits_by_default_keeps_its_catalog_and_pickles(tmp_path):
     assert mean.shape == std.shape == (5,) and np.all(std > 0)
     joblib.dump(model, tmp_path / "model.joblib")
     again = joblib.load(tmp_path / "model.joblib")
-    np.testing.assert_array_equal(again.predict(x[:5]), mean)
+    np.testing.assert_allclose(again.predict(x[:5]), mean, rtol=1e-6)
     assert again.ensemble_.refitted_ids == model.ensemble_.refitted_ids
     before = model.ensemble_.without_refit().predict(x[:5]).mean[:, 0]
     assert not np.allclose(before, mean)
