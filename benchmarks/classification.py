@@ -128,6 +128,7 @@ from benchmarks.uci import parse_splits, portable_command  # noqa: E402
 RESULTS = REPO / "benchmarks" / "results" / "classification"
 TABLES = ("wine", "penguins", "breast_cancer", "titanic", "digits", "credit_default")  # smallest first
 LABEL_SMOOTHING = 0.01  # autodeuq-ls
+RAW_FORMAT = "autodeuq-classification-raw/1"
 METHODS = ("autodeuq", "autodeuq-noreplace", "autodeuq-ls", "catboost", "deep-ensemble", "hgb")
 LABELS = {"autodeuq": "AutoDEUQ (greedy)", "autodeuq-noreplace": "AutoDEUQ (defaults: no replacement)",
           "autodeuq-ls": f"AutoDEUQ (label smoothing {LABEL_SMOOTHING})",
@@ -533,14 +534,15 @@ def load_raw(path: Path) -> list[dict]:
     return records
 
 
-def update_raw(path: Path, record: dict) -> list[dict]:
-    """Write one record into the raw file, replacing the record of the same key, under a lock so
-    that runs of this script side by side keep each other's records. Returns all records."""
+def update_raw(path: Path, record: dict, fmt: str = RAW_FORMAT) -> list[dict]:
+    """Write one record into the raw file (format name ``fmt``), replacing the record of the same
+    key, under a lock so that runs of a script side by side keep each other's records. Returns all
+    records."""
     with open(path.with_name(path.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         records = [r for r in load_raw(path) if record_key(r) != record_key(record)]
         records.append(record)
-        atomic_write(path, json.dumps({"format": "autodeuq-classification-raw/1", "records": records},
+        atomic_write(path, json.dumps({"format": fmt, "records": records},
                                       indent=1).encode())
     return records
 
