@@ -10,7 +10,7 @@ stay NaN; targets in their own units, dollars):
   newConstruction, centralAir); nothing missing.
 * ``ames``: modeldata/ames (De Cock 2011, the Ames, Iowa housing data); target ``Sale_Price``;
   2930 rows; 73 features, 40 of them text (Neighborhood with 28 levels, MS_SubClass with 16...);
-  missing values in 5 columns (4599 cells).
+  missing values in 2 text columns (Mas_Vnr_Type, Misc_Feature: 4599 cells).
 * ``computers``: Ecdat/Computers (Stengos & Zacharias 2006, prices of personal computers
   1993-1995); target ``price``; 6259 rows (the table of >= 5,000 rows); 9 features, 3 of them
   text (cd, multi, premium); nothing missing.
