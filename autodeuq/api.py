@@ -77,9 +77,7 @@ class _AutoDEUQ(BaseEstimator):
 
         started = time.monotonic()
         table_config, config, ensemble_config = self._check_parameters()
-        options = TableOptions(categorical=table_config.categorical, impute=table_config.impute,
-                               drop=table_config.drop, id_column=table_config.id_column,
-                               drop_missing_target=table_config.drop_missing_target)
+        options = TableOptions.of(table_config)
         if table_config.task not in ("auto", self._TASK):
             raise ParameterError("task", f"must be 'auto' or {self._TASK!r} for {type(self).__name__}",
                                  table_config.task)

@@ -189,11 +189,9 @@ def _load_dataset(args, table, seed):
         raise CLIError("no data: give --data FILE (with --target COL) or --dataset NAME")
     from autodeuq.preprocess import TableOptions
 
-    options = TableOptions(categorical=table.categorical, impute=table.impute, drop=tuple(table.drop or ()),
-                           id_column=table.id_column, drop_missing_target=table.drop_missing_target)
     dataset = load_files(args.data, args.target, valid=args.valid, test=args.test,
-                         valid_fraction=table.valid_fraction, seed=seed, options=options, task=table.task,
-                         class_weight=table.class_weight, label_smoothing=table.label_smoothing)
+                         valid_fraction=table.valid_fraction, seed=seed, options=TableOptions.of(table),
+                         task=table.task, class_weight=table.class_weight, label_smoothing=table.label_smoothing)
     for source, n in dataset.dropped_missing_target.items():
         print(f"autodeuq: {source}: left out {n} row(s) whose target is missing (--drop-missing-target)", flush=True)
     return dataset

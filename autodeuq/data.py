@@ -201,7 +201,10 @@ def read_table(path: str | Path):
             frame = pd.read_parquet(path)
             header = [str(c) for c in frame.columns]
         else:
-            frame = pd.read_csv(path)
+            # pandas 2's default float parser may be an ulp off the decimal written; its
+            # "round_trip" parser is exact, as pandas 3's default is (where the option is deprecated).
+            exact = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
+            frame = pd.read_csv(path, **exact)
             # read_csv renames a repeated name 'a' to 'a.1'; the raw header shows the repeat.
             # (Empty names are left to read_csv, which makes them distinct: 'Unnamed: 3'.)
             header = [c for c in pd.read_csv(path, header=None, nrows=1, dtype=str,

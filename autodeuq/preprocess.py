@@ -36,6 +36,7 @@ At prediction, categories not seen in training are encoded as described above, a
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from collections.abc import Sequence
@@ -102,6 +103,12 @@ class TableOptions:
         if self.id_column is not None and self.id_column in self.drop:
             raise DataError(f"column {self.id_column!r} is both the id column and dropped",
                             parameters=("id_column", "drop"))
+
+    @classmethod
+    def of(cls, config) -> "TableOptions":
+        """The options held by ``config``, an :class:`autodeuq.options.TableConfig` (or anything
+        with attributes of these names): what the command line and the estimator both read."""
+        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
 
     @property
     def ignored(self) -> list[str]:
