@@ -106,7 +106,6 @@ import inspect
 import json
 import os
 import platform
-import shlex
 import sys
 import time
 import traceback
@@ -123,7 +122,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: import the check
 
 from autodeuq.data import DataError  # noqa: E402
 from autodeuq.fileio import atomic_write  # noqa: E402
-from benchmarks.uci import parse_splits, portable_command  # noqa: E402
+from benchmarks.uci import check_at_least_one, parse_command_line, parse_splits, portable_command  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "classification"
 TABLES = ("wine", "penguins", "breast_cancer", "titanic", "digits", "credit_default")  # smallest first
@@ -757,20 +756,13 @@ def _limit_threads(n: int) -> None:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    given = sys.argv[1:] if argv is None else argv
-    args.command = "python benchmarks/classification.py " + " ".join(shlex.quote(a) for a in given)
-    raw_path, md_path = args.results / "classification_raw.json", args.results / "classification.md"
-    try:
-        records = load_raw(raw_path)
-    except DataError as exc:
-        parser.error(str(exc))
+    args, records, raw_path = parse_command_line(parser, argv, "classification.py", "classification_raw.json", load_raw)
+    md_path = args.results / "classification.md"
     if args.report:
         print(write_report(records, md_path))
         return 0
-    for name, value in (("--max-evals", args.max_evals), ("--workers", args.workers), ("--threads", args.threads)):
-        if value < 1:
-            parser.error(f"{name} must be >= 1, got {value}")
+    check_at_least_one(parser, (("--max-evals", args.max_evals), ("--workers", args.workers),
+                                ("--threads", args.threads)))
     if args.ood and args.tables not in (None, [OOD_TABLE]):
         parser.error(f"--ood runs on {OOD_TABLE} only; leave out --tables")
     tables = [OOD_TABLE] if args.ood else (args.tables or list(TABLES))

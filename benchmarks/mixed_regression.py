@@ -66,7 +66,6 @@ import datetime
 import os
 import pickle
 import platform
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -97,16 +96,17 @@ from benchmarks.classification import (  # noqa: E402
 from benchmarks.uci import (  # noqa: E402
     CB_DEPTHS,
     CB_ITERATIONS,
-    CB_LR,
     CB_OD_WAIT,
     COVERAGE_LEVEL,
     MethodError,
-    catboost_predictive,
+    check_at_least_one,
+    parse_command_line,
     parse_splits,
     portable_command,
     run_ngboost,
     score,
 )
+from benchmarks.uci import run_catboost as uci_catboost  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "mixed_regression"
 RAW_FORMAT = "autodeuq-mixed-regression-raw/1"
@@ -231,27 +231,12 @@ def run_autodeuq(data: Split, args):
 
 
 def run_catboost(data: Split, args, *, iterations=CB_ITERATIONS, depths=CB_DEPTHS, od_wait=CB_OD_WAIT):
-    """CatBoost RMSEWithUncertainty with native categorical features, depth chosen on validation NLL."""
-    from catboost import CatBoostRegressor
-
-    from autodeuq import metrics
-
-    x_fit, x_valid, x_test = (text_categories(x, data.categorical) for x in (data.x_fit, data.x_valid, data.x_test))
-    best = None
-    for depth in depths:
-        model = CatBoostRegressor(loss_function="RMSEWithUncertainty", learning_rate=CB_LR, iterations=iterations,
-                                  od_type="Iter", od_wait=od_wait, posterior_sampling=True, depth=depth,
-                                  cat_features=data.categorical or None, thread_count=args.threads,
-                                  random_seed=data.split, verbose=False, allow_writing_files=False)
-        model.fit(x_fit, data.y_fit[:, 0], eval_set=(x_valid, data.y_valid[:, 0]), use_best_model=True)
-        mean, var = catboost_predictive(model, x_valid)
-        valid_nll = float(metrics.gaussian_nll(data.y_valid, mean[:, None], var[:, None])[0])
-        if best is None or valid_nll < best[0]:
-            best = (valid_nll, depth, model)
-    valid_nll, depth, model = best
-    mean, var = catboost_predictive(model, x_test)
-    info = {"depth": depth, "valid_nll": valid_nll, "trees": int(model.tree_count_)}
-    return mean.reshape(1, -1, 1), var.reshape(1, -1, 1), np.ones(1), info
+    """CatBoost RMSEWithUncertainty (benchmarks/uci.py's) with the text columns as native categories."""
+    frames = SimpleNamespace(**{f"x_{part}": text_categories(getattr(data, f"x_{part}"), data.categorical)
+                                for part in ("fit", "valid", "test")},
+                             y_fit=data.y_fit, y_valid=data.y_valid, split=data.split)
+    return uci_catboost(frames, args, iterations=iterations, depths=depths, od_wait=od_wait,
+                        cat_features=data.categorical)
 
 
 def run_ngboost_onehot(data: Split, args):
@@ -460,21 +445,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    given = sys.argv[1:] if argv is None else argv
-    args.command = "python benchmarks/mixed_regression.py " + " ".join(shlex.quote(a) for a in given)
-    raw_path, md_path = args.results / "mixed_regression_raw.json", args.results / "mixed_regression.md"
-    try:
-        records = load_raw(raw_path)
-    except DataError as exc:
-        parser.error(str(exc))
+    args, records, raw_path = parse_command_line(parser, argv, "mixed_regression.py", "mixed_regression_raw.json",
+                                                 load_raw)
+    md_path = args.results / "mixed_regression.md"
     if args.report:
         print(write_report(records, md_path))
         return 0
-    for name, value in (("--max-evals", args.max_evals), ("--workers", args.workers), ("--threads", args.threads),
-                        ("--autogluon-time-limit", args.autogluon_time_limit)):
-        if value < 1:
-            parser.error(f"{name} must be >= 1, got {value}")
+    check_at_least_one(parser, (("--max-evals", args.max_evals), ("--workers", args.workers),
+                                ("--threads", args.threads), ("--autogluon-time-limit", args.autogluon_time_limit)))
     if "autogluon" in args.methods and not args.autogluon_python:
         parser.error("the autogluon method needs --autogluon-python (or leave it out of --methods)")
     _limit_threads(args.threads)

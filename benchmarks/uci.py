@@ -273,16 +273,19 @@ def catboost_predictive(model, x, count=CB_VIRTUAL):
     return out[:, 0], out[:, 1] + out[:, 2]
 
 
-def run_catboost(data, args, *, iterations=CB_ITERATIONS, depths=CB_DEPTHS, od_wait=CB_OD_WAIT):
-    """CatBoost RMSEWithUncertainty, depth chosen on validation NLL. Returns (means, variances, weights, info)."""
+def run_catboost(data, args, *, iterations=CB_ITERATIONS, depths=CB_DEPTHS, od_wait=CB_OD_WAIT, cat_features=None):
+    """CatBoost RMSEWithUncertainty, depth chosen on validation NLL. Returns (means, variances, weights, info).
+
+    ``cat_features``: columns of ``data.x_*`` (frames) that CatBoost encodes as categories itself.
+    """
     from catboost import CatBoostRegressor
 
     best = None
     for depth in depths:
         model = CatBoostRegressor(loss_function="RMSEWithUncertainty", learning_rate=CB_LR, iterations=iterations,
                                   od_type="Iter", od_wait=od_wait, posterior_sampling=True, depth=depth,
-                                  thread_count=args.threads, random_seed=data.split, verbose=False,
-                                  allow_writing_files=False)
+                                  cat_features=cat_features or None, thread_count=args.threads,
+                                  random_seed=data.split, verbose=False, allow_writing_files=False)
         model.fit(data.x_fit, data.y_fit[:, 0], eval_set=(data.x_valid, data.y_valid[:, 0]), use_best_model=True)
         mean, var = catboost_predictive(model, data.x_valid)
         valid_nll = float(metrics.gaussian_nll(data.y_valid, mean[:, None], var[:, None])[0])
@@ -747,6 +750,31 @@ def _shown(path: Path) -> str:
 
 
 # --------------------------------------------------------------------------- command line
+def parse_command_line(parser, argv, script: str, raw_name: str, load=None):
+    """Parse the command line of the benchmark ``script`` and read its raw results.
+
+    Returns ``(args, records, raw path)``: ``args.command`` is the command as typed (for the
+    records), the raw file is ``--results``/``raw_name``, read by ``load`` (default
+    :func:`load_raw`); a file that is not a results file is one parser error (exit 2).
+    """
+    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    args.command = f"python benchmarks/{script} " + " ".join(shlex.quote(a) for a in given)
+    raw_path = args.results / raw_name
+    try:
+        records = (load or load_raw)(raw_path)
+    except DataError as exc:
+        parser.error(str(exc))
+    return args, records, raw_path
+
+
+def check_at_least_one(parser, values) -> None:
+    """One parser error for the first ``(flag, value)`` of ``values`` below 1."""
+    for name, value in values:
+        if value < 1:
+            parser.error(f"{name} must be >= 1, got {value}")
+
+
 def parse_splits(text: str) -> list[int]:
     """``"0-4"``, ``"0,3,7"`` or ``"2"`` -> sorted split indices."""
     out: set[int] = set()
@@ -820,21 +848,13 @@ def _limit_threads(n: int) -> None:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    given = sys.argv[1:] if argv is None else argv
-    args.command = "python benchmarks/uci.py " + " ".join(shlex.quote(a) for a in given)
-    raw_path, md_path = args.results / "uci_raw.json", args.results / "uci.md"
-    try:
-        records = load_raw(raw_path)
-    except DataError as exc:
-        parser.error(str(exc))
+    args, records, raw_path = parse_command_line(parser, argv, "uci.py", "uci_raw.json")
+    md_path = args.results / "uci.md"
     if args.report:
         print(write_report(records, md_path))
         return 0
-    for name, value in (("--max-evals", args.max_evals), ("--ensemble-size", args.ensemble_size),
-                        ("--threads", args.threads)):
-        if value < 1:
-            parser.error(f"{name} must be >= 1, got {value}")
+    check_at_least_one(parser, (("--max-evals", args.max_evals), ("--ensemble-size", args.ensemble_size),
+                                ("--threads", args.threads)))
     if not args.de_lr > 0:
         parser.error(f"--de-lr must be > 0, got {args.de_lr}")
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir(REPO)
