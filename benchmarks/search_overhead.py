@@ -1,4 +1,4 @@
-"""Time per ask as the number of observations grows, for "agebo" and "bo".
+"""Time per ask as the number of observations grows, for each searcher.
 
 For each size N, a fresh searcher over the tabular space is told N synthetic results (random
 configurations, a smooth synthetic cost, 5 % failures), then asked for 8 configurations; this is
@@ -9,6 +9,10 @@ sampling, prediction, constant-liar selection).
 Usage::
 
     python benchmarks/search_overhead.py [--sizes 100 500 1000] [--repeats 21] [--trees N]
+        [--batch 8] [--searchers agebo bo age random]
+
+"fit" and "acquisition" are those of Bayesian optimization's surrogate ("–" for the searchers
+without one).
 """
 from __future__ import annotations
 
@@ -44,8 +48,9 @@ def measure(name, space, history, repeats, batch):
         tic = time.perf_counter()
         searcher.ask(batch)
         total.append(time.perf_counter() - tic)
-        fit.append(searcher.bo.last_timing["fit"])
-        acq.append(searcher.bo.last_timing["acquisition"])
+        timing = searcher.bo.last_timing if hasattr(searcher, "bo") else {"fit": np.nan, "acquisition": np.nan}
+        fit.append(timing["fit"])
+        acq.append(timing["acquisition"])
     row = {k: 1e3 * float(np.median(v)) for k, v in
            {"ask": total, "fit": fit, "acquisition": acq, "tell": tell}.items()}
     row["ask_min"] = 1e3 * min(total)
@@ -59,6 +64,8 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--trees", type=int, default=None,
                         help="trees of the ET surrogate (default: surrogate.BO_N_ESTIMATORS)")
+    parser.add_argument("--searchers", nargs="+", default=["agebo", "bo"],
+                        choices=["agebo", "bo", "age", "random"])
     args = parser.parse_args(argv)
     if args.trees is not None:
         surrogate.BO_N_ESTIMATORS = args.trees  # the "et" factory reads it at each fit
@@ -71,11 +78,11 @@ def main(argv=None):
     print(f"| searcher | observations | ask({args.batch}) ms, median | min | fit ms | acquisition ms "
           "| tell(history) ms |")
     print("|---|---|---|---|---|---|---|")
-    for name in ("agebo", "bo"):
+    for name in args.searchers:
         for n in args.sizes:
             row = measure(name, space, synthetic_history(space, n), args.repeats, args.batch)
             cells = [row[key] for key in ("ask", "ask_min", "fit", "acquisition", "tell")]
-            print(f"| {name} | {n} | " + " | ".join(f"{value:.1f}" for value in cells) + " |", flush=True)
+            print(f"| {name} | {n} | " + " | ".join("–" if np.isnan(value) else f"{value:.1f}" for value in cells) + " |", flush=True)
 
 
 if __name__ == "__main__":
