@@ -276,6 +276,33 @@ def test_estimator_takes_frames_with_text_and_missing_values_and_round_trips(tmp
         AutoDEUQRegressor(categorical="none", drop=["note", "id"], evaluator="serial").fit(X, y)
 
 
+def test_a_run_resumes_when_a_recorded_fill_differs_in_the_last_place_only(tmp_path, capsys):
+    # Another pandas version can sum a column's mean in another order: the same fill but for the
+    # last place. A fill that really differs is another encoding.
+    import sqlite3
+
+    mixed_table().dropna().to_csv(tmp_path / "full.csv", index=False)
+    base = ["search", "--data", str(tmp_path / "full.csv"), "--target", "y", "--drop", "note", "--id-column", "id",
+            "--run-dir", str(tmp_path / "run"), "--evaluator", "serial", "--space", "toy", "--epochs", "2",
+            "--no-progress"]
+    assert main([*base, "--max-evals", "1"]) == 0
+
+    def record_fill(factor):
+        with sqlite3.connect(tmp_path / "run" / "catalog.sqlite") as db:
+            meta = json.loads(db.execute("SELECT value FROM run WHERE key = 'meta_json'").fetchone()[0])
+            column = meta["data"]["preprocessing"]["columns"][0]
+            assert column["name"] == "a" and isinstance(column["fill"], float)
+            column["fill"] *= factor
+            db.execute("UPDATE run SET value = ? WHERE key = 'meta_json'", (json.dumps(meta),))
+
+    record_fill(1 + 4 * np.finfo(float).eps)
+    assert main([*base, "--max-evals", "2"]) == 0
+    record_fill(1 + 1e-6)
+    capsys.readouterr()
+    assert main([*base, "--max-evals", "3"]) == 2
+    assert "another table encoding (other categories or fill values)" in capsys.readouterr().err
+
+
 def test_a_run_is_not_resumed_under_another_encoding(tmp_path, capsys):
     # No gaps: --impute median encodes these rows as --impute mean does, but predicts other fills.
     mixed_table().dropna().to_csv(tmp_path / "full.csv", index=False)

@@ -123,6 +123,22 @@ def _spec_differences(old, new, path="") -> list[str]:
     return []
 
 
+#: Relative difference under which two recorded fill values are the same: a mean summed in
+#: another order (another pandas version lays the columns out differently) differs in the last place.
+FILL_REL_TOL = 1e-12
+
+
+def _same_record(old, new) -> bool:
+    """Whether two JSON-like records are equal, floats within :data:`FILL_REL_TOL`."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return old.keys() == new.keys() and all(_same_record(old[k], new[k]) for k in old)
+    if isinstance(old, list) and isinstance(new, list):
+        return len(old) == len(new) and all(_same_record(a, b) for a, b in zip(old, new))
+    if isinstance(old, float) and isinstance(new, float):
+        return math.isclose(old, new, rel_tol=FILL_REL_TOL, abs_tol=0.0)
+    return type(old) is type(new) and old == new
+
+
 def _checked_objective(value, where: str):
     if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
         return value
@@ -816,7 +832,7 @@ def _check_matches(run_dir: Path, info: dict[str, Any], space: SearchSpace, data
     # Options that leave these arrays as they are (--impute median for data without gaps) still
     # change predictions; a catalog from before table encoding (no record) keeps its behaviour.
     recorded, wanted = meta.get("data", {}).get("preprocessing"), dataset.describe().get("preprocessing")
-    if recorded is not None and wanted is not None and recorded != wanted:
+    if recorded is not None and wanted is not None and not _same_record(recorded, wanted):
         changed = [f"{k} {recorded.get(k)!r} recorded, {wanted.get(k)!r} asked"
                    for k in ("categorical", "impute", "drop", "id_column") if recorded.get(k) != wanted.get(k)]
         raise CatalogError(f"{run_dir}: its catalog was made with another table encoding "
