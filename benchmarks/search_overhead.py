@@ -82,7 +82,8 @@ def main(argv=None):
         for n in args.sizes:
             row = measure(name, space, synthetic_history(space, n), args.repeats, args.batch)
             cells = [row[key] for key in ("ask", "ask_min", "fit", "acquisition", "tell")]
-            print(f"| {name} | {n} | " + " | ".join("–" if np.isnan(value) else f"{value:.1f}" for value in cells) + " |", flush=True)
+            shown = ("–" if np.isnan(value) else f"{value:.1f}" for value in cells)
+            print(f"| {name} | {n} | " + " | ".join(shown) + " |", flush=True)
 
 
 if __name__ == "__main__":
