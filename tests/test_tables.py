@@ -276,15 +276,20 @@ def test_estimator_takes_frames_with_text_and_missing_values_and_round_trips(tmp
         AutoDEUQRegressor(categorical="none", drop=["note", "id"], evaluator="serial").fit(X, y)
 
 
+def search_without_gaps(tmp_path) -> list[str]:
+    """The `search` command line of a tiny run on a table without missing values in ``tmp_path``."""
+    mixed_table().dropna().to_csv(tmp_path / "full.csv", index=False)
+    return ["search", "--data", str(tmp_path / "full.csv"), "--target", "y", "--drop", "note", "--id-column", "id",
+            "--run-dir", str(tmp_path / "run"), "--evaluator", "serial", "--space", "toy", "--epochs", "2",
+            "--no-progress"]
+
+
 def test_a_run_resumes_when_a_recorded_fill_differs_in_the_last_place_only(tmp_path, capsys):
     # Another pandas version can sum a column's mean in another order: the same fill but for the
     # last place. A fill that really differs is another encoding.
     import sqlite3
 
-    mixed_table().dropna().to_csv(tmp_path / "full.csv", index=False)
-    base = ["search", "--data", str(tmp_path / "full.csv"), "--target", "y", "--drop", "note", "--id-column", "id",
-            "--run-dir", str(tmp_path / "run"), "--evaluator", "serial", "--space", "toy", "--epochs", "2",
-            "--no-progress"]
+    base = search_without_gaps(tmp_path)
     assert main([*base, "--max-evals", "1"]) == 0
 
     def record_fill(factor):
@@ -305,10 +310,7 @@ def test_a_run_resumes_when_a_recorded_fill_differs_in_the_last_place_only(tmp_p
 
 def test_a_run_is_not_resumed_under_another_encoding(tmp_path, capsys):
     # No gaps: --impute median encodes these rows as --impute mean does, but predicts other fills.
-    mixed_table().dropna().to_csv(tmp_path / "full.csv", index=False)
-    base = ["search", "--data", str(tmp_path / "full.csv"), "--target", "y", "--drop", "note", "--id-column", "id",
-            "--run-dir", str(tmp_path / "run"), "--evaluator", "serial", "--space", "toy", "--epochs", "2",
-            "--no-progress"]
+    base = search_without_gaps(tmp_path)
     assert main([*base, "--max-evals", "1"]) == 0
     capsys.readouterr()
     assert main([*base, "--max-evals", "1", "--impute", "median"]) == 2
