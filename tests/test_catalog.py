@@ -272,6 +272,43 @@ def test_kill_twice_and_resume_twice(tmp_path, processes):
     resume_to_budget(run_dir, done_again)
 
 
+def test_a_submission_commits_without_fsync_and_a_result_with_it(tmp_path):
+    """A submission stands between a freed worker and its evaluation: its commit is not synced;
+    the result's commit is (and makes the submissions before it durable)."""
+    with open_writer(tmp_path / "run") as writer:
+        statements = []
+        writer._conn.set_trace_callback(statements.append)
+        entry_id = writer.submit(writer.space.sample(np.random.default_rng(0)))
+        writer.record(entry_id, fake_result(entry_id, writer.validation_targets().shape[0]))
+        writer._conn.set_trace_callback(None)
+        level, seen = "FULL", []
+        for statement in statements:
+            if statement.startswith("PRAGMA synchronous="):
+                level = statement.split("=")[1]
+            elif statement.startswith(("INSERT INTO evaluations", "UPDATE evaluations")):
+                seen.append((statement.split()[0], level))
+        assert seen == [("INSERT", "NORMAL"), ("UPDATE", "FULL")]
+        assert writer._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL for every other commit
+    with Catalog(tmp_path / "run") as catalog:
+        assert catalog.n_done == 1
+
+
+@pytest.mark.parametrize("rewrite_seconds, rewritten", [(0.01, True), (1.0, False)])
+def test_results_csv_is_rewritten_in_at_most_a_twentieth_of_the_time(tmp_path, monkeypatch, rewrite_seconds,
+                                                                       rewritten):
+    with open_writer(tmp_path / "run") as writer:
+        writes = []
+        real = writer._write_results_csv
+        monkeypatch.setattr(writer, "_write_results_csv", lambda: writes.append(1) or real())
+        # The last rewrite, 3 s ago, took rewrite_seconds: past the 2 s interval, but a 1 s rewrite
+        # may come back only 20 s later.
+        writer._csv_written, writer._csv_seconds = time.monotonic() - 3.0, rewrite_seconds
+        entry_id = writer.submit(writer.space.sample(np.random.default_rng(0)))
+        writer.record(entry_id, fake_result(entry_id, writer.validation_targets().shape[0]))
+        assert bool(writes) is rewritten
+    assert len((tmp_path / "run" / "results.csv").read_text().splitlines()) == 2  # closing writes it in any case
+
+
 def test_import_does_not_load_tensorflow(processes):
     queue = processes.Queue()
     child = start_in_child(processes, "heavy_modules_loaded", queue)

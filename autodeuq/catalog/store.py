@@ -868,13 +868,16 @@ class CatalogWriter(Catalog):
     """
 
     # results.csv is an export (the index is the truth): rewriting it for every result would put
-    # O(catalog) work on the driver's hot path, so it is refreshed at most this often and on close.
+    # O(catalog) work on the driver's hot path, so it is refreshed at most every CSV_INTERVAL s
+    # and on close; and at most CSV_SHARE of the time, once a rewrite takes long (a large catalog).
     CSV_INTERVAL = 2.0
+    CSV_SHARE = 0.05
 
     def __init__(self, run_dir: Path, conn: sqlite3.Connection, info: dict[str, Any], lock_handle):
         self.run_dir = Path(run_dir)
         self._lock_handle = lock_handle
         self._csv_written = 0.0
+        self._csv_seconds = 0.0  # how long the last rewrite took
         self._csv_stale = False
         self._setup(conn, info)
 
@@ -900,14 +903,17 @@ class CatalogWriter(Catalog):
         self._write_results_csv()
 
     def _write_results_csv(self) -> None:
+        tic = time.monotonic()
         buf = io.StringIO()
         self.to_dataframe().to_csv(buf, index=False)
         replace_file(self.run_dir / CSV_NAME, buf.getvalue().encode())
         self._csv_written, self._csv_stale = time.monotonic(), False
+        self._csv_seconds = self._csv_written - tic
 
     def _refresh_results_csv(self, force: bool = False) -> None:
         self._csv_stale = True
-        if not force and time.monotonic() - self._csv_written < self.CSV_INTERVAL:
+        interval = max(self.CSV_INTERVAL, self._csv_seconds / self.CSV_SHARE)
+        if not force and time.monotonic() - self._csv_written < interval:
             return
         try:
             self._write_results_csv()
@@ -944,12 +950,20 @@ class CatalogWriter(Catalog):
         with self._lock:
             if self._conn is None:
                 raise CatalogError(f"{self.run_dir}: catalog is closed")
-            cursor = self._conn.execute(
-                "INSERT INTO evaluations (status, config_json, arch_json, hp_json, submit_time, data_fingerprint, "
-                "extra_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (Status.RUNNING, dumps(plain), json.dumps(arch, separators=(",", ":")), dumps(hp), time.time(),
-                 self.fingerprint, dumps(extra) if extra else None),
-            )
+            # A submission stands between a freed worker and its next evaluation, so its commit
+            # is not fsynced: the next recorded result's commit syncs the log with it. A power
+            # loss can forget submissions since the last result, never a result (a killed
+            # process forgets nothing: the operating system holds the write).
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            try:
+                cursor = self._conn.execute(
+                    "INSERT INTO evaluations (status, config_json, arch_json, hp_json, submit_time, "
+                    "data_fingerprint, extra_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (Status.RUNNING, dumps(plain), json.dumps(arch, separators=(",", ":")), dumps(hp), time.time(),
+                     self.fingerprint, dumps(extra) if extra else None),
+                )
+            finally:
+                self._conn.execute("PRAGMA synchronous=FULL")
             return int(cursor.lastrowid)
 
     def pending(self) -> list[tuple[int, dict[str, Any]]]:
