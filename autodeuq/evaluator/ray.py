@@ -456,8 +456,7 @@ class RayEvaluator(Evaluator):
                 rest = [t for t in self._running if t not in ready]
                 more, _ = ray.wait(rest, num_returns=len(rest), timeout=0) if rest else ([], [])
                 ready = ready + more
-            for task in ready:
-                outcome = self._advance(task)
+            for outcome in self._advance_all(ready):
                 if outcome is not None:
                     finished.append(outcome)
             finished.extend(self._expire_overdue())
@@ -473,17 +472,43 @@ class RayEvaluator(Evaluator):
             limits += [t.started + self.eval_timeout - now for t in self._running.values() if t.started is not None]
         return max(0.0, min(limits)) if limits else None
 
-    def _advance(self, task) -> tuple[int, TrainResult] | None:
-        """Take the next item of a ready task: its start report (None returned) or its result."""
+    def _advance_all(self, ready) -> list[tuple[int, TrainResult] | None]:
+        """:meth:`_advance` for each ready task, their items fetched in one call to Ray (one call
+        per item costs the driver about a millisecond each when a thousand evaluations end together)."""
+        import ray
+
+        refs, tasks, outcomes = [], [], []
+        for task in ready:
+            try:
+                ref = next(task)
+            except StopIteration:
+                outcomes.append(self._advance(task, None))
+            except ray.exceptions.RayError as exc:
+                info = self._running.pop(task)
+                outcomes.append((info.eval_id, self._failure(info, _reason(exc), time.time())))
+            else:
+                refs.append(ref)
+                tasks.append(task)
+        try:
+            items = ray.get(refs) if refs else []
+        except ray.exceptions.RayError:  # one of them failed: fetch each, to tell which
+            return outcomes + [self._advance(task, ref) for task, ref in zip(tasks, refs)]
+        return outcomes + [self._advance(task, ref, item) for task, ref, item in zip(tasks, refs, items)]
+
+    _NOT_FETCHED = object()
+
+    def _advance(self, task, ref, item=_NOT_FETCHED) -> tuple[int, TrainResult] | None:
+        """Take the next item of a ready task (``ref``, None when the task has no more; ``item``,
+        when fetched already): its start report (None returned) or its result."""
         import ray
 
         info = self._running[task]
         now = time.time()
-        try:
-            item = ray.get(next(task))
-        except StopIteration:
+        if ref is None:
             del self._running[task]
             return info.eval_id, self._failure(info, "the task ended without a result", now)
+        try:
+            item = ray.get(ref) if item is self._NOT_FETCHED else item
         except ray.exceptions.RayError as exc:
             del self._running[task]
             return info.eval_id, self._failure(info, _reason(exc), now)
