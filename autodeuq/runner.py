@@ -35,6 +35,10 @@ from autodeuq.search.base import config_key
 EARLY_FAILURES = 5
 """A search with more evaluations to run stops when this many first ones all fail the same way."""
 
+ASK_SHARE = 0.25
+"""While every worker is busy, the driver asks the searcher ahead in batches large enough that
+asking takes at most this share of its time (:meth:`_SearchSession.ahead_sizes`)."""
+
 
 class SearchError(AutoDEUQError, RuntimeError):
     """A search produced no usable result: every evaluation failed, or the first ones all failed alike."""
@@ -455,6 +459,7 @@ class _SearchSession:
         self.early_failures = EARLY_FAILURES if max_evals - writer.n_finished > EARLY_FAILURES else 0
         self.configs: dict[int, dict] = {}  # running evaluations' configurations
         self.ahead: list[dict] = []  # configurations asked for ahead of a free slot
+        self.ask_seconds: list[float] = []  # how long the searcher's last asks took, newest last
         self.unrecorded: list[tuple[int, TrainResult]] = []  # finished, waiting for the catalog
         self.verdicts: dict[int, str | None] = {}  # failure reason the catalog will record (None: done)
         self.session_reasons: list[str | None] = []  # the same, for each result recorded by this call
@@ -496,8 +501,15 @@ class _SearchSession:
             return [(config, {PROMOTED_FROM: entry_id}) for entry_id, config in batch]
         batch = self.ahead[:n]
         del self.ahead[:n]
-        batch += self.searcher.ask(n - len(batch)) if n > len(batch) else []
+        batch += self.ask(n - len(batch)) if n > len(batch) else []
         return [(config, self.lineage(config)) for config in batch]
+
+    def ask(self, n) -> list[dict]:
+        """The searcher's next ``n`` configurations, timing the call (:meth:`ahead_sizes`)."""
+        tic = time.perf_counter()
+        configs = self.searcher.ask(n)
+        self.ask_seconds = [*self.ask_seconds[-7:], time.perf_counter() - tic]
+        return configs
 
     def lineage(self, config) -> dict | None:
         """What a configuration's entry records of its origin: the entry it was mutated from."""
@@ -505,12 +517,34 @@ class _SearchSession:
         entry_id = None if parent is None else self.entries.get(config_key(parent))
         return None if entry_id is None else {MUTATED_FROM: entry_id}
 
+    def ahead_sizes(self) -> tuple[int, int]:
+        """(low, high): ask ahead once at most ``low`` configurations are waiting, up to ``high``.
+
+        ``low`` covers the results that may arrive while the searcher thinks: m, its recent
+        asks' median time x the rate at which the workers finish, plus three standard deviations
+        of a Poisson count of mean m, plus one; so a freed slot seldom waits for the searcher.
+        ``high - low`` is the batch that keeps asking within :data:`ASK_SHARE` of the driver's
+        time. A cheap searcher and slow evaluations give (2, 3): a configuration started has
+        missed the results of the evaluations running and of at most three others. Each of
+        ``low`` and the batch is at most the number of slots.
+        """
+        slots = self.evaluator.n_slots
+        if not (self.ask_seconds and self.durations):
+            return 2, 3  # nothing measured yet
+        rate = slots / max(statistics.median(self.durations), 1e-6)  # results per second, all slots busy
+        during_ask = rate * statistics.median(self.ask_seconds)
+        low = min(slots, math.ceil(during_ask + 3 * math.sqrt(during_ask)) + 1)
+        return low, low + min(slots, max(1, math.ceil(during_ask / ASK_SHARE)))
+
     def ask_ahead(self):
         # While every worker is busy, prepare the next configurations, so a freed slot gets one
-        # without waiting for the searcher; they miss only the result that frees the slot.
-        wanted = min(self.evaluator.n_slots, self.budget_left()) - len(self.ahead)
-        if self.prefetch and wanted > 0 and self.promotions is None:
-            self.ahead.extend(self.searcher.ask(wanted))
+        # without waiting for the searcher; they miss only the results that arrive meanwhile.
+        if not self.prefetch or self.promotions is not None:
+            return
+        low, high = self.ahead_sizes()
+        wanted = min(high, self.budget_left()) - len(self.ahead)
+        if wanted > 0 and len(self.ahead) <= low:
+            self.ahead.extend(self.ask(wanted))
 
     def record(self, eval_id, result):
         stored = self.writer.record(eval_id, result)

@@ -1,4 +1,5 @@
 """The search driver and the evaluators, with cheap fake objectives (no TensorFlow)."""
+import heapq
 import os
 import time
 
@@ -8,6 +9,7 @@ import pytest
 from autodeuq.catalog import Catalog
 from autodeuq.data import toy_sine
 from autodeuq.evaluator import SerialEvaluator
+from autodeuq.evaluator.base import Evaluator
 from autodeuq.result import TrainResult
 from autodeuq.runner import run_search
 from autodeuq.space import load_space
@@ -94,6 +96,59 @@ def test_serial_eval_timeout_is_a_failure(tmp_path, setup):
     assert Catalog(tmp_path / "run").to_dataframe()["reason"].str.contains("timeout").all()
 
 
+class VirtualClockEvaluator(Evaluator):
+    """Eight slots whose evaluations each last ``seconds`` of a virtual clock (no sleeping)."""
+
+    n_slots = 8
+
+    def __init__(self, objective, seconds):
+        self.objective, self.seconds, self.now, self.running = objective, seconds, time.time(), []
+
+    def submit(self, eval_id, config):
+        heapq.heappush(self.running, (self.now + self.seconds, eval_id, config))
+
+    @property
+    def n_running(self):
+        return len(self.running)
+
+    def wait(self, timeout=None):
+        end, eval_id, config = heapq.heappop(self.running)
+        self.now = max(self.now, end)
+        result = self.objective(eval_id, config)
+        result.start_time, result.end_time = end - self.seconds, end
+        return [(eval_id, result)]
+
+
+def test_the_driver_asks_ahead_in_batches_sized_by_what_an_ask_costs(tmp_path, setup, monkeypatch):
+    """8 slots x 0.1 s evaluations and a searcher taking 10 ms per ask: 0.8 results arrive during
+    an ask, so the driver keeps >= 5 configurations asked ahead and asks for 4 at a time (a quarter
+    of its time asking), not one per result."""
+    from autodeuq.runner import _SearchSession
+    from autodeuq.search.base import Searcher
+
+    space, data = setup
+    calls, sizes, real_ask = [], [], Searcher.ask
+
+    def slow_ask(self, n=1):
+        time.sleep(0.01)
+        calls.append(n)
+        return real_ask(self, n)
+
+    real_sizes = _SearchSession.ahead_sizes
+    monkeypatch.setattr(Searcher, "ask", slow_ask)
+    monkeypatch.setattr(_SearchSession, "ahead_sizes", lambda self: sizes.append(real_sizes(self)) or sizes[-1])
+    evaluator = VirtualClockEvaluator(FakeObjective(len(data.y_valid)), seconds=0.1)
+    summary = run_search(space, data, evaluator, tmp_path / "run", search="random", max_evals=120, progress=False)
+    assert summary.n_done == 120
+    assert sizes[0] == (2, 3)  # nothing measured yet
+    # m = 8 / 0.1 s x 10 ms = 0.8: low ceil(0.8 + 3 sqrt(0.8)) + 1 = 5, batch ceil(0.8 / 0.25) = 4 (more
+    # where a loaded machine makes the asks slower)
+    low, high = sizes[-1]
+    assert low >= 5 and high - low >= 4
+    assert len(calls) <= 120 / 3  # one ask per 3-4 results
+    assert sum(calls) <= 120 + 9  # what was asked ran, but for what was left asked ahead
+
+
 # ----------------------------------------------------------------------------- Ray
 def test_ray_killed_worker_is_a_failure_and_search_goes_on(tmp_path, setup, ray_local):
     from autodeuq.evaluator.ray import RayEvaluator
@@ -105,6 +160,25 @@ def test_ray_killed_worker_is_a_failure_and_search_goes_on(tmp_path, setup, ray_
     assert summary.n_done == 3 and summary.n_failed == 2
     assert "died" in frame.loc[1, "reason"] or "crash" in frame.loc[1, "reason"].lower()
     assert "planted failure" in frame.loc[3, "reason"]
+
+
+def test_results_ready_together_keep_theirs_when_one_of_them_crashed(setup, ray_local):
+    """The ready items are fetched from Ray in one call; a crashed task among them is a failure of
+    its own and the others' results are kept."""
+    from autodeuq.evaluator.ray import RayEvaluator
+
+    space, data = setup
+    evaluator = RayEvaluator(FakeObjective(len(data.y_valid), crash_ids={1}, fail_ids={2}), workers=2)
+    rng = np.random.default_rng(0)
+    for eval_id in (1, 2, 3):
+        evaluator.submit(eval_id, space.sample(rng))
+    time.sleep(4.0)  # all ended: the crash, the raised failure and the result are ready together
+    finished = []
+    while evaluator.n_running:
+        finished += evaluator.wait(timeout=30)
+    results = dict(finished)
+    assert sorted(results) == [1, 2, 3]
+    assert "died" in results[1].reason and "planted failure 2" in results[2].reason and results[3].ok
 
 
 def test_ray_eval_timeout_cancels(tmp_path, setup, ray_local):
