@@ -29,10 +29,12 @@ class RayConnectionError(AutoDEUQError, RuntimeError):
     """Ray could not be started or joined."""
 
 
-def _run_task(objective, eval_id: int, config: dict, gpus: float):
-    # A generator task: its first item says when it started on a worker, so that the driver's
-    # per-evaluation timeout does not count the time the task waited in Ray's queue.
-    yield time.time()
+def _run_task(objective, eval_id: int, config: dict, gpus: float, report_start: bool):
+    # A generator task. Under a per-evaluation timeout its first item says when it started on a
+    # worker, so that the timeout does not count the time the task waited in Ray's queue (without
+    # one, that item would only wake the driver once more per evaluation).
+    if report_start:
+        yield time.time()
     if gpus:
         _enable_gpu_memory_growth()
     result = guarded(objective, eval_id, config)
@@ -341,7 +343,7 @@ def _sigterm_deferred():
 class _Task:
     eval_id: int
     submitted: float
-    started: float | None = None  # on the worker, once the task reported it
+    started: float | None = None  # on the worker, once the task reported it (under a per-evaluation timeout)
 
 
 class RayEvaluator(Evaluator):
@@ -441,7 +443,8 @@ class RayEvaluator(Evaluator):
         return len(self._running)
 
     def submit(self, eval_id, config):
-        task = self._remote.remote(self._objective_ref, eval_id, config, self.gpus_per_eval)
+        task = self._remote.remote(self._objective_ref, eval_id, config, self.gpus_per_eval,
+                                   self.eval_timeout is not None)
         self._running[task] = _Task(eval_id, time.time())
 
     def wait(self, timeout=None):
