@@ -119,22 +119,32 @@ def _write_temp(path: Path, data: bytes) -> Path:
 
 
 def _publish(tmp: Path, path: Path) -> None:
-    """Atomically give the complete temporary file its final name, durably.
-
-    A rename replaces a link at ``path`` itself, never the file it points to.
-    """
+    """Atomically give the complete temporary file its final name (durable once its folder is
+    fsynced). A rename replaces a link at ``path`` itself, never the file it points to."""
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 def replace_file(path: Path, data: bytes) -> None:
     """:func:`atomic_write` that lets the ``OSError`` through (for callers with their own error)."""
-    tmp = _write_temp(path, data)
+    replace_files([(path, data)])
+
+
+def replace_files(files) -> None:
+    """:func:`replace_file` for several ``(path, data)`` at once: each file written and fsynced,
+    renamed, then each folder fsynced once (not once per file). Each file is replaced atomically;
+    when one fails, the ones before it may already be replaced."""
+    temps = []
     try:
-        _publish(tmp, path)
+        for path, data in files:
+            temps.append((_write_temp(path, data), path))
+        for tmp, path in temps:
+            _publish(tmp, path)
+        for folder in dict.fromkeys(path.parent for _, path in temps):
+            _fsync_dir(folder)
     except BaseException:
-        with contextlib.suppress(OSError):  # gone already when the rename itself succeeded
-            tmp.unlink()
+        for tmp, _ in temps:
+            with contextlib.suppress(OSError):  # gone already when its rename succeeded
+                tmp.unlink()
         raise
 
 

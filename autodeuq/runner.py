@@ -35,6 +35,10 @@ from autodeuq.search.base import config_key
 EARLY_FAILURES = 5
 """A search with more evaluations to run stops when this many first ones all fail the same way."""
 
+RECORD_BATCH = 16
+"""The driver writes at most this many waiting results to the catalog at once (their files made
+durable together, one transaction), then looks for freed slots again."""
+
 ASK_SHARE = 0.25
 """While every worker is busy, the driver asks the searcher ahead in batches large enough that
 asking takes at most this share of its time (:meth:`_SearchSession.ahead_sizes`)."""
@@ -437,8 +441,9 @@ class _SearchSession:
     """One call's search loop over an open catalog writer, and what its steps share.
 
     When any evaluation ends, the searcher learns its result and the freed slot gets a new
-    configuration at once; the result is written to the catalog afterwards, one at a time, so
-    that a slot freed meanwhile is refilled without waiting for the writes.
+    configuration at once; the result is written to the catalog afterwards, with the others
+    waiting (at most :data:`RECORD_BATCH` at a time), so that a slot freed meanwhile is refilled
+    without waiting for the writes.
     """
 
     def __init__(self, writer, searcher, evaluator, *, max_evals, timeout, prefetch, progress, pending,
@@ -546,15 +551,20 @@ class _SearchSession:
         if wanted > 0 and len(self.ahead) <= low:
             self.ahead.extend(self.ask(wanted))
 
-    def record(self, eval_id, result):
-        stored = self.writer.record(eval_id, result)
-        self.configs.pop(eval_id, None)
-        self.verdicts.pop(eval_id, None)
-        self.session_reasons.append(stored["reason"])  # as the catalog keeps it: None for an entry with a model
-        # Counted within this driver's lifetime: a start time that is missing (0) or earlier than
-        # the driver (a clock apart) must not inflate the utilization.
-        self.busy += max(0.0, result.end_time - max(result.start_time, self.started))
-        _update_bar(self.bar, self.writer, result, self.busy, self.evaluator.n_slots, self.started)
+    def record_waiting(self, most=RECORD_BATCH):
+        """Write up to ``most`` of the finished results waiting for the catalog, together."""
+        batch, self.unrecorded = self.unrecorded[:most], self.unrecorded[most:]
+        for (eval_id, result), stored in zip(batch, self.writer.record_many(batch)):
+            self.configs.pop(eval_id, None)
+            self.verdicts.pop(eval_id, None)
+            self.session_reasons.append(stored["reason"])  # as the catalog keeps it: None for an entry with a model
+            # Counted within this driver's lifetime: a start time that is missing (0) or earlier than
+            # the driver (a clock apart) must not inflate the utilization.
+            self.busy += max(0.0, result.end_time - max(result.start_time, self.started))
+            _update_bar(self.bar, self.writer, result, self.busy, self.evaluator.n_slots, self.started)
+        self.after_record()
+
+    def after_record(self):
         if self.scheduler is not None:
             line = self.scheduler.after_record(self.evaluator, self.writer, self.durations,
                                                remaining=self.max_evals - self.writer.n_finished,
@@ -611,7 +621,7 @@ class _SearchSession:
                         break
                     self.refill()
                 if self.unrecorded:
-                    self.record(*self.unrecorded.pop(0))
+                    self.record_waiting()
                 if self.out_of_time():
                     self.stopped_by = "timeout"
                     evaluator.cancel_all()
@@ -626,7 +636,7 @@ class _SearchSession:
         finally:
             # Whatever finished is paid for: record it even when stopping early.
             while self.unrecorded:
-                self.record(*self.unrecorded.pop(0))
+                self.record_waiting()
             if self.bar is not None:
                 self.bar.close()
 

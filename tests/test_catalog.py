@@ -309,6 +309,25 @@ def test_results_csv_is_rewritten_in_at_most_a_twentieth_of_the_time(tmp_path, m
     assert len((tmp_path / "run" / "results.csv").read_text().splitlines()) == 2  # closing writes it in any case
 
 
+def test_results_recorded_together_are_one_transaction_and_all_or_nothing(tmp_path):
+    with open_writer(tmp_path / "run") as writer:
+        n_valid, rng = writer.validation_targets().shape[0], np.random.default_rng(0)
+        ids = [writer.submit(writer.space.sample(rng)) for _ in range(6)]
+        with pytest.raises(CatalogError, match=f"entry {ids[1]} is already recorded"):
+            writer.record_many([(ids[0], fake_result(ids[0], n_valid)), (ids[1], fake_result(ids[1], n_valid)),
+                                (ids[1], fake_result(ids[1], n_valid))])
+        assert writer.n_finished == 0  # nothing stored
+        statements = []
+        writer._conn.set_trace_callback(statements.append)
+        stored = writer.record_many([(i, fake_result(i, n_valid)) for i in ids[:5]])
+        writer._conn.set_trace_callback(None)
+        assert [s.split()[0] for s in statements if s.split()[0] in ("BEGIN", "UPDATE", "COMMIT")] == \
+            ["BEGIN"] + ["UPDATE"] * 5 + ["COMMIT"]
+        assert [e["status"] for e in stored] == ["failed" if i % 5 == 4 else "done" for i in ids[:5]]
+        assert writer.pending() == [(ids[5], writer.config(ids[5]))]
+    check_intact(tmp_path / "run")
+
+
 def test_import_does_not_load_tensorflow(processes):
     queue = processes.Queue()
     child = start_in_child(processes, "heavy_modules_loaded", queue)

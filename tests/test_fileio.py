@@ -33,6 +33,28 @@ def test_atomic_write_fsyncs_the_file_before_the_rename_and_the_folder_after(tmp
     assert events == ["fsync file", "rename", "fsync folder"]
 
 
+def test_files_replaced_together_fsync_each_folder_once_after_every_rename(tmp_path, monkeypatch):
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(f"fsync {os.path.basename(os.readlink(f'/proc/self/fd/{fd}'))}"
+                      if os.path.isdir(f"/proc/self/fd/{fd}") else "fsync file")
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append("rename")
+        real_replace(src, dst)
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.setattr(fileio.os, "fsync", fsync)
+    monkeypatch.setattr(fileio.os, "replace", replace)
+    fileio.replace_files([(tmp_path / "a" / "1", b"1"), (tmp_path / "b" / "1", b"2"), (tmp_path / "a" / "2", b"3")])
+    assert events == ["fsync file"] * 3 + ["rename"] * 3 + ["fsync a", "fsync b"]
+    assert [(tmp_path / p).read_bytes() for p in ("a/1", "b/1", "a/2")] == [b"1", b"2", b"3"]
+
+
 def test_a_failed_write_is_one_error_naming_the_file_and_keeps_the_old_content(tmp_path, monkeypatch):
     path = tmp_path / "metrics.json"
     path.write_bytes(b"old")

@@ -54,7 +54,7 @@ from autodeuq.catalog.schema import (
     release_lock,
 )
 from autodeuq.errors import CatalogWarning
-from autodeuq.fileio import TEMP_SUFFIX, replace_file
+from autodeuq.fileio import TEMP_SUFFIX, replace_file, replace_files
 from autodeuq.result import MODEL_STATUSES, Status, TrainResult
 from autodeuq.space import ROW_RULE_KEYS, SearchSpace, load_space
 
@@ -997,33 +997,59 @@ class CatalogWriter(Catalog):
         CatalogError
             The entry does not exist, already has a result, or the catalog is closed.
         """
-        entry_id = int(entry_id)
+        return self.record_many([(entry_id, result)])[0]
+
+    def record_many(self, results: list[tuple[int, TrainResult]]) -> list[dict[str, Any]]:
+        """:meth:`record` for several ``(entry_id, result)`` at once: their files are made durable
+        together (one fsync per folder, not per file), then one transaction stores them all.
+
+        Nothing is stored when one of them cannot be (another status than running, the same id
+        twice): the :class:`CatalogError` names it.
+        """
         with self._lock:
-            row = self._row(entry_id)
-            if row["status"] != Status.RUNNING:
-                raise CatalogError(f"{self.run_dir}: entry {entry_id} is already {row['status']}; "
-                                   f"a result is recorded once")
-            if result.ok:
-                status, reason = (Status.DISCARDED if result.status == Status.DISCARDED else Status.DONE), None
-            else:
-                status, reason = Status.FAILED, str(result.reason or "unknown failure")
-            model_sha = predictions_sha = None
-            if status in MODEL_STATUSES:
-                problem = self.result_problem(result)
-                if problem:
-                    warnings.warn(f"entry {entry_id}: recorded as failed: {problem}", CatalogWarning, stacklevel=2)
-                    status, reason = Status.FAILED, f"invalid result: {problem}"
-            if status in MODEL_STATUSES:
-                npz = npz_bytes(**{name: np.asarray(getattr(result, f"valid_{name}"), dtype=np.float64)
-                                   for name in self.prediction_arrays})
-                model_sha, predictions_sha = sha256_hex(result.model_bytes), sha256_hex(npz)
-                replace_file(self.model_path(entry_id), bytes(result.model_bytes))
-                replace_file(self.predictions_path(entry_id), npz)
-            submitted = decode_json(row["extra_json"] or "{}", self._where(row), "extra_json")
-            self._commit_record(entry_id, result, status, reason, model_sha, predictions_sha,
-                                {**(submitted if isinstance(submitted, dict) else {}), **(result.extra or {})})
+            staged, files = [], []
+            for entry_id, result in results:
+                entry_id = int(entry_id)
+                row = self._row(entry_id)
+                if row["status"] != Status.RUNNING or any(entry_id == e for e, *_ in staged):
+                    raise CatalogError(f"{self.run_dir}: entry {entry_id} is already "
+                                       f"{'recorded' if row['status'] == Status.RUNNING else row['status']}; "
+                                       f"a result is recorded once")
+                status, reason, model_sha, predictions_sha, written = self._stage(entry_id, result)
+                files += written
+                submitted = decode_json(row["extra_json"] or "{}", self._where(row), "extra_json")
+                extra = {**(submitted if isinstance(submitted, dict) else {}), **(result.extra or {})}
+                staged.append((entry_id, result, status, reason, model_sha, predictions_sha, extra))
+            replace_files(files)
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for entry in staged:
+                    self._commit_record(*entry)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
             self._refresh_results_csv()
-            return self.entry(entry_id)
+            return [self.entry(entry_id) for entry_id, *_ in staged]
+
+    def _stage(self, entry_id: int, result: TrainResult) -> tuple:
+        """(status, reason, model sha, predictions sha, [(path, bytes) to write]) of a result."""
+        if result.ok:
+            status, reason = (Status.DISCARDED if result.status == Status.DISCARDED else Status.DONE), None
+        else:
+            status, reason = Status.FAILED, str(result.reason or "unknown failure")
+        if status in MODEL_STATUSES:
+            problem = self.result_problem(result)
+            if problem:
+                warnings.warn(f"entry {entry_id}: recorded as failed: {problem}", CatalogWarning, stacklevel=4)
+                status, reason = Status.FAILED, f"invalid result: {problem}"
+        if status not in MODEL_STATUSES:
+            return status, reason, None, None, []
+        npz = npz_bytes(**{name: np.asarray(getattr(result, f"valid_{name}"), dtype=np.float64)
+                           for name in self.prediction_arrays})
+        model = bytes(result.model_bytes)
+        return (status, reason, sha256_hex(model), sha256_hex(npz),
+                [(self.model_path(entry_id), model), (self.predictions_path(entry_id), npz)])
 
     def result_problem(self, result: TrainResult) -> str | None:
         """Why :meth:`record` would store a done ``result`` as failed (no model, a non-finite
