@@ -526,7 +526,8 @@ class _SearchSession:
         """(low, high): ask ahead once at most ``low`` configurations are waiting, up to ``high``.
 
         ``low`` covers the results that may arrive while the searcher thinks: m, its recent
-        asks' median time x the rate at which the workers finish, plus three standard deviations
+        asks' median time x the rate at which the workers finish (from the recent evaluations'
+        median duration), plus three standard deviations
         of a Poisson count of mean m, plus one; so a freed slot seldom waits for the searcher.
         ``high - low`` is the batch that keeps asking within :data:`ASK_SHARE` of the driver's
         time. A cheap searcher and slow evaluations give (2, 3): a configuration started has
@@ -536,7 +537,7 @@ class _SearchSession:
         slots = self.evaluator.n_slots
         if not (self.ask_seconds and self.durations):
             return 2, 3  # nothing measured yet
-        rate = slots / max(statistics.median(self.durations), 1e-6)  # results per second, all slots busy
+        rate = slots / max(statistics.median(self.durations[-64:]), 1e-6)  # results per second, all slots busy
         during_ask = rate * statistics.median(self.ask_seconds)
         low = min(slots, math.ceil(during_ask + 3 * math.sqrt(during_ask)) + 1)
         return low, low + min(slots, max(1, math.ceil(during_ask / ASK_SHARE)))
