@@ -525,26 +525,24 @@ class _SearchSession:
     def ahead_sizes(self) -> tuple[int, int]:
         """(low, high): ask ahead once at most ``low`` configurations are waiting, up to ``high``.
 
-        ``low`` covers the results that may arrive while the searcher thinks: m, its recent
-        asks' median time x the rate at which the workers finish (from the recent evaluations'
-        median duration), plus three standard deviations
-        of a Poisson count of mean m, plus one; so a freed slot seldom waits for the searcher.
-        ``high - low`` is the batch that keeps asking within :data:`ASK_SHARE` of the driver's
-        time. A cheap searcher and slow evaluations give (2, 3): a configuration started has
-        missed the results of the evaluations running and of at most three others. Each of
-        ``low`` and the batch is at most the number of slots.
+        ``high`` is the number of slots: a freed slot takes a configuration asked earlier and
+        does not wait for the searcher, even when every worker finishes at once. The searcher
+        is asked for ``high - low`` at a time: the number of results that arrive during one of
+        its asks (its recent asks' median time x the rate at which the workers finish, from the
+        recent evaluations' median duration), over :data:`ASK_SHARE`, so that asking takes at
+        most that share of the driver's time. A cheap searcher or slow evaluations ask for one
+        at a time, as each result arrives.
         """
         slots = self.evaluator.n_slots
         if not (self.ask_seconds and self.durations):
-            return 2, 3  # nothing measured yet
+            return slots - 1, slots  # nothing measured yet
         rate = slots / max(statistics.median(self.durations[-64:]), 1e-6)  # results per second, all slots busy
         during_ask = rate * statistics.median(self.ask_seconds)
-        low = min(slots, math.ceil(during_ask + 3 * math.sqrt(during_ask)) + 1)
-        return low, low + min(slots, max(1, math.ceil(during_ask / ASK_SHARE)))
+        return slots - min(slots, max(1, math.ceil(during_ask / ASK_SHARE))), slots
 
     def ask_ahead(self):
         # While every worker is busy, prepare the next configurations, so a freed slot gets one
-        # without waiting for the searcher; they miss only the results that arrive meanwhile.
+        # without waiting for the searcher (they miss the results that arrive meanwhile).
         if not self.prefetch or self.promotions is not None:
             return
         low, high = self.ahead_sizes()
