@@ -35,7 +35,7 @@ from autodeuq.search.base import config_key
 EARLY_FAILURES = 5
 """A search with more evaluations to run stops when this many first ones all fail the same way."""
 
-RECORD_BATCH = 16
+RECORD_BATCH = 4
 """The driver writes at most this many waiting results to the catalog at once (their files made
 durable together, one transaction), then looks for freed slots again."""
 
