@@ -551,9 +551,12 @@ class _SearchSession:
             self.ahead.extend(self.ask(wanted))
 
     def record_waiting(self, most=RECORD_BATCH):
-        """Write up to ``most`` of the finished results waiting for the catalog, together."""
-        batch, self.unrecorded = self.unrecorded[:most], self.unrecorded[most:]
-        for (eval_id, result), stored in zip(batch, self.writer.record_many(batch)):
+        """Write up to ``most`` of the finished results waiting for the catalog, together; they
+        leave the waiting list once written (a Ctrl-C during the write leaves them there)."""
+        batch = self.unrecorded[:most]
+        stored_all = self.writer.record_many(batch)
+        del self.unrecorded[:len(batch)]
+        for (eval_id, result), stored in zip(batch, stored_all):
             self.configs.pop(eval_id, None)
             self.verdicts.pop(eval_id, None)
             self.session_reasons.append(stored["reason"])  # as the catalog keeps it: None for an entry with a model
@@ -633,7 +636,9 @@ class _SearchSession:
             evaluator.cancel_all()  # no evaluation outlives a driver that failed
             raise
         finally:
-            # Whatever finished is paid for: record it even when stopping early.
+            # Whatever finished is paid for: record it even when stopping early (but for what a
+            # Ctrl-C interrupted after its commit: the catalog holds that already).
+            self.unrecorded = [(i, r) for i, r in self.unrecorded if writer.entry(i)["status"] == Status.RUNNING]
             while self.unrecorded:
                 self.record_waiting()
             if self.bar is not None:

@@ -147,6 +147,31 @@ def test_the_driver_asks_ahead_in_batches_sized_by_what_an_ask_costs(tmp_path, s
     assert sum(calls) <= 120 + 9  # what was asked ran, but for what was left asked ahead
 
 
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_ctrl_c_during_the_catalog_write_loses_no_result(tmp_path, setup, monkeypatch, when):
+    """Ctrl-C arrives while the driver writes results (before or after their commit): the search
+    stops as interrupted, and every result that had arrived is in the catalog, once."""
+    from autodeuq.catalog import CatalogWriter
+
+    space, data = setup
+    real, calls = CatalogWriter.record_many, []
+
+    def record_many(self, results):
+        calls.append(len(results))
+        if len(calls) == 3:
+            if when == "after":
+                real(self, results)
+            raise KeyboardInterrupt
+        return real(self, results)
+
+    monkeypatch.setattr(CatalogWriter, "record_many", record_many)
+    evaluator = VirtualClockEvaluator(FakeObjective(len(data.y_valid)), seconds=0.1)
+    summary = run_search(space, data, evaluator, tmp_path / "run", search="random", max_evals=40, progress=False)
+    assert summary.interrupted
+    frame = Catalog(tmp_path / "run").to_dataframe()
+    assert summary.n_done == (frame["status"] == "done").sum() == sum(calls[:2]) + calls[2]
+
+
 # ----------------------------------------------------------------------------- Ray
 def test_ray_killed_worker_is_a_failure_and_search_goes_on(tmp_path, setup, ray_local):
     from autodeuq.evaluator.ray import RayEvaluator
