@@ -38,7 +38,7 @@ import numpy as np
 
 from autodeuq.catalog.schema import DB_NAME
 from autodeuq.data import toy_sine
-from autodeuq.evaluator.ray import RayEvaluator, _Task, init_ray
+from autodeuq.evaluator.ray import RayEvaluator, init_ray
 from autodeuq.result import Status, TrainResult
 from autodeuq.runner import run_search
 from autodeuq.space import load_space
@@ -102,12 +102,11 @@ class ActorEvaluator(TimedWait, RayEvaluator):
         self._seconds, self._n_valid, self._next = seconds, n_valid, 0
         ray.get([a.__ray_ready__.remote() for a in self._actors])
 
-    def submit(self, eval_id, config):
+    def _start(self, eval_id, config):
         actor = self._actors[self._next % len(self._actors)]
         self._next += 1
-        task = actor.evaluate.options(num_returns="streaming").remote(self._seconds, self._n_valid, config,
+        return actor.evaluate.options(num_returns="streaming").remote(self._seconds, self._n_valid, config,
                                                                       self.eval_timeout is not None)
-        self._running[task] = _Task(eval_id, time.time())
 
 
 def evaluation_times(run_dir) -> np.ndarray:

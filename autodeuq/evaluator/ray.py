@@ -443,9 +443,13 @@ class RayEvaluator(Evaluator):
         return len(self._running)
 
     def submit(self, eval_id, config):
-        task = self._remote.remote(self._objective_ref, eval_id, config, self.gpus_per_eval,
+        self._running[self._start(eval_id, config)] = _Task(eval_id, time.time())
+
+    def _start(self, eval_id, config):
+        """Start the evaluation on Ray; its generator of items (the start under a per-evaluation
+        timeout, then the result)."""
+        return self._remote.remote(self._objective_ref, eval_id, config, self.gpus_per_eval,
                                    self.eval_timeout is not None)
-        self._running[task] = _Task(eval_id, time.time())
 
     def wait(self, timeout=None):
         import ray
