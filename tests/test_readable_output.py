@@ -16,7 +16,7 @@ from autodeuq.cli import main
 from autodeuq.data import from_arrays, toy_sine
 from autodeuq.evaluator import SerialEvaluator
 from autodeuq.result import TrainResult
-from autodeuq.runner import SearchSummary, _update_bar, run_search
+from autodeuq.runner import PlainProgress, SearchSummary, _update_bar, run_search
 from autodeuq.space import load_space
 
 Y_SCALE = np.array([30.0, 0.2])  # targets in very different units: the conversion must be per target
@@ -106,7 +106,7 @@ def test_progress_bar_shows_the_best_nll_in_original_units(run_dir):
             self.postfix = postfix
 
     cat, bar = Catalog(run_dir), Bar()
-    _update_bar(bar, cat, None, busy=1.0, slots=1, started=time.time() - 1)
+    _update_bar(bar, cat, 1, busy=1.0, slots=1, started=time.time() - 1)
     best = cat.to_dataframe()["valid_nll"].min()
     assert bar.postfix["best_nll"] == f"{best:.4f}" and "best" not in bar.postfix
     assert bar.postfix["best_nll"] != f"{cat.best()[1]:.4f}"
@@ -206,3 +206,17 @@ def test_progress_in_a_redirected_log_is_a_few_plain_lines(tmp_path, capsys):
     assert "\r" not in err and len(err) < 2000, err[:300]
     assert len(lines) == 10 and lines[0].startswith("search: 4/40 evals (10%)"), lines
     assert lines[-1].startswith("search: 40/40 evals (100%)") and "best_nll" in lines[-1], lines
+    # the last line shows the best of all 40 (the last one: its objective 1/40 is the lowest)
+    best = Catalog(tmp_path / "run").to_dataframe()["valid_nll"].min()
+    assert f"best_nll {best:.4f}" in lines[-1], lines[-1]
+
+
+def test_plain_progress_prints_each_tenth_once_whatever_the_steps():
+    progress = PlainProgress(40)
+    printed = []
+    real_line = progress._line
+    progress._line = lambda: printed.append(progress.n) or real_line()
+    for n in (3, 3, 0, 5, 1, 12, 16):
+        progress.update(n)
+    progress.close()
+    assert printed == [6, 11, 12, 24, 40]  # crossed 4 (at 6), 8 (at 11), 12, 16-24 (at 24), 28-40 (at 40)
