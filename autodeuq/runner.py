@@ -568,25 +568,24 @@ class _SearchSession:
             # the driver (a clock apart) must not inflate the utilization.
             self.busy += max(0.0, result.end_time - max(result.start_time, self.started))
         self.progress(len(batch))
-        self.after_record()
-
-    def progress(self, n, force=False):
-        """Count ``n`` results on the progress bar; what it shows besides the count is refreshed
-        at most every :data:`PROGRESS_INTERVAL` s (it costs catalog queries, about 2 ms at 4,000
-        entries), and always for the budget's last result and when ``force``."""
-        now = time.monotonic()
-        fresh = force or now - self.postfix_at >= PROGRESS_INTERVAL or self.writer.n_finished >= self.max_evals
-        if fresh:
-            self.postfix_at = now
-        _update_bar(self.bar, self.writer, n, self.busy, self.evaluator.n_slots, self.started, postfix=fresh)
-
-    def after_record(self):
         if self.scheduler is not None:
             line = self.scheduler.after_record(self.evaluator, self.writer, self.durations,
                                                remaining=self.max_evals - self.writer.n_finished,
                                                elapsed=time.time() - self.started)
             if line is not None and self.log is not None:
                 self.log(line)
+
+    def progress(self, n, force=False):
+        """Count ``n`` results on the progress bar; what it shows besides the count is refreshed
+        at most every :data:`PROGRESS_INTERVAL` s (it costs catalog queries, about 2 ms at 4,000
+        entries), and always for the bar's last count and when ``force``."""
+        if self.bar is None:
+            return
+        now = time.monotonic()
+        fresh = force or now - self.postfix_at >= PROGRESS_INTERVAL or self.bar.n + n >= self.bar.total
+        if fresh:
+            self.postfix_at = now
+        _update_bar(self.bar, self.writer, n, self.busy, self.evaluator.n_slots, self.started, postfix=fresh)
 
     def failing_alike(self):
         # The first results of this call (recorded, then waiting to be) all failed the same way.
