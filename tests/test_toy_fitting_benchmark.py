@@ -1,0 +1,24 @@
+"""benchmarks/toy_fitting.py: one training of the toy space, the hyperparameters set, and the fit criterion."""
+import numpy as np
+import pytest
+
+from benchmarks.toy_fitting import constant_nll, gaussian_nll, one_training
+from benchmarks.toy_uncertainty import FIT_MARGIN
+
+
+def test_the_constant_is_the_gaussian_of_the_targets_own_mean_and_variance():
+    y = np.random.default_rng(0).normal(3.0, 2.0, size=(500, 1))
+    assert constant_nll(y) == pytest.approx(gaussian_nll(y, y.mean(), y.var()), rel=1e-12)
+    assert constant_nll(y) == pytest.approx(0.5 * np.log(2 * np.pi * np.e * y.var()), rel=1e-12)
+
+
+def test_one_short_training_keeps_the_hyperparameters_it_was_given():
+    options = {"optimizer": "rmsprop", "learning_rate": 2e-3, "batch_size": 32, "patience_reduce_lr": None,
+               "patience_early_stopping": None, "epochs": 2, "x_scale": None, "seed": 5}
+    line = one_training((0, options))
+    assert line["status"] == "done" and line["epochs"] == 2
+    assert {k: line["hp"][k] for k in ("optimizer", "learning_rate", "batch_size")} == {
+        "optimizer": "rmsprop", "learning_rate": 2e-3, "batch_size": 32}
+    assert np.isfinite(line["nll"])
+    # Two epochs do not learn the sine: the NLL stays near predicting the mean (about 1.9 nats).
+    assert line["fits"] is False and line["nll"] > 1.9 - FIT_MARGIN
