@@ -709,8 +709,6 @@ class PlainProgress:
 def _update_bar(bar, writer, n, busy, slots, started, postfix=True):
     """Count ``n`` more finished evaluations on ``bar``; with ``postfix``, first refresh what it
     shows besides the count (failures, the best NLL, the utilization: catalog queries)."""
-    if bar is None:
-        return
     if postfix:
         _set_postfix(bar, writer, busy, slots, started)
     bar.update(n)

@@ -32,20 +32,11 @@ from benchmarks.toy_uncertainty import FIT_MARGIN  # noqa: E402
 SET_HP = ("optimizer", "learning_rate", "batch_size", "patience_reduce_lr", "patience_early_stopping")
 
 
-def constant_nll(y) -> float:
-    """NLL per row of the constant Gaussian with the targets' own mean and variance (float64)."""
-    y = np.asarray(y, dtype=np.float64)
-    return float(np.mean(0.5 * np.log(2 * np.pi * np.e * np.var(y, axis=0))))
-
-
-def gaussian_nll(y, mean, var) -> float:
-    y, mean, var = (np.asarray(a, dtype=np.float64) for a in (y, mean, var))
-    return float(np.mean(0.5 * np.log(2 * np.pi * var) + 0.5 * (y - mean) ** 2 / var))
-
-
 def one_training(job: tuple[int, dict]) -> dict:
     index, options = job
+    from autodeuq import metrics
     from autodeuq.data import toy_sine
+    from autodeuq.ensemble.refit import _constant_nll
     from autodeuq.space import load_space
     from autodeuq.train import configure_threads, train
 
@@ -62,8 +53,8 @@ def one_training(job: tuple[int, dict]) -> dict:
             "hp": config["hp"], "arch": [int(v) for v in config["arch"]]}
     if result.valid_mean is None:
         return {**line, "nll": None, "fits": False, "reason": result.reason}
-    nll = gaussian_nll(data.y_valid, result.valid_mean, result.valid_var)
-    return {**line, "nll": nll, "fits": nll < constant_nll(data.y_valid) - FIT_MARGIN}
+    nll = float(np.mean(metrics.gaussian_nll(data.y_valid, result.valid_mean, result.valid_var)))
+    return {**line, "nll": nll, "fits": nll < _constant_nll(data.y_valid) - FIT_MARGIN}
 
 
 def main(argv=None) -> int:

@@ -21,6 +21,7 @@ import numpy as np
 from autodeuq import metrics
 from autodeuq.catalog import Catalog
 from autodeuq.ensemble import load_ensemble
+from autodeuq.ensemble.refit import _constant_nll
 
 FIT_MARGIN = 0.5  # nats below predicting the validation targets' mean and variance
 
@@ -40,8 +41,7 @@ def fitted_networks(run_dir: Path) -> tuple[int, int]:
         y = catalog.validation_targets()
         offset = catalog.nll_offset
         nll = np.array([catalog.entry(i)["objective"] + offset for i in catalog.model_ids()])
-    constant = float(np.mean(0.5 * np.log(2 * np.pi * np.e * np.var(y, axis=0))))
-    return int(np.sum(nll < constant - FIT_MARGIN)), len(nll)
+    return int(np.sum(nll < _constant_nll(y) - FIT_MARGIN)), len(nll)
 
 
 def row(run_dir: Path) -> str:

@@ -30,18 +30,13 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script from anywhere: import the checkout's packages
     sys.path.insert(0, str(REPO))
 
+from autodeuq import metrics  # noqa: E402
 from benchmarks.uci import build_parser as uci_parser  # noqa: E402
 from benchmarks.uci import parse_splits, run_autodeuq  # noqa: E402
 from benchmarks.uci_data import DATASETS, default_data_dir, load_split  # noqa: E402
 
 #: Share of a Gaussian's mass more than 3 standard deviations from its mean.
 GAUSSIAN_BEYOND_3 = 0.0027
-
-
-def row_nll(y, mean, var) -> np.ndarray:
-    """Gaussian NLL of each row (natural log), all arrays of the same shape, computed in float64."""
-    y, mean, var = (np.asarray(a, dtype=np.float64).ravel() for a in (y, mean, var))
-    return 0.5 * np.log(2 * np.pi * var) + 0.5 * (y - mean) ** 2 / var
 
 
 def tail_summary(y, mean, var) -> dict:
@@ -59,7 +54,7 @@ def tail_summary(y, mean, var) -> dict:
     y, mean, var = (np.asarray(a, dtype=np.float64).ravel() for a in (y, mean, var))
     if y.size < 4:
         raise ValueError(f"need at least 4 rows to set the 3 worst apart, got {y.size}")
-    per_row = row_nll(y, mean, var)
+    per_row = -metrics.gaussian_logpdf(y, mean, var)
     z = (y - mean) / np.sqrt(var)
     order = np.argsort(-per_row)
     return {"rows": int(per_row.size), "nll": float(per_row.mean()),
@@ -72,8 +67,6 @@ def tail_summary(y, mean, var) -> dict:
 
 def split_tails(data_dir: Path, runs_dir: Path, dataset: str, split: int) -> dict:
     """The ensemble step of one recorded split again, on a copy of its catalog; its tail summary."""
-    from autodeuq import metrics
-
     source = runs_dir / f"{dataset}-split{split}"
     if not (source / "catalog.sqlite").is_file():
         raise SystemExit(f"{source}: no catalog (run benchmarks/uci.py --methods autodeuq first)")
