@@ -167,15 +167,20 @@ class FlatOptimizer:
         self.size = int(size)
         self.learning_rate = tf.Variable(1e-3, dtype=tf.float32, trainable=False, name="learning_rate")
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
-        self.slots = {slot: tf.Variable(tf.fill([self.size], np.float32(init)), trainable=False, name=slot)
+        # of any length: a trainer may hold networks of several sizes in turn (:meth:`reset`)
+        self.slots = {slot: tf.Variable(tf.fill([self.size], np.float32(init)), trainable=False, name=slot,
+                                        shape=tf.TensorShape([None]))
                       for slot, init in self.rule.slots.items()}
         self.scalars = {scalar: tf.Variable(float(init), dtype=tf.float32, trainable=False, name=scalar)
                         for scalar, init in self.rule.scalars.items()}
         # the rules are straight-line Python: nothing for AutoGraph to convert
         self.apply = tf.autograph.experimental.do_not_convert(self._apply)
 
-    def reset(self, learning_rate: float):
-        """Start afresh: initial slots, step 0, this learning rate."""
+    def reset(self, learning_rate: float, size: int | None = None):
+        """Start afresh: initial slots, step 0, this learning rate; ``size``: a new length of the
+        parameter vector."""
+        if size is not None:
+            self.size = int(size)
         for slot, init in self.rule.slots.items():
             self.slots[slot].assign(tf.fill([self.size], np.float32(init)))
         for scalar, init in self.rule.scalars.items():

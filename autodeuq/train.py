@@ -372,8 +372,7 @@ class CompiledTrainer:
             *outputs, saved = self.program.forward(self._weights(), x[start:stop], self._state(),
                                                    training=True, rng=self.generator)
             loss, d_outputs = self.loss.value_and_gradients(y[start:stop], outputs)
-            grads = self.program.backward(saved, *d_outputs)
-            grad = tf.concat([g if len(s) == 1 else tf.reshape(g, flat) for g, s in zip(grads, self.shapes)], axis=0)
+            grad = self._flat_gradient(self.program.backward(saved, *d_outputs))
             self.optimizer.apply(grad, self.params)
             if self.state is not None:
                 self.state.assign(tf.concat([tf.reshape(v, flat) for v in self.program.new_state(saved)], axis=0))
@@ -385,6 +384,13 @@ class CompiledTrainer:
         # one tensor for both losses: one transfer to the host per epoch
         losses = tf.stack([total / tf.cast(n, tf.float32), self.loss.value(y_valid, outputs)])
         return losses, self.loss.kept(outputs)
+
+    @tf.autograph.experimental.do_not_convert
+    def _flat_gradient(self, grads):
+        """The program's gradients (one per weight) as one vector in the order of the parameters
+        (a trainer holding its weights in another layout overrides it)."""
+        flat = tf.constant([-1])
+        return tf.concat([g if len(s) == 1 else tf.reshape(g, flat) for g, s in zip(grads, self.shapes)], axis=0)
 
     def reset(self, initial_weights, learning_rate: float, seed: int, initial_state=()):
         flat = np.concatenate([np.asarray(w, np.float32).reshape(-1) for w in initial_weights])
