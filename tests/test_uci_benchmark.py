@@ -306,6 +306,17 @@ def test_rescore_redoes_the_ensemble_step_and_keeps_the_earlier_scores(tmp_path,
     (record,) = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
     assert record["info"]["rescored"]["settings"].endswith(", calibrate=scale")
     assert record["info"]["rescored"]["previous"]["settings"] == rescored["settings"]
+    # Selecting on the moment-matched Gaussian NLL is another setting too: it reaches the runner.
+    scores = []
+
+    def gaussian_selection(data, args, run_dir):
+        scores.append(args.selection_score)
+        return fake(data, args, 2.0, run_dir)
+
+    monkeypatch.setitem(uci.RUNNERS, "autodeuq", gaussian_selection)
+    assert uci.main(argv + ["--rescore", "--selection-score", "gaussian"]) == 0
+    (record,) = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
+    assert scores == ["gaussian"] and "selection_score=gaussian" in record["info"]["rescored"]["settings"]
 
 
 def test_rescore_refuses_a_catalog_that_would_train(tmp_path, monkeypatch):
