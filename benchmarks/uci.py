@@ -91,7 +91,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: import the check
 from autodeuq import metrics  # noqa: E402
 from autodeuq.data import DataError  # noqa: E402
 from autodeuq.discard import RUNG_UNITS  # noqa: E402
-from autodeuq.ensemble.options import CALIBRATIONS, SCORES  # noqa: E402
+from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY, SCORES  # noqa: E402
 from autodeuq.fileio import atomic_write  # noqa: E402
 from benchmarks.uci_data import DATASETS, VALID_FRACTION, default_data_dir, load_split, n_splits  # noqa: E402
 
@@ -316,7 +316,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
                               early_discarding=early_discarding, refit=REFIT_CHOICES[args.refit],
                               calibrate=args.calibrate, eval_budget=args.eval_budget,
                               sha_min_epochs=args.sha_min_epochs, sha_rungs=args.sha_rungs,
-                              selection_score=args.selection_score, progress=False)
+                              selection_score=args.selection_score, diversity=args.diversity, progress=False)
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
     means, variances = model.ensemble_.components(data.x_test)
     with Catalog(run_dir) as catalog:  # what the run searched and trained, as recorded
@@ -832,6 +832,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "estimator's default: above 1000 rows); keep records of other values apart with --results")
     p.add_argument("--selection-score", choices=SCORES, default="mixture",
                    help="autodeuq: what the ensemble selection minimizes on the validation rows (default: mixture)")
+    p.add_argument("--diversity", choices=DIVERSITY, default="none",
+                   help="autodeuq: at most one member per architecture or per set of activations (default: none)")
     p.add_argument("--rescore", action="store_true",
                    help="autodeuq: redo only the ensemble step of recorded splits on their complete catalogs, "
                         "with the current defaults (earlier scores kept in the record)")
@@ -882,7 +884,8 @@ def main(argv=None) -> int:
         parser.error(f"--space: {exc}")
 
     args.settings_base = f"selection_bags={AutoDEUQRegressor().selection_bags}, refit={args.refit}" + (
-        "" if args.selection_score == "mixture" else f", selection_score={args.selection_score}")
+        "" if args.selection_score == "mixture" else f", selection_score={args.selection_score}") + (
+        "" if args.diversity == "none" else f", diversity={args.diversity}")
     _limit_threads(args.threads)
     args.results.mkdir(parents=True, exist_ok=True)
     done = {(r["method"], r["dataset"], r["split"]): r for r in records}

@@ -317,6 +317,9 @@ def test_rescore_redoes_the_ensemble_step_and_keeps_the_earlier_scores(tmp_path,
     assert uci.main(argv + ["--rescore", "--selection-score", "gaussian"]) == 0
     (record,) = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
     assert scores == ["gaussian"] and "selection_score=gaussian" in record["info"]["rescored"]["settings"]
+    assert uci.main(argv + ["--rescore", "--diversity", "activations"]) == 0
+    (record,) = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
+    assert len(scores) == 2 and record["info"]["rescored"]["settings"].endswith(", diversity=activations")
 
 
 def test_rescore_refuses_a_catalog_that_would_train(tmp_path, monkeypatch):
