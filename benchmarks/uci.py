@@ -315,8 +315,8 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
                               seed=data.split, epochs=args.epochs, evaluator=args.evaluator,
                               early_discarding=early_discarding, refit=REFIT_CHOICES[args.refit],
                               calibrate=args.calibrate, eval_budget=args.eval_budget,
-                              sha_min_epochs=args.sha_min_epochs, sha_rungs=args.sha_rungs,
-                              selection_score=args.selection_score, diversity=args.diversity, progress=False)
+                              sha_min_epochs=args.sha_min_epochs, sha_rungs=args.sha_rungs, progress=False,
+                              **{name: getattr(args, name) for name in ENSEMBLE_OPTIONS if getattr(args, name)})
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
     means, variances = model.ensemble_.components(data.x_test)
     with Catalog(run_dir) as catalog:  # what the run searched and trained, as recorded
@@ -349,6 +349,9 @@ def _std_scale(ensemble):
 
 #: ``--refit`` values and the estimator's ``refit`` parameter they stand for.
 REFIT_CHOICES = {"auto": "auto", "never": False, "always": True}
+#: Options of the estimator's ensemble step that ``--selection-score`` and ``--diversity`` set
+#: (unset: the estimator's defaults).
+ENSEMBLE_OPTIONS = ("selection_score", "diversity")
 
 RUNNERS = {"autodeuq": run_autodeuq, "autodeuq-sha": functools.partial(run_autodeuq, early_discarding="sha"),
            "autodeuq-iepoch": functools.partial(run_autodeuq, early_discarding="iepoch"),
@@ -830,13 +833,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibrate", choices=CALIBRATIONS, default="auto",
                    help="autodeuq: the estimator's recalibration of the predictive std (default: auto, the "
                         "estimator's default: above 1000 rows); keep records of other values apart with --results")
-    p.add_argument("--selection-score", choices=SCORES, default="mixture",
-                   help="autodeuq: what the ensemble selection minimizes on the validation rows (default: mixture)")
-    p.add_argument("--diversity", choices=DIVERSITY, default="none",
-                   help="autodeuq: at most one member per architecture or per set of activations (default: none)")
+    p.add_argument("--selection-score", choices=SCORES, default=None,
+                   help="autodeuq: what the ensemble selection minimizes on the validation rows "
+                        "(default: the estimator's)")
+    p.add_argument("--diversity", choices=DIVERSITY, default=None,
+                   help="autodeuq: at most one member per architecture or per set of activations "
+                        "(default: the estimator's)")
     p.add_argument("--rescore", action="store_true",
                    help="autodeuq: redo only the ensemble step of recorded splits on their complete catalogs, "
-                        "with the current defaults (earlier scores kept in the record)")
+                        "with the current defaults and the ensemble options given (earlier scores kept in the "
+                        "record)")
     p.add_argument("--threads", type=int, default=1, help="threads of TensorFlow, OpenMP and CatBoost (default: 1)")
     p.add_argument("--valid-fraction", type=float, default=VALID_FRACTION, help=argparse.SUPPRESS)
     p.add_argument("--machine", default=f"{os.cpu_count()}-core {platform.machine()} CPU",
@@ -883,9 +889,10 @@ def main(argv=None) -> int:
     except SpaceError as exc:
         parser.error(f"--space: {exc}")
 
-    args.settings_base = f"selection_bags={AutoDEUQRegressor().selection_bags}, refit={args.refit}" + (
-        "" if args.selection_score == "mixture" else f", selection_score={args.selection_score}") + (
-        "" if args.diversity == "none" else f", diversity={args.diversity}")
+    defaults = AutoDEUQRegressor()
+    args.settings_base = f"selection_bags={defaults.selection_bags}, refit={args.refit}" + "".join(
+        f", {name}={getattr(args, name)}" for name in ENSEMBLE_OPTIONS
+        if getattr(args, name) not in (None, getattr(defaults, name)))
     _limit_threads(args.threads)
     args.results.mkdir(parents=True, exist_ok=True)
     done = {(r["method"], r["dataset"], r["split"]): r for r in records}
