@@ -39,8 +39,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: import the check
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from autodeuq import activations, plan  # noqa: E402
-from autodeuq.layers import VARIANCE_FLOOR  # noqa: E402
+from autodeuq import activations, ops, plan  # noqa: E402
 from autodeuq.optimizers import FlatOptimizer  # noqa: E402
 from autodeuq.train import CompiledTrainer, GaussianLoss  # noqa: E402
 
@@ -55,6 +54,16 @@ def eligible(space) -> bool:
 
 def _flat(t):
     return tf.reshape(t, [-1])
+
+
+def _linear_backward(kernel, x, d_z):
+    """``(d_x, d_kernel flattened, d_bias)`` of ``z = x @ kernel + bias``: the written-out backward of
+    the plan's Dense op (:class:`autodeuq.ops.Dense`)."""
+    (d_x,), (d_kernel, d_bias) = _LINEAR.backward([kernel, None], [x], (None, None), d_z, [True])
+    return d_x, _flat(d_kernel), d_bias
+
+
+_LINEAR = ops.Dense("linear", "x", 1, "linear")  # the plan's linear Dense op (its units come from the weights)
 
 
 class Supernet:
@@ -76,6 +85,8 @@ class Supernet:
         self.n_classes = None if n_classes is None else int(n_classes)
         self.anchors = [space.anchors(k) for k in range(1, space.num_cells + 1)]
         self.merge = activations.get(space.merge_activation)
+        self.head = None if self.n_classes is not None else ops.GaussianHead(plan.HEAD_NAME, plan.HEAD_RAW_NAME,
+                                                                                self.n_targets)
         # piece i: (layer name, "kernel" / "bias"); the switches: per cell [dense on, activation,
         # (skip on, projection on) per anchor]
         self._pieces, self._switch_at = [], []
@@ -198,7 +209,7 @@ class Supernet:
             act = self._values[at + 1]
 
             def dense(h=h, kernel=kernel, bias=bias, act=act):
-                z = tf.nn.bias_add(tf.matmul(h, kernel), bias)
+                z = _LINEAR.forward([kernel, bias], [h])[0]
                 return z, self._by_activation(act, lambda f: f.forward(z))
 
             z, h = tf.cond(self._switch(k, 0), dense, lambda h=h: (h, h))
@@ -210,7 +221,7 @@ class Supernet:
 
                 def term(source=source, kernel=kernel, bias=bias, j=j, k=k):
                     return tf.cond(self._switch(k, 3 + 2 * j),
-                                   lambda: tf.nn.bias_add(tf.matmul(source, kernel), bias), lambda: source)
+                                   lambda: _LINEAR.forward([kernel, bias], [source])[0], lambda: source)
 
                 total = total + tf.cond(self._switch(k, 2 + 2 * j), term, lambda: tf.zeros([], x.dtype))
                 piece += 2
@@ -220,13 +231,12 @@ class Supernet:
             saved.append((z, h, total, out, merged))
             outputs.append(out)
         kernel, bias = weights[piece], weights[piece + 1]
-        raw = tf.nn.bias_add(tf.matmul(outputs[-1], kernel), bias)
+        raw = _LINEAR.forward([kernel, bias], [outputs[-1]])[0]
         keep = {"weights": weights, "outputs": outputs, "cells": saved}
-        if self.n_classes is not None:
+        if self.head is None:
             return raw, keep
-        mean, raw_var = tf.split(raw, 2, axis=1)
-        keep["raw_var"] = raw_var
-        return mean, tf.nn.softplus(raw_var) + VARIANCE_FLOOR, keep
+        (mean, var), keep["raw_var"] = self.head.forward([], [raw])
+        return mean, var, keep
 
     def new_state(self, saved) -> list:
         return []
@@ -235,17 +245,14 @@ class Supernet:
     def backward(self, saved, *d_outputs) -> list:
         """Gradients w.r.t. every piece, each flattened (size 0 for a piece the network lacks)."""
         weights, outputs, cells = saved["weights"], saved["outputs"], saved["cells"]
-        if self.n_classes is not None:
+        if self.head is None:
             d_raw = d_outputs[0]
         else:
-            d_mean, d_var = d_outputs
-            d_raw = tf.concat([d_mean, d_var * tf.sigmoid(saved["raw_var"])], axis=1)  # softplus' = sigmoid
+            (d_raw,), _ = self.head.backward([], [], saved["raw_var"], d_outputs, [True])
         head = len(weights) - 2
         grads = [None] * len(weights)
-        grads[head] = _flat(tf.matmul(outputs[-1], d_raw, transpose_a=True))
-        grads[head + 1] = tf.raw_ops.BiasAddGrad(out_backprop=d_raw)
         d_values = [None] * len(outputs)  # gradient reaching each cell's output
-        d_values[-1] = tf.matmul(d_raw, weights[head], transpose_b=True)
+        d_values[-1], grads[head], grads[head + 1] = _linear_backward(weights[head], outputs[-1], d_raw)
         empty = tf.zeros([0], d_raw.dtype)
         piece = head
         for k in range(len(self.anchors) - 1, -1, -1):
@@ -259,11 +266,7 @@ class Supernet:
                 on, projected = self._switch(k, 2 + 2 * j), self._switch(k, 3 + 2 * j)
 
                 def through(d=d_total, kernel=kernel, source=source, projected=projected):
-                    return tf.cond(projected,
-                                   lambda: (tf.matmul(d, kernel, transpose_b=True),
-                                            _flat(tf.matmul(source, d, transpose_a=True)),
-                                            tf.raw_ops.BiasAddGrad(out_backprop=d)),
-                                   lambda: (d, empty, empty))
+                    return tf.cond(projected, lambda: _linear_backward(kernel, source, d), lambda: (d, empty, empty))
 
                 d_source, grads[i], grads[i + 1] = tf.cond(
                     on, through, lambda d=d_total: (tf.zeros([], d.dtype), empty, empty))
@@ -273,9 +276,7 @@ class Supernet:
             kernel, act, x = weights[piece], self._values[at + 1], outputs[k]
 
             def dense(d=d_total, z=z, h=h, kernel=kernel, act=act, x=x):
-                dz = self._by_activation(act, lambda f: f.gradient(d, z, h))
-                return (tf.matmul(dz, kernel, transpose_b=True), _flat(tf.matmul(x, dz, transpose_a=True)),
-                        tf.raw_ops.BiasAddGrad(out_backprop=dz))
+                return _linear_backward(kernel, x, self._by_activation(act, lambda f: f.gradient(d, z, h)))
 
             d_x, grads[piece], grads[piece + 1] = tf.cond(
                 self._switch(k, 0), dense, lambda d=d_total: (d, empty, empty))
