@@ -371,6 +371,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("acq", "search", "lcb", OneOf(lambda: tuple(search.ACQUISITIONS)),
            f"acquisition function of the BO-based searchers ({_BO})", applies=_takes_surrogate, unused="refuse",
            requirement="applies to the BO-based searchers ({searchers}), not to {search} {value}"),
+    Option("random_interleave", "search", 0.0, Real(0.0, 1.0, strict=False),
+           f"probability that a suggestion of the BO-based searchers ({_BO}) after their first random ones is "
+           "drawn at random instead (interleaved random configurations, Hutter et al. 2011)", metavar="P",
+           applies=_takes_surrogate, unused="refuse",
+           requirement="applies to the BO-based searchers ({searchers}), not to {search} {value}"),
     Option("fixed_hp", "search", None, Json(dict, "a dict"),
            "with {search} age-fixed-hp: the training hyperparameters (a JSON object on the command line); those "
            "not given keep their defaults", metavar="JSON",

@@ -153,7 +153,8 @@ def searcher_options(config, space) -> dict:
 
     options = {}
     if config.search in surrogate_searchers():
-        options = {"surrogate": config.surrogate, "acq": config.acq}
+        options = {"surrogate": config.surrogate, "acq": config.acq,
+                   "random_interleave": config.random_interleave or 0.0}
     for name, search, resolve in (("fixed_hp", "age-fixed-hp", ablation_fixed_hp),
                                   ("fixed_arch", "bo-fixed-arch", ablation_fixed_arch)):
         if config.search == search:

@@ -201,13 +201,14 @@ BAD_PARAMETERS = [
     ("categorical", "label"), ("impute", "zero"), ("drop", "note"), ("id_column", 3), ("drop_missing_target", "yes"),
     ("refit", "yes"), ("eval_budget", -5), ("sha_min_epochs", "soon"), ("sha_reduction", 1), ("sha_rungs", "updates"),
     ("population_size", 1), ("tournament_size", 0), ("surrogate", "svm"), ("acq", "ucb"), ("fixed_hp", "adam"),
-    ("fixed_arch", {"a": 1}), ("eval_timeout", 0), ("ray_address", 6379), ("cpus_per_eval", 0),
+    ("random_interleave", 1.5), ("fixed_arch", {"a": 1}), ("eval_timeout", 0), ("ray_address", 6379),
+    ("cpus_per_eval", 0),
     ("gpus_per_eval", -1), ("new_run", "yes"), ("iepoch_epochs", 0), ("iepoch_top_k", 0), ("discard_budget", 0),
     ("task", "ordinal"), ("class_weight", "heavy"), ("label_smoothing", 0.7),
 ]
 #: The settings under which an option applies (else its value is not used).
 APPLIES = {"fixed_hp": {"search": "age-fixed-hp"}, "fixed_arch": {"search": "bo-fixed-arch"},
-           "surrogate": {"search": "bo"}, "acq": {"search": "bo"},
+           "surrogate": {"search": "bo"}, "acq": {"search": "bo"}, "random_interleave": {"search": "bo"},
            "iepoch_epochs": {"early_discarding": "iepoch"}, "iepoch_top_k": {"early_discarding": "iepoch"}}
 
 

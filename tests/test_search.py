@@ -423,6 +423,27 @@ def test_bo_initial_points_are_random_then_model_based(space):
     assert bo.last_timing["fit"] > 0.0
 
 
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0])
+def test_random_interleave_draws_that_share_of_suggestions_from_the_prior(p):
+    drawn = []  # sizes of the sampler's calls: random suggestions, or the acquisition's candidates
+
+    def sampler(rng, n):
+        drawn.append(n)
+        return rng.random((n, 2))
+
+    bo = VectorBO(sampler, n_initial=4, n_candidates=50, random_interleave=p)
+    rng = np.random.default_rng(0)
+    while len(bo.y) < 204:
+        X = bo.suggest(2, rng)
+        bo.observe(X, ((X - 0.3) ** 2).sum(axis=1))
+    random_after_initial = sum(n for n in drawn if n != 50) - 4
+    assert drawn[:2] == [2, 2]
+    # 200 suggestions after the 4 initial ones; binomial(200, p): within 5 standard deviations
+    assert abs(random_after_initial - 200 * p) <= 5 * math.sqrt(200 * p * (1 - p))
+    with pytest.raises(ValueError, match="random_interleave"):
+        VectorBO(sampler, random_interleave=1.5)
+
+
 # ---------------------------------------------------------------- resume
 @pytest.mark.parametrize("name", sorted(SEARCHERS))
 def test_rebuilding_from_history_continues_identically(space, name):

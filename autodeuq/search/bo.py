@@ -16,6 +16,11 @@ One suggestion, once ``n_initial`` suggestions have been random:
    configurations (:meth:`~autodeuq.space.SearchSpace.sample_vectors`): the surrogate scores the
    very points it is told about once they are evaluated.
 
+With ``random_interleave=p``, each suggestion after the initial ones is drawn at random instead,
+with probability p (the interleaved random configurations of SMAC, Hutter et al. 2011): a search
+whose first observations all lie on one plateau keeps sampling the whole prior, where a surrogate
+fitted to differences within the noise would stay on one corner of it.
+
 Several suggestions from one ask: ``multi_point="cl"`` tells each chosen point the lie before
 choosing the next (tree surrogates absorb the lie in their leaves without refitting, see
 :func:`~autodeuq.search.surrogate.candidate_predictions`); ``multi_point="qucb"`` keeps one fit and
@@ -81,6 +86,9 @@ class VectorBO:
     liar : {"max", "min", "mean"}
         The constant liar's lie: the worst, best or mean observed cost.
     cost_scaling : {"minmax-log", "minmax", "none"}
+    random_interleave : float
+        Probability, in [0, 1], that a suggestion after the ``n_initial`` random ones is drawn at
+        random rather than by the acquisition.
 
     Attributes
     ----------
@@ -105,6 +113,7 @@ class VectorBO:
         multi_point: str = "cl",
         liar: str = "max",
         cost_scaling: str = "minmax-log",
+        random_interleave: float = 0.0,
     ):
         for value, allowed, what in (
             (acq, ACQUISITIONS, "acq"), (multi_point, MULTI_POINT, "multi_point"),
@@ -116,6 +125,8 @@ class VectorBO:
             raise ValueError("multi_point='qucb' draws LCB weights: it needs acq='lcb'")
         if n_initial < 0 or n_candidates < 1 or kappa < 0 or kappa_period < 1:
             raise ValueError("need n_initial >= 0, n_candidates >= 1, kappa >= 0 and kappa_period >= 1")
+        if not 0.0 <= random_interleave <= 1.0:
+            raise ValueError(f"random_interleave={random_interleave!r}; need a probability in [0, 1]")
         from autodeuq.search.surrogate import make_surrogate  # scikit-learn: when a BO is built, not at import
 
         make_surrogate(surrogate)  # fail now, not at the first fit, on an unknown name
@@ -131,6 +142,7 @@ class VectorBO:
         self.multi_point = multi_point
         self.liar = liar
         self.cost_scaling = cost_scaling
+        self.random_interleave = float(random_interleave)
         self._X: list[np.ndarray] = []
         self._y: list[float] = []
         self.last_timing: dict[str, float] = {}
@@ -167,6 +179,8 @@ class VectorBO:
         n_pending = len(pending) if pending.size else 0
         t0 = len(self._y) + n_pending  # index of this batch's first suggestion
         n_random = n if not self._y else int(np.clip(self.n_initial - t0, 0, n))
+        if self.random_interleave and n > n_random:
+            n_random += int(np.sum(rng.random(n - n_random) < self.random_interleave))
         points = [self.sample_candidates(rng, n_random)] if n_random else []
         self.last_timing = {"fit": 0.0, "acquisition": 0.0}
         if n > n_random:
