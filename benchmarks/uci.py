@@ -93,6 +93,7 @@ from autodeuq.data import DataError  # noqa: E402
 from autodeuq.discard import RUNG_UNITS  # noqa: E402
 from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY, SCORES  # noqa: E402
 from autodeuq.fileio import atomic_write  # noqa: E402
+from autodeuq.options import BY_NAME  # noqa: E402
 from benchmarks.uci_data import DATASETS, VALID_FRACTION, default_data_dir, load_split, n_splits  # noqa: E402
 
 METHODS = ("autodeuq", "autodeuq-sha", "autodeuq-iepoch", "autodeuq-auto", "deep-ensembles", "ngboost", "catboost")
@@ -316,6 +317,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
                               early_discarding=early_discarding, refit=REFIT_CHOICES[args.refit],
                               calibrate=args.calibrate, eval_budget=args.eval_budget,
                               sha_min_epochs=args.sha_min_epochs, sha_rungs=args.sha_rungs, progress=False,
+                              random_interleave=args.random_interleave,
                               **{name: getattr(args, name) for name in ENSEMBLE_OPTIONS if getattr(args, name)})
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
     means, variances = model.ensemble_.components(data.x_test)
@@ -334,6 +336,7 @@ def run_autodeuq(data, args, early_discarding="none", run_dir=None):
             "refitted": model.ensemble_.refitted_ids, "selection_bags": model.selection_bags,
             "calibrate": args.calibrate, "std_scale": _std_scale(model.ensemble_),
             "resumed_entries": resumed_entries, "eval_budget": args.eval_budget,
+            "random_interleave": args.random_interleave,
             "sha_min_epochs": rule.get("min_epochs"),
             "sha_reference_batch": rule.get("reference_batch"),
             "out_of_time": int(model.search_summary_.n_out_of_time),
@@ -821,6 +824,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="autodeuq: concurrent evaluations on Ray")
     p.add_argument("--eval-budget", type=float, default=None,
                    help="autodeuq: seconds each training may take (the estimator's eval_budget; default: none)")
+    p.add_argument("--random-interleave", type=float, default=BY_NAME["random_interleave"].default, metavar="P",
+                   help="autodeuq: probability that a suggestion of the BO half is drawn at random "
+                        "(default: the estimator's)")
     p.add_argument("--sha-min-epochs", type=lambda v: v if v == "auto" else int(v), default="auto", metavar="N",
                    help="autodeuq-sha: epoch of the first rung (default: auto, the estimator's sha_min_epochs)")
     p.add_argument("--sha-rungs", choices=RUNG_UNITS, default="auto",

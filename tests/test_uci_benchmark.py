@@ -382,10 +382,13 @@ def test_autodeuq_runs_on_the_space_given_and_records_its_sizes(tmp_path):
     argv = ["--methods", "autodeuq", "--datasets", "yacht", "--splits", "0", "--data-dir", str(tmp_path / "data"),
             "--results", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs"), "--space",
             str(tmp_path / "space.json"), "--max-evals", "2", "--epochs", "2", "--ensemble-size", "2",
-            "--evaluator", "serial", "--refit", "never"]
+            "--evaluator", "serial", "--refit", "never", "--random-interleave", "0.5"]
     assert uci.main(argv) == 0
     (record,) = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
     assert record["status"] == "done", record.get("reason")
+    assert record["info"]["random_interleave"] == 0.5
+    meta = json.loads((tmp_path / "runs" / "yacht-split0" / "meta.json").read_text())
+    assert meta["search"]["options"]["random_interleave"] == 0.5  # what the search ran with
     assert record["n_fit"] == 64 and record["info"]["catalog_entries"] == 2
     # 64 fitting rows and one unit per row: the toy space's widths (16-256) stop at 64
     assert record["info"]["space"] == str(tmp_path / "space.json")
