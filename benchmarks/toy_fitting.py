@@ -5,7 +5,8 @@
 
 Each training draws a configuration of the shipped ``toy`` space at random (architecture and
 training hyperparameters; ``--seed`` + its index seeds the draw and the initial weights), sets the
-hyperparameters given on the command line, trains it on toy-sine (data seed 0) as a search does,
+hyperparameters given on the command line, trains it on toy-sine (``--data-seed``, 0 by default: the
+data of ``autodeuq run --dataset toy-sine --seed N``) as a search does,
 and counts it as *fitting* when its validation NLL is at least ``FIT_MARGIN`` nats below that of
 the constant Gaussian with the validation targets' mean and variance (the criterion of
 ``benchmarks/toy_uncertainty.py``). ``--epochs`` overrides the space's 200; ``--x-scale`` replaces
@@ -41,7 +42,7 @@ def one_training(job: tuple[int, dict]) -> dict:
     from autodeuq.train import configure_threads, train
 
     configure_threads(1)
-    space, data = load_space("toy"), toy_sine(seed=0)
+    space, data = load_space("toy"), toy_sine(seed=options["data_seed"])
     if options["x_scale"] is not None:
         assert data.scaler is not None  # a built-in regression dataset is standardized
         scaler = dataclasses.replace(data.scaler, x_std=np.full_like(data.scaler.x_std, options["x_scale"]))
@@ -61,6 +62,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trainings", type=int, default=60)
     p.add_argument("--seed", type=int, default=1000, help="first seed (default: 1000)")
+    p.add_argument("--data-seed", type=int, default=0, help="seed of the toy-sine data (default: 0)")
     p.add_argument("--optimizer", default=None)
     p.add_argument("--learning-rate", type=float, default=None)
     p.add_argument("--batch-size", type=int, default=None)
@@ -71,7 +73,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.trainings < 1:
         p.error("--trainings must be >= 1")
-    options = {k: getattr(args, k) for k in (*SET_HP, "epochs", "x_scale", "seed")}
+    options = {k: getattr(args, k) for k in (*SET_HP, "epochs", "x_scale", "seed", "data_seed")}
     lines = []
     with multiprocessing.get_context("spawn").Pool(2) as pool:
         for line in pool.imap_unordered(one_training, [(i, options) for i in range(args.trainings)]):
@@ -80,7 +82,7 @@ def main(argv=None) -> int:
     nlls = sorted(x["nll"] for x in lines if x["nll"] is not None)
     fits = sum(x["fits"] for x in lines)
     set_hp = ", ".join(f"{k}={options[k]}" for k in (*SET_HP, "epochs", "x_scale") if options[k] is not None)
-    print(f"# {set_hp or 'the toy space as drawn'}: {fits} of {len(lines)} trainings fit "
+    print(f"# data seed {args.data_seed}, {set_hp or 'the toy space as drawn'}: {fits} of {len(lines)} trainings fit "
           f"({len(lines) - len(nlls)} failed); lowest validation NLLs {[round(v, 2) for v in nlls[:5]]}")
     return 0
 

@@ -17,7 +17,7 @@ def test_the_constant_is_the_gaussian_of_the_targets_own_mean_and_variance():
 
 def test_one_short_training_keeps_the_hyperparameters_it_was_given():
     options = {"optimizer": "rmsprop", "learning_rate": 2e-3, "batch_size": 32, "patience_reduce_lr": None,
-               "patience_early_stopping": None, "epochs": 2, "x_scale": None, "seed": 5}
+               "patience_early_stopping": None, "epochs": 2, "x_scale": None, "seed": 5, "data_seed": 0}
     line = one_training((0, options))
     assert line["status"] == "done" and line["epochs"] == 2
     assert {k: line["hp"][k] for k in ("optimizer", "learning_rate", "batch_size")} == {
@@ -25,3 +25,11 @@ def test_one_short_training_keeps_the_hyperparameters_it_was_given():
     assert np.isfinite(line["nll"])
     # Two epochs do not learn the sine: the NLL stays near predicting the mean (about 1.9 nats).
     assert line["fits"] is False and line["nll"] > 1.9 - FIT_MARGIN
+
+
+def test_the_data_seed_draws_other_data_for_the_same_configuration():
+    options = {"optimizer": "rmsprop", "learning_rate": 2e-3, "batch_size": 32, "patience_reduce_lr": None,
+               "patience_early_stopping": None, "epochs": 1, "x_scale": None, "seed": 5}
+    first, other = (one_training((0, {**options, "data_seed": d})) for d in (0, 3))
+    assert first["hp"] == other["hp"] and first["arch"] == other["arch"]
+    assert first["nll"] != other["nll"]
