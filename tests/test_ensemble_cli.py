@@ -387,7 +387,8 @@ def test_cli_runs_the_thesis_ablations(tmp_path):
     catalog = Catalog(run)
     arch = default_fixed_arch(load_space("toy"))
     assert [config["arch"] for config, _ in catalog.history()] == [arch, arch]
-    assert catalog.meta["search"]["options"] == {"surrogate": "rf", "acq": "lcb", "fixed_arch": arch}
+    assert catalog.meta["search"]["options"] == {"surrogate": "rf", "acq": "lcb", "random_interleave": 0.0,
+                                                    "fixed_arch": arch}
 
 
 def test_cli_ensemble_selection_options_reach_the_manifest_and_metrics(run_dir, tmp_path):
