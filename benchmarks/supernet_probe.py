@@ -56,14 +56,14 @@ def _flat(t):
     return tf.reshape(t, [-1])
 
 
+_LINEAR = ops.Dense("linear", "x", 1, "linear")  # the plan's linear Dense op (its units come from the weights)
+
+
 def _linear_backward(kernel, x, d_z):
     """``(d_x, d_kernel flattened, d_bias)`` of ``z = x @ kernel + bias``: the written-out backward of
     the plan's Dense op (:class:`autodeuq.ops.Dense`)."""
     (d_x,), (d_kernel, d_bias) = _LINEAR.backward([kernel, None], [x], (None, None), d_z, [True])
     return d_x, _flat(d_kernel), d_bias
-
-
-_LINEAR = ops.Dense("linear", "x", 1, "linear")  # the plan's linear Dense op (its units come from the weights)
 
 
 class Supernet:
