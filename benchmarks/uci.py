@@ -101,7 +101,9 @@ LABELS = {"autodeuq": "AutoDEUQ", "autodeuq-sha": "AutoDEUQ + successive halving
           "autodeuq-auto": "AutoDEUQ + discarding by cost",
           "autodeuq-iepoch": "AutoDEUQ + i-Epoch", "deep-ensembles": "Deep Ensembles", "ngboost": "NGBoost",
           "catboost": "CatBoost"}
-OURS = ("autodeuq", "autodeuq-sha", "autodeuq-iepoch", "autodeuq-auto")  # the same search, early discarding aside
+#: Our methods: the same search, with the early discarding each names.
+EARLY_DISCARDING = {"autodeuq": "none", "autodeuq-sha": "sha", "autodeuq-iepoch": "iepoch", "autodeuq-auto": "auto"}
+OURS = tuple(EARLY_DISCARDING)
 #: Training + validation rows above which ``early_discarding="auto"`` chose successive halving
 #: before the choice was made by cost: which method the earlier records' "defaults" row shows.
 ROWS_RULE = 1000
@@ -298,18 +300,26 @@ def run_catboost(data, args, *, iterations=CB_ITERATIONS, depths=CB_DEPTHS, od_w
     return (*_gaussian(mean, var), info)
 
 
+def catalog_name(dataset: str, split: int, early_discarding: str, args) -> str:
+    """The folder under ``--runs-dir`` of one split's catalog searched with ``early_discarding``:
+    ``<dataset>-split<i>``, then ``-<early discarding>`` unless none, and for successive halving
+    ``-min<N>`` / ``-steps`` where ``--sha-min-epochs`` / ``--sha-rungs`` are not the defaults."""
+    suffix = "" if early_discarding == "none" else f"-{early_discarding}"  # "auto": -auto
+    if early_discarding == "sha" and args.sha_min_epochs != "auto":
+        suffix += f"-min{args.sha_min_epochs}"
+    if early_discarding == "sha" and args.sha_rungs == "steps":
+        suffix += "-steps"
+    return f"{dataset}-split{split}{suffix}"
+
+
 def run_autodeuq(data, args, early_discarding="none", run_dir=None):
     """AgEBO search + greedy ensemble through the scikit-learn estimator, one resumable catalog per
     split (``run_dir``, default ``--runs-dir``/<dataset>-split<i>[-<early discarding>])."""
     from autodeuq import AutoDEUQRegressor
     from autodeuq.catalog import Catalog
 
-    suffix = "" if early_discarding == "none" else f"-{early_discarding}"  # "auto": -auto
-    if early_discarding == "sha" and args.sha_min_epochs != "auto":
-        suffix += f"-min{args.sha_min_epochs}"
-    if early_discarding == "sha" and args.sha_rungs == "steps":
-        suffix += "-steps"
-    run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}{suffix}" if run_dir is None else Path(run_dir)
+    run_dir = (Path(args.runs_dir) / catalog_name(data.name, data.split, early_discarding, args) if run_dir is None
+               else Path(run_dir))
     resumed_entries = catalog_entries(run_dir) or 0
     model = AutoDEUQRegressor(space=args.space, search="agebo", max_evals=args.max_evals,
                               ensemble_size=args.ensemble_size, workers=args.workers, run_dir=run_dir,
@@ -356,12 +366,11 @@ REFIT_CHOICES = {"auto": "auto", "never": False, "always": True}
 #: (unset: the estimator's defaults).
 ENSEMBLE_OPTIONS = ("selection_score", "diversity")
 
-RUNNERS = {"autodeuq": run_autodeuq, "autodeuq-sha": functools.partial(run_autodeuq, early_discarding="sha"),
-           "autodeuq-iepoch": functools.partial(run_autodeuq, early_discarding="iepoch"),
-           "autodeuq-auto": functools.partial(run_autodeuq, early_discarding="auto"),
+RUNNERS = {**{method: functools.partial(run_autodeuq, early_discarding=rule)
+              for method, rule in EARLY_DISCARDING.items()},
            "deep-ensembles": run_deep_ensembles, "ngboost": run_ngboost,
            "catboost": run_catboost}
-RESCORABLE = ("autodeuq", "autodeuq-sha", "autodeuq-iepoch", "autodeuq-auto")
+RESCORABLE = OURS  # every search of ours can have its ensemble step redone
 
 
 # --------------------------------------------------------------------------- raw results

@@ -2,11 +2,12 @@
 ensemble, and how much of the split's mean its worst rows carry.
 
     python benchmarks/uci_tails.py --runs-dir RUNS_DIR --datasets energy concrete --splits 0-4 \\
-        [--data-dir DATA_DIR] [--json FILE]
+        [--method autodeuq-auto] [--data-dir DATA_DIR] [--json FILE]
 
-For each dataset and split, the catalog that ``benchmarks/uci.py`` searched
-(``RUNS_DIR/<dataset>-split<i>``, complete) is copied to a temporary folder and the ensemble step is
-redone there as ``uci.py`` does it (same estimator, same settings; nothing is searched). The refit
+For each dataset and split, the catalog that ``benchmarks/uci.py`` searched with ``--method``
+(``autodeuq`` by default: ``RUNS_DIR/<dataset>-split<i>``; ``autodeuq-auto``: ``...-auto``; complete) is
+copied to a temporary folder and the ensemble step is redone there as ``uci.py`` does it (same
+estimator, same settings; nothing is searched). The refit
 retrains the members, so a split's NLL differs from its record by the refit's randomness.
 
 The measure is the one of the published results: the NLL of one Gaussian with the ensemble's mean
@@ -31,8 +32,8 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: import the check
     sys.path.insert(0, str(REPO))
 
 from autodeuq import metrics  # noqa: E402
+from benchmarks.uci import EARLY_DISCARDING, RUNNERS, catalog_name, parse_splits  # noqa: E402
 from benchmarks.uci import build_parser as uci_parser  # noqa: E402
-from benchmarks.uci import parse_splits, run_autodeuq  # noqa: E402
 from benchmarks.uci_data import DATASETS, default_data_dir, load_split  # noqa: E402
 
 #: Share of a Gaussian's mass more than 3 standard deviations from its mean.
@@ -65,18 +66,19 @@ def tail_summary(y, mean, var) -> dict:
             "worst_z": float(z[order[0]])}
 
 
-def split_tails(data_dir: Path, runs_dir: Path, dataset: str, split: int) -> dict:
-    """The ensemble step of one recorded split again, on a copy of its catalog; its tail summary."""
-    source = runs_dir / f"{dataset}-split{split}"
-    if not (source / "catalog.sqlite").is_file():
-        raise SystemExit(f"{source}: no catalog (run benchmarks/uci.py --methods autodeuq first)")
-    data = load_split(data_dir, dataset, split)
-    args = uci_parser().parse_args(["--methods", "autodeuq", "--workers", "1"])
+def split_tails(data_dir: Path, runs_dir: Path, dataset: str, split: int, method: str = "autodeuq") -> dict:
+    """The ensemble step of one recorded split again, on a copy of the catalog ``method`` searched;
+    its tail summary."""
+    args = uci_parser().parse_args(["--methods", method, "--workers", "1"])
     args.settings_base = ""  # only read for the record's "settings", which this script does not keep
+    source = runs_dir / catalog_name(dataset, split, EARLY_DISCARDING[method], args)
+    if not (source / "catalog.sqlite").is_file():
+        raise SystemExit(f"{source}: no catalog (run benchmarks/uci.py --methods {method} first)")
+    data = load_split(data_dir, dataset, split)
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / source.name
         shutil.copytree(source, run_dir)
-        means, variances, weights, info = run_autodeuq(data, args, run_dir=run_dir)
+        means, variances, weights, info = RUNNERS[method](data, args, run_dir=run_dir)
     if info["catalog_entries"] < args.max_evals:
         raise SystemExit(f"{source}: {info['catalog_entries']} entries, fewer than {args.max_evals}: the copy searched")
     mean, ale, epi = metrics.mixture_moments(means, variances, weights)
@@ -105,6 +107,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs-dir", type=Path, required=True, help="the catalogs of benchmarks/uci.py (its --runs-dir)")
     p.add_argument("--datasets", nargs="+", choices=DATASETS, required=True)
+    p.add_argument("--method", choices=tuple(EARLY_DISCARDING), default="autodeuq",
+                   help="whose catalogs: the benchmark method that searched them (default: autodeuq)")
     p.add_argument("--splits", type=parse_splits, default=parse_splits("0-4"), help="e.g. 0-4 (default) or 0,2,5")
     p.add_argument("--data-dir", type=Path, default=None,
                    help="folder of the nine dataset folders (default: <repo>/../shared/datasets/uci)")
@@ -114,7 +118,7 @@ def main(argv=None) -> int:
     rows = []
     for name in args.datasets:
         for split in args.splits:
-            rows.append(split_tails(data_dir, args.runs_dir, name, split))
+            rows.append(split_tails(data_dir, args.runs_dir, name, split, args.method))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

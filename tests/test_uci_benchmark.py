@@ -375,6 +375,16 @@ def test_report_names_each_machine_its_raw_file_and_its_notes(tmp_path, monkeypa
     assert "`benchmarks/results/uci_sub/uci_raw.json`" in md and "(../uci_random_splits.md)" in md
 
 
+def test_each_search_has_its_own_catalog_folder():
+    args = uci.build_parser().parse_args(["--methods", "autodeuq"])
+    assert [uci.catalog_name("kin8nm", 3, uci.EARLY_DISCARDING[m], args) for m in uci.OURS] == [
+        "kin8nm-split3", "kin8nm-split3-sha", "kin8nm-split3-iepoch", "kin8nm-split3-auto"]
+    args = uci.build_parser().parse_args(["--methods", "autodeuq-sha", "--sha-min-epochs", "3", "--sha-rungs", "steps"])
+    assert uci.catalog_name("wine", 0, "sha", args) == "wine-split0-sha-min3-steps"
+    # those two options name successive halving's catalogs only
+    assert uci.catalog_name("wine", 0, "auto", args) == "wine-split0-auto"
+
+
 def test_autodeuq_runs_on_the_space_given_and_records_its_sizes(tmp_path):
     make_dataset(tmp_path / "data", "yacht", n_rows=100, n_splits=1)
     space = load_space("toy").to_dict() | {"max_units_per_row": 1}

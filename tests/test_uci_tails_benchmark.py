@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from autodeuq import metrics
-from benchmarks.uci_tails import table, tail_summary
+from benchmarks.uci_tails import split_tails, table, tail_summary
 
 
 def test_one_far_row_carries_the_mean():
@@ -48,3 +48,11 @@ def test_the_table_has_a_row_per_split_and_a_mean_per_dataset():
     assert text[2].startswith("| energy | 0 | 4 | 0.919 |")
     mean_nll = np.mean([r["nll"] for r in rows])
     assert text[-1].startswith(f"| energy | mean of 2 | | {mean_nll:.3f} |")
+
+
+def test_each_method_reads_the_catalogs_it_searched(tmp_path):
+    # The catalog of autodeuq-auto is <dataset>-split<i>-auto; the message names it and the method to run.
+    (tmp_path / "kin8nm-split3").mkdir()  # another method's catalog folder: not the one asked for
+    expected = r"kin8nm-split3-auto: no catalog \(run benchmarks/uci.py --methods autodeuq-auto"
+    with pytest.raises(SystemExit, match=expected):
+        split_tails(tmp_path / "data", tmp_path, "kin8nm", 3, method="autodeuq-auto")
