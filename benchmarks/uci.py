@@ -36,7 +36,8 @@ Methods (``--methods``):
 * ``autodeuq-auto``: the same with the estimator's ``early_discarding="auto"``: no discarding
   until the first trainings project what the search costs, successive halving from then on if
   the projection exceeds ``discard_budget`` (:mod:`autodeuq.scheduler`); catalogs
-  ``<dataset>-split<i>-auto``; the decision is in each record's ``info.discarding_decision``.
+  ``<dataset>-split<i>-auto``; the decision is in each record's ``info.discarding_decision``, and the
+  report lists each dataset's decisions with the search times they projected.
 * The report's row "AutoDEUQ (defaults)" is not run on its own: for each dataset it shows
   ``autodeuq-auto`` where there are such records, else the method that ``early_discarding="auto"``
   chose before it was decided by cost (``autodeuq`` up to 1000 training + validation rows,
@@ -637,7 +638,7 @@ def write_report(records: list[dict], path: Path) -> str:
                  "|---" * 8 + "|"]
         for d, i in pairs:
             base = by[("autodeuq", d, i)]
-            for m, policy in zip(OURS, ("none", "successive halving", "i-Epoch")):
+            for m, policy in zip(OURS, ("none", "successive halving", "i-Epoch", "by cost")):
                 r = by.get((m, d, i))
                 if r is None:
                     continue
@@ -645,11 +646,36 @@ def write_report(records: list[dict], path: Path) -> str:
                     policy = f"successive halving, first rung {r['info'].get('sha_min_epochs') or 1}"
                     if r["info"].get("sha_reference_batch"):
                         policy += f", rungs in steps of batches of {r['info']['sha_reference_batch']}"
+                if m == "autodeuq-auto" and r["info"].get("discarding_decision"):
+                    chose = r["info"]["discarding_decision"]["policy"]
+                    policy += ": successive halving" if chose == "sha" else ": none"
                 fewer = "" if m == "autodeuq" else f"{base['epochs'] / max(r['epochs'], 1):.1f}×"
                 diff = "" if m == "autodeuq" else f"{r['nll'] - base['nll']:+.3f}"
                 wall = "resumed" if _resumed(r) else f"{r['wall_s']:.0f} s"
                 lines.append(f"| {d} | {i} | {policy} | {r['epochs']} | {fewer} | {r['nll']:.3f} | {diff} "
                              f"| {wall} |")
+        return lines + [""]
+
+    def decision_table():
+        # What early_discarding="auto" chose on each split, and the search time it projected when it chose.
+        auto = [r for r in done if r["method"] == "autodeuq-auto" and r["info"].get("discarding_decision")]
+        if not auto:
+            return []
+        lines = ["**Early discarding decided by cost** (`autodeuq-auto`: after its first trainings each search "
+                 "projected its whole time and turned successive halving on above the budget)", "",
+                 "| dataset | budget | no discarding: splits (projected) | successive halving: splits (projected) |",
+                 "|---|---|---|---|"]
+        for d in datasets:
+            mine = sorted((r for r in auto if r["dataset"] == d), key=lambda r: r["split"])
+            if not mine:
+                continue
+            budgets = sorted({r["info"]["discarding_decision"]["budget_s"] for r in mine})
+            cells = []
+            for policy in ("none", "sha"):
+                chosen = [r for r in mine if r["info"]["discarding_decision"]["policy"] == policy]
+                cells.append(", ".join(f"{r['split']} ({r['info']['discarding_decision']['projected_s']:.0f} s)"
+                                       for r in chosen) or "–")
+            lines.append(f"| {d} | {' / '.join(f'{b:.0f} s' for b in budgets)} | {cells[0]} | {cells[1]} |")
         return lines + [""]
 
     def standing():
@@ -726,6 +752,7 @@ def write_report(records: list[dict], path: Path) -> str:
         *table("coverage_90", "Coverage of the central 90 % interval (nominal 0.90)"),
         *cost_table(),
         *discarding_table(),
+        *decision_table(),
         *standing(),
         *notes(path.parent / "uci_notes.md"),
         "Published columns (means over their splits; not measured here): AutoDEUQ (thesis): Egele et al. 2022, "

@@ -229,6 +229,11 @@ def test_report_compares_early_discarding_on_the_splits_run_both_ways(tmp_path):
     assert not any(line.startswith("| concrete | 1 |") for line in rows)  # run one way only
     records[1]["info"]["sha_min_epochs"] = 3  # recorded since the first rung may be 3 ("auto"); before, always 1
     assert "| concrete | 0 | successive halving, first rung 3 | 678 |" in uci.write_report(records, tmp_path / "uci.md")
+    auto = record("autodeuq-auto", "concrete", 0, 2.89, 7000)  # early discarding by cost, which chose none
+    auto["info"]["discarding_decision"] = {"after_trainings": 4, "budget_s": 600.0, "policy": "none",
+                                           "projected_s": 150.0}
+    assert "| concrete | 0 | by cost: none | 7000 | 1.2× | 2.890 | -0.040 | 10 s |" in uci.write_report(
+        [*records, auto], tmp_path / "uci.md")
     # Mixture NLL 2.93 < 3.04 (NGBoost's mean); Gaussian NLL 2.98 not < 2.86 (the thesis, on its measure).
     assert ("- AutoDEUQ (1 dataset so far): mean test NLL below NGBoost on 1 of 1, AutoDEUQ (thesis) (Gaussian NLL) "
             "on 0 of 1. Above AutoDEUQ (thesis) (Gaussian NLL) on concrete by 0.120.") in md
@@ -250,6 +255,25 @@ def test_report_defaults_row_takes_the_method_auto_early_discarding_runs(tmp_pat
     assert "| dataset | AutoDEUQ (defaults) | AutoDEUQ | AutoDEUQ + successive halving |" in nll
     assert "| concrete | 2.82 ± 0.00 | 2.82 ± 0.00 | 2.94 ± 0.00 |" in nll
     assert "| kin8nm | -1.35 ± 0.00 | -1.36 ± 0.00 | -1.35 ± 0.00 |" in nll
+
+
+def test_report_says_what_auto_early_discarding_chose_on_each_split(tmp_path):
+    def record(dataset, split, policy, projected):
+        decision = {"after_trainings": 4, "budget_s": 600.0, "policy": policy, "projected_s": projected}
+        return {"method": "autodeuq-auto", "dataset": dataset, "split": split, "status": "done", "nll": 1.0,
+                "rmse": 1.0, "coverage_90": 0.9, "wall_s": 10.0, "epochs": 5, "n_fit": 800, "n_valid": 200,
+                "info": {"discarding_decision": decision}}
+
+    records = [record("kin8nm", 1, "sha", 703.7), record("kin8nm", 0, "none", 415.2),
+               record("kin8nm", 2, "none", 344.0), record("power", 0, "sha", 782.7)]
+    md = uci.write_report(records, tmp_path / "uci.md")
+    table = md.split("**Early discarding decided by cost**")[1]
+    assert "| kin8nm | 600 s | 0 (415 s), 2 (344 s) | 1 (704 s) |" in table
+    assert "| power | 600 s | – | 0 (783 s) |" in table
+    # records from before the decision was recorded add no table
+    for r in records:
+        r["info"] = {}
+    assert "decided by cost" not in uci.write_report(records, tmp_path / "uci.md")
 
 
 def test_update_raw_keeps_records_written_by_another_run(tmp_path, monkeypatch):
