@@ -636,9 +636,11 @@ def write_report(records: list[dict], path: Path) -> str:
         lines = ["**Early discarding** (the same splits searched without and with it)", "",
                  "| dataset | split | early discarding | epochs | fewer epochs | test NLL | difference | wall time |",
                  "|---" * 8 + "|"]
+        names = {"none": "none", "sha": "successive halving", "iepoch": "i-Epoch", "auto": "by cost"}
         for d, i in pairs:
             base = by[("autodeuq", d, i)]
-            for m, policy in zip(OURS, ("none", "successive halving", "i-Epoch", "by cost")):
+            for m in OURS:
+                policy = names[EARLY_DISCARDING[m]]
                 r = by.get((m, d, i))
                 if r is None:
                     continue

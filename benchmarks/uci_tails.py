@@ -32,7 +32,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: import the check
     sys.path.insert(0, str(REPO))
 
 from autodeuq import metrics  # noqa: E402
-from benchmarks.uci import EARLY_DISCARDING, RUNNERS, catalog_name, parse_splits  # noqa: E402
+from benchmarks.uci import EARLY_DISCARDING, OURS, RUNNERS, catalog_name, parse_splits  # noqa: E402
 from benchmarks.uci import build_parser as uci_parser  # noqa: E402
 from benchmarks.uci_data import DATASETS, default_data_dir, load_split  # noqa: E402
 
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs-dir", type=Path, required=True, help="the catalogs of benchmarks/uci.py (its --runs-dir)")
     p.add_argument("--datasets", nargs="+", choices=DATASETS, required=True)
-    p.add_argument("--method", choices=tuple(EARLY_DISCARDING), default="autodeuq",
+    p.add_argument("--method", choices=OURS, default="autodeuq",
                    help="whose catalogs: the benchmark method that searched them (default: autodeuq)")
     p.add_argument("--splits", type=parse_splits, default=parse_splits("0-4"), help="e.g. 0-4 (default) or 0,2,5")
     p.add_argument("--data-dir", type=Path, default=None,
