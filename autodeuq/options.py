@@ -411,7 +411,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("epochs", "search", None, Integer(1, 10**5, optional=True), "override of the space's epoch budget",
            metavar="E", default_text="the space's"),
     Option("early_discarding", "search", "auto", OneOf(discard.POLICIES),
-           "auto: none, until the first trainings tell what the search will cost: sha from then on if the search "
+           "auto: none, until the trainings tell what the search will cost: sha from then on if the search "
            "is projected to take longer than {discard_budget} on the workers at hand (a resumed run keeps its "
            "catalog's decision). none: every configuration trains to its own early stop. sha: asynchronous "
            "successive halving; a training continues past each rung epoch (min x reduction^k) only if its "
@@ -421,7 +421,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("discard_budget", "search", 600.0, Real(0, _TEN_YEARS),
            "seconds of search above which {early_discarding} auto turns successive halving on: the time so far "
            "plus the median training time for each evaluation left, divided among the workers, projected once "
-           "two rounds of trainings (at least 4) have finished", metavar="S",
+           "two rounds of trainings (at least 4) have finished and again after each later one", metavar="S",
            applies=lambda v: v["early_discarding"] == "auto"),
     Option("sha_min_epochs", "search", "auto", Integer(1, 10**5, auto=True),
            f"first rung of successive halving; auto: 3 up to {SMALL_DATA_ROWS} training + validation rows, else 1 "

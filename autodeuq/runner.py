@@ -288,9 +288,10 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
     scheduler : Scheduler, optional
         The early discarding of the search (:class:`autodeuq.scheduler.Scheduler`): its rule is
         handed to ``evaluator`` for the trainings it starts, and for ``early_discarding="auto"``
-        its decision is taken once the first trainings tell what the search will cost, and
-        recorded in the catalog (:meth:`CatalogWriter.record_discarding`). Default: the rule the
-        evaluator's objective holds.
+        its decision is taken once the first trainings tell what the search will cost, reviewed
+        after each later result while discarding is off, and recorded in the catalog
+        (:meth:`CatalogWriter.record_discarding`). Default: the rule the evaluator's objective
+        holds.
     recorded : dict or None, optional
         What the catalog in ``run_dir`` recorded (:func:`read_recorded`; None: no catalog), when
         the caller read it already: the run directory is then opened once more, for writing, and

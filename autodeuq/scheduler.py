@@ -10,21 +10,28 @@ catalog's histories; and after each recorded result it lets the scheduler change
 With ``early_discarding="auto"``, a search starts without discarding. Once its first trainings
 have finished, the driver projects the time of the whole search on the workers at hand (the time
 spent so far, plus the median training time for each evaluation left, divided among the
-workers). When the projection exceeds the budget (``discard_budget``, seconds), asynchronous
+workers), and projects it again after every later result while the search runs without
+discarding. When a projection exceeds the budget (``discard_budget``, seconds), asynchronous
 successive halving (:class:`autodeuq.discard.SuccessiveHalving`) rules the trainings submitted
-from then on; its rungs first learn what the finished trainings reported at them. Either way the
-decision is taken once and recorded in the catalog, so that a resumed search keeps it.
+from then on; its rungs first learn what the finished trainings reported at them. The first
+decision and a later switch are recorded in the catalog, so that a resumed search keeps the
+decision recorded last.
 
 A table is not judged by its row count: a search of a large table on many workers can be cheap,
 one of a few thousand rows with wide networks on two cores is not.
 """
 from __future__ import annotations
 
-import statistics
+import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["DiscardByCost", "Scheduler", "decide_after"]
+
+
+def _median(ordered: list) -> float:
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
 
 def decide_after(slots: int) -> int:
@@ -39,21 +46,24 @@ def decide_after(slots: int) -> int:
 @dataclass
 class DiscardByCost:
     """The decision of ``early_discarding="auto"``: ``rule`` (the successive halving to turn on)
-    when the search is projected to take more than ``budget_s`` seconds, decided after ``after``
-    finished trainings.
+    when the search is projected to take more than ``budget_s`` seconds, first decided after
+    ``after`` finished trainings, then reviewed after each later one while the rule is off.
 
-    ``decision`` is None until then, then what :meth:`decide` found (recorded in the catalog).
+    ``decision`` is None until then, then what :meth:`decide` found last (recorded in the catalog).
     """
 
     rule: Any
     budget_s: float
     after: int
     decision: dict | None = field(default=None)
+    _sorted: list = field(default_factory=list, repr=False)  # the durations seen, sorted: the median in O(n)
 
     def decide(self, durations, remaining: int, slots: int, elapsed: float) -> bool | None:
-        """Whether to turn the rule on: None while fewer than ``after`` trainings have finished
-        (``durations``: their wall seconds) or once decided; ``remaining``: evaluations left to
-        run, ``slots``: workers, ``elapsed``: seconds the search has run.
+        """Whether the rule is to be on: True when a projection first exceeds the budget, False at
+        the first decision when it does not; None while fewer than ``after`` trainings have
+        finished (``durations``: their wall seconds, in the order they finished), when nothing
+        changed, and once the rule is on. ``remaining``: evaluations left to run, ``slots``:
+        workers, ``elapsed``: seconds the search has run.
 
         >>> cost = DiscardByCost(rule=None, budget_s=600.0, after=2)
         >>> cost.decide([10.0], remaining=98, slots=2, elapsed=12.0) is None
@@ -62,23 +72,48 @@ class DiscardByCost:
         True
         >>> cost.decision["projected_s"], cost.decide([1.0] * 3, 1, 2, 1.0)
         (1012.0, None)
+        >>> cost = DiscardByCost(rule=None, budget_s=600.0, after=2)
+        >>> cost.decide([1.0, 1.0], remaining=98, slots=2, elapsed=2.0)  # 2 + 1 * 98 / 2 = 51 s
+        False
+        >>> cost.decide([1.0, 1.0, 30.0], remaining=97, slots=2, elapsed=40.0) is None  # median 1 s: 88.5 s
+        True
+        >>> cost.decide([1.0, 1.0, 30.0, 30.0, 30.0], remaining=95, slots=2, elapsed=100.0)  # 100 + 30 * 95 / 2
+        True
+        >>> cost.decision
+        {'policy': 'sha', 'projected_s': 1525.0, 'budget_s': 600.0, 'after_trainings': 5}
         """
-        if self.decision is not None or len(durations) < self.after:
+        if self.decision is not None and self.decision["policy"] == "sha":
             return None
-        projected = float(elapsed) + statistics.median(durations) * max(int(remaining), 0) / max(int(slots), 1)
+        projected = self.projection(durations, remaining, slots, elapsed)
+        if projected is None:
+            return None
         on = projected > self.budget_s
+        if self.decision is not None and not on:
+            return None  # still within the budget
+        first = self.decision is None
         self.decision = {"policy": "sha" if on else "none", "projected_s": round(projected, 1),
-                         "budget_s": float(self.budget_s), "after_trainings": len(durations)}
-        return on
+                         "budget_s": float(self.budget_s), "after_trainings": len(self._sorted)}
+        return True if on else (False if first else None)
+
+    def projection(self, durations, remaining: int, slots: int, elapsed: float) -> float | None:
+        """The whole search's projected seconds (arguments as :meth:`decide`'s): ``elapsed`` plus
+        the median of ``durations`` for each evaluation left, divided among the ``slots``; None
+        while fewer than ``after`` trainings have finished. ``durations`` only grows between
+        calls: the ones not seen before are added to a sorted copy."""
+        for d in durations[len(self._sorted):]:
+            bisect.insort(self._sorted, float(d))
+        if len(self._sorted) < self.after:
+            return None
+        return float(elapsed) + _median(self._sorted) * max(int(remaining), 0) / max(int(slots), 1)
 
     def line(self) -> str:
         """What was decided, for the user."""
         d = self.decision or {}
         if d.get("policy") == "sha":
             return (f"successive halving turned on: the search was projected to take {d['projected_s']:.0f} s, more "
-                    f"than the budget of {d['budget_s']:.0f} s (from its first {d['after_trainings']} trainings)")
+                    f"than the budget of {d['budget_s']:.0f} s (after {d['after_trainings']} trainings)")
         return (f"no early discarding: the search is projected to take {d.get('projected_s', 0):.0f} s, within the "
-                f"budget of {d.get('budget_s', 0):.0f} s")
+                f"budget of {d.get('budget_s', 0):.0f} s (projected again after each training)")
 
 
 class Scheduler:
@@ -113,9 +148,9 @@ class Scheduler:
             _replay(evaluator, writer)
 
     def after_record(self, evaluator, writer, durations, remaining: int, elapsed: float) -> str | None:
-        """Take the pending decision of ``auto`` once it can be taken: turn successive halving on
+        """Take or review the decision of ``auto`` once it can be taken: turn successive halving on
         for the trainings ``evaluator`` starts next when the search is projected over budget, and
-        record the decision in the catalog; the line saying so, or None when nothing changed."""
+        record each decision in the catalog; the line saying so, or None when nothing changed."""
         cost = self.by_cost
         if cost is None:
             return None
@@ -126,8 +161,8 @@ class Scheduler:
             self.rule = cost.rule
             evaluator.set_discarder(self.rule)
             _replay(evaluator, writer)
+            self.by_cost = None
         writer.record_discarding(self.describe(), cost.decision)
-        self.by_cost = None
         return cost.line()
 
 

@@ -664,7 +664,9 @@ def write_report(records: list[dict], path: Path) -> str:
         if not auto:
             return []
         lines = ["**Early discarding decided by cost** (`autodeuq-auto`: after its first trainings each search "
-                 "projected its whole time and turned successive halving on above the budget)", "",
+                 "projected its whole time and turned successive halving on above the budget; after 0.3.0 a search "
+                 "projected within the budget projects again after each later training. In brackets: the projection "
+                 "of the decision recorded last, and the trainings finished when it was taken)", "",
                  "| dataset | budget | no discarding: splits (projected) | successive halving: splits (projected) |",
                  "|---|---|---|---|"]
         for d in datasets:
@@ -675,7 +677,8 @@ def write_report(records: list[dict], path: Path) -> str:
             cells = []
             for policy in ("none", "sha"):
                 chosen = [r for r in mine if r["info"]["discarding_decision"]["policy"] == policy]
-                cells.append(", ".join(f"{r['split']} ({r['info']['discarding_decision']['projected_s']:.0f} s)"
+                cells.append(", ".join(f"{r['split']} ({r['info']['discarding_decision']['projected_s']:.0f} s, "
+                                       f"{r['info']['discarding_decision']['after_trainings']})"
                                        for r in chosen) or "–")
             lines.append(f"| {d} | {' / '.join(f'{b:.0f} s' for b in budgets)} | {cells[0]} | {cells[1]} |")
         return lines + [""]

@@ -142,7 +142,7 @@ def test_auto_discards_when_the_first_trainings_project_a_search_over_its_budget
     assert decision["budget_s"] == 1e6 and 0 < decision["projected_s"] < 1e6
     assert [line for line in lines if "projected" in line] == [
         f"no early discarding: the search is projected to take {decision['projected_s']:.0f} s, within the budget "
-        f"of 1000000 s"]
+        f"of 1000000 s (projected again after each training)"]
     # A budget every search exceeds: successive halving rules the trainings after the first 4.
     lines.clear()
     fill(tmp_path / "costly", 10, discard_budget=1e-3)
@@ -161,6 +161,59 @@ def test_auto_discards_when_the_first_trainings_project_a_search_over_its_budget
     # Asking by name for what the catalog was not searched with is refused, as before.
     with pytest.raises(CatalogError, match="no early discarding"):
         fill(tmp_path / "cheap", 7, early_discarding="sha")
+
+
+def test_auto_turns_discarding_on_later_when_the_trainings_grow_longer():
+    # A search projected within its budget at first is projected again after each result: when
+    # the trainings the search turns to later take longer, successive halving goes on from then,
+    # its rungs learn what was reported, and each decision is recorded.
+    from autodeuq.scheduler import DiscardByCost, Scheduler
+
+    class Evaluator:
+        n_slots, discarder = 2, None
+
+        def set_discarder(self, rule):
+            self.discarder = rule
+
+    class Writer:
+        def __init__(self):
+            self.recorded = []
+
+        def record_discarding(self, rule, decision):
+            self.recorded.append((rule, dict(decision)))
+
+        def validation_loss_histories(self, batch_sizes=False):
+            return [([1.0, 0.9, 0.8], 32), ([2.0, 1.9], 32)]
+
+    rule = SuccessiveHalving(min_epochs=1, reduction=3)
+    scheduler = Scheduler(by_cost=DiscardByCost(rule, budget_s=100.0, after=4))
+    evaluator, writer = Evaluator(), Writer()
+    durations, lines = [], []
+
+    def finish(seconds, elapsed):
+        durations.append(seconds)
+        lines.append(scheduler.after_record(evaluator, writer, durations, remaining=100 - len(durations),
+                                            elapsed=elapsed))
+
+    for k in range(4):
+        finish(1.0, elapsed=1.0 + k)  # 4 + 1 s x 96 / 2 = 52 s: within the budget
+    assert lines[:3] == [None] * 3 and lines[3].startswith("no early discarding: the search is projected to take 52 s")
+    assert writer.recorded == [(None, {"policy": "none", "projected_s": 52.0, "budget_s": 100.0, "after_trainings": 4})]
+    finish(5.0, elapsed=10.0)  # median 1 s: 57.5 s
+    finish(5.0, elapsed=15.0)  # median 1 s: 62 s
+    finish(5.0, elapsed=20.0)  # median 1 s: 66.5 s
+    assert lines[4:] == [None] * 3 and evaluator.discarder is None and len(writer.recorded) == 1
+    finish(5.0, elapsed=25.0)  # median 3 s: 25 + 3 x 92 / 2 = 163 s
+    assert lines[-1] == ("successive halving turned on: the search was projected to take 163 s, more than the budget "
+                         "of 100 s (after 8 trainings)")
+    assert evaluator.discarder is rule and scheduler.rule is rule and scheduler.by_cost is None
+    assert writer.recorded[-1] == (rule.describe(), {"policy": "sha", "projected_s": 163.0, "budget_s": 100.0,
+                                                     "after_trainings": 8})
+    # the rungs learned the finished trainings' reports: epoch 1 of both, epoch 3 of the first
+    assert rule.records() == {1: [1.0, 2.0], 3: [0.8]}
+    # once on, it stays on
+    finish(0.1, elapsed=21.0)
+    assert lines[-1] is None and len(writer.recorded) == 2
 
 
 def test_auto_first_rung_follows_the_data_and_a_resumed_catalog(tmp_path, setup, monkeypatch):

@@ -258,18 +258,19 @@ def test_report_defaults_row_takes_the_method_auto_early_discarding_runs(tmp_pat
 
 
 def test_report_says_what_auto_early_discarding_chose_on_each_split(tmp_path):
-    def record(dataset, split, policy, projected):
-        decision = {"after_trainings": 4, "budget_s": 600.0, "policy": policy, "projected_s": projected}
+    def record(dataset, split, policy, projected, after=4):
+        decision = {"after_trainings": after, "budget_s": 600.0, "policy": policy, "projected_s": projected}
         return {"method": "autodeuq-auto", "dataset": dataset, "split": split, "status": "done", "nll": 1.0,
                 "rmse": 1.0, "coverage_90": 0.9, "wall_s": 10.0, "epochs": 5, "n_fit": 800, "n_valid": 200,
                 "info": {"discarding_decision": decision}}
 
     records = [record("kin8nm", 1, "sha", 703.7), record("kin8nm", 0, "none", 415.2),
-               record("kin8nm", 2, "none", 344.0), record("power", 0, "sha", 782.7)]
+               record("kin8nm", 2, "none", 344.0), record("power", 0, "sha", 782.7),
+               record("kin8nm", 3, "sha", 601.9, after=65)]  # projected again until it passed the budget
     md = uci.write_report(records, tmp_path / "uci.md")
     table = md.split("**Early discarding decided by cost**")[1]
-    assert "| kin8nm | 600 s | 0 (415 s), 2 (344 s) | 1 (704 s) |" in table
-    assert "| power | 600 s | – | 0 (783 s) |" in table
+    assert "| kin8nm | 600 s | 0 (415 s, 4), 2 (344 s, 4) | 1 (704 s, 4), 3 (602 s, 65) |" in table
+    assert "| power | 600 s | – | 0 (783 s, 4) |" in table
     # records from before the decision was recorded add no table
     for r in records:
         r["info"] = {}
