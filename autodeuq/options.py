@@ -412,12 +412,12 @@ OPTIONS: tuple[Option, ...] = (
            metavar="E", default_text="the space's"),
     Option("early_discarding", "search", "auto", OneOf(discard.POLICIES),
            "auto: none, until the trainings tell what the search will cost: sha from then on if the search "
-           "is projected to take longer than {discard_budget} on the workers at hand (a resumed run keeps its "
-           "catalog's decision). none: every configuration trains to its own early stop. sha: asynchronous "
-           "successive halving; a training continues past each rung epoch (min x reduction^k) only if its "
-           "validation loss is among the best 1/reduction recorded there. iepoch: every evaluation of the search "
-           "trains {iepoch_epochs} epochs, then the {iepoch_top_k} best configurations are trained to the full "
-           "budget"),
+           "is projected to take longer than {discard_budget} on the workers at hand (a resumed run keeps "
+           "sha once on; one without decides again from its own trainings). none: every configuration trains "
+           "to its own early stop. sha: asynchronous successive halving; a training continues past each rung "
+           "epoch (min x reduction^k) only if its validation loss is among the best 1/reduction recorded "
+           "there. iepoch: every evaluation of the search trains {iepoch_epochs} epochs, then the "
+           "{iepoch_top_k} best configurations are trained to the full budget"),
     Option("discard_budget", "search", 600.0, Real(0, _TEN_YEARS),
            "seconds of search above which {early_discarding} auto turns successive halving on: the time so far "
            "plus the median training time for each evaluation left, divided among the workers, projected once "

@@ -127,13 +127,21 @@ def rung_unit(sha_rungs, space, recorded=None) -> int | None:
 
 
 def discarding_policy(early_discarding, recorded=None) -> str:
-    """The policy that ``early_discarding`` stands for: as asked, or for ``"auto"`` the decision
-    recorded by the catalog being resumed (``recorded``: :func:`autodeuq.runner.recorded_rule`),
-    else ``"cost"``: decided from the first trainings' cost (:mod:`autodeuq.scheduler`). A
-    catalog searched with successive halving before decisions were recorded keeps it."""
+    """The policy that ``early_discarding`` stands for: as asked, or for ``"auto"`` the successive
+    halving that the catalog being resumed turned on (``recorded``:
+    :func:`autodeuq.runner.recorded_rule`), else ``"cost"``: decided from the trainings' cost
+    (:mod:`autodeuq.scheduler`), in a resumed search from the trainings of this run, as a search
+    resumed to a larger budget may cost more than the one that decided. A catalog searched with
+    successive halving before decisions were recorded keeps it.
+
+    >>> discarding_policy("auto", {"policy": "none", "decision": {"policy": "none"}})
+    'cost'
+    >>> discarding_policy("auto", {"policy": "sha", "decision": {"policy": "sha"}}), discarding_policy("none")
+    ('sha', 'none')
+    """
     if early_discarding != "auto":
         return early_discarding
-    if recorded is not None and (recorded.get("decision") or recorded["policy"] != "none"):
+    if recorded is not None and recorded["policy"] != "none":
         return recorded["policy"]
     return "cost"
 

@@ -14,8 +14,9 @@ workers), and projects it again after every later result while the search runs w
 discarding. When a projection exceeds the budget (``discard_budget``, seconds), asynchronous
 successive halving (:class:`autodeuq.discard.SuccessiveHalving`) rules the trainings submitted
 from then on; its rungs first learn what the finished trainings reported at them. The first
-decision and a later switch are recorded in the catalog, so that a resumed search keeps the
-decision recorded last.
+decision and a later switch are recorded in the catalog. A resumed search keeps successive
+halving once it is on; one that ran without decides again from its own trainings (resumed to a
+larger budget, it may cost more than the search that decided).
 
 A table is not judged by its row count: a search of a large table on many workers can be cheap,
 one of a few thousand rows with wide networks on two cores is not.

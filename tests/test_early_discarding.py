@@ -151,16 +151,23 @@ def test_auto_discards_when_the_first_trainings_project_a_search_over_its_budget
     assert any(line.startswith("successive halving turned on: the search was projected to take") for line in lines)
     frame = Catalog(tmp_path / "costly").to_dataframe().sort_values("id")
     assert (frame["status"].iloc[:4] != "discarded").all()  # decided after them: they ran to their own end
-    # A resumed search keeps the decision taken, whatever the budget now says, and says nothing more.
+    # A resumed search keeps successive halving once it is on, whatever the budget now says, and
+    # says nothing more.
     lines.clear()
-    fill(tmp_path / "cheap", 6, discard_budget=1e-3)
     fill(tmp_path / "costly", 11, discard_budget=1e6)
-    assert recorded(tmp_path / "cheap")[0] is None and recorded(tmp_path / "costly")[0]["policy"] == "sha"
+    assert recorded(tmp_path / "costly")[0]["policy"] == "sha" and Catalog(tmp_path / "costly").n_finished == 11
     assert not any("projected" in line for line in lines)
-    assert Catalog(tmp_path / "cheap").n_finished == 6 and Catalog(tmp_path / "costly").n_finished == 11
+    # One without discarding decides again from its own trainings: resumed to a larger budget, a
+    # search may cost more than the one that decided.
+    fill(tmp_path / "cheap", 6, discard_budget=1e-3)  # one more training: too few to project
+    assert recorded(tmp_path / "cheap")[0] is None and Catalog(tmp_path / "cheap").n_finished == 6
+    fill(tmp_path / "cheap", 11, discard_budget=1e-3)
+    rule, decision = recorded(tmp_path / "cheap")
+    assert rule["policy"] == "sha" and decision["policy"] == "sha" and decision["after_trainings"] == 4
+    assert Catalog(tmp_path / "cheap").n_finished == 11
     # Asking by name for what the catalog was not searched with is refused, as before.
-    with pytest.raises(CatalogError, match="no early discarding"):
-        fill(tmp_path / "cheap", 7, early_discarding="sha")
+    with pytest.raises(CatalogError, match="asks for no early discarding"):
+        fill(tmp_path / "cheap", 12, early_discarding="none")
 
 
 def test_auto_turns_discarding_on_later_when_the_trainings_grow_longer():
