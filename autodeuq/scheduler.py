@@ -119,7 +119,8 @@ class DiscardByCost:
 
 class Scheduler:
     """The early discarding of one search: ``rule`` (None: every training to its own end) and,
-    for ``early_discarding="auto"`` not yet decided, ``by_cost`` (:class:`DiscardByCost`).
+    for ``early_discarding="auto"`` until it turns successive halving on, ``by_cost``
+    (:class:`DiscardByCost`).
 
     The driver calls :meth:`attach` once its catalog is open, then :meth:`after_record` after each
     result it records.
