@@ -32,8 +32,6 @@ if str(REPO) not in sys.path:
 
 from autodeuq.catalog import Catalog  # noqa: E402
 
-PARTS = ("setup", "trace", "finish", "fixed", "training", "share", "gap")
-
 
 def fixed_parts(timing: dict, epochs: int) -> dict[str, float]:
     """A training's fixed parts in seconds, from its recorded ``timing`` and epochs run: the trace
@@ -64,8 +62,9 @@ def worker_gaps(trainings) -> list[float]:
 
 
 def catalog_costs(run_dir) -> dict[str, float] | None:
-    """The medians of :data:`PARTS` over the catalog's trainings that ran to their end (None
-    without any that recorded a timing)."""
+    """Medians over the catalog's trainings that ran to their end: the parts of
+    :func:`fixed_parts`, ``share`` (fixed / training) and ``gap`` (:func:`worker_gaps`), with
+    ``trainings``, their count; None without any that recorded a timing."""
     catalog = Catalog(run_dir)
     frame = catalog.to_dataframe()
     parts = defaultdict(list)
