@@ -164,3 +164,22 @@ def test_ngboost_runs_on_the_one_hot_table(saratoga):
     means, variances, weights, info = mixed.run_ngboost_onehot(data, namespace())
     assert means.shape == (1, len(data.y_test), 1) and np.all(variances > 0)
     assert info["inputs"] == 9 + sum(saratoga.X[c].nunique() for c in saratoga.categorical)
+
+
+def test_report_lists_what_auto_decided_on_each_split(tmp_path, monkeypatch):
+    decisions = {0: {"policy": "none", "projected_s": 412.3, "after_trainings": 4, "budget_s": 600.0},
+                 1: {"policy": "sha", "projected_s": 655.0, "after_trainings": 61, "budget_s": 600.0}}
+
+    def fake(data, args):
+        means, variances, weights, _ = fake_gaussian(data, args)
+        return means, variances, weights, {"effective_size": 1.0, "discarded": 3 * data.split,
+                                           "evaluations": 100, "mutated": 77, "inputs": 24,
+                                           "discarding_decision": decisions.get(data.split)}
+
+    monkeypatch.setitem(mixed.RUNNERS, "autodeuq", fake)
+    out = tmp_path / "out"
+    assert mixed.main(["--methods", "autodeuq", "--tables", "saratoga", "--splits", "0-2", "--results", str(out)]) == 0
+    rows = [line for line in (out / "mixed_regression.md").read_text().splitlines() if line.startswith("| saratoga | ")]
+    assert [row.split(" | ")[6:8] for row in rows] == [
+        ["0 of 100", "none (412 s, 4)"], ["3 of 100", "successive halving (655 s, 61)"],
+        ["6 of 100", "–"]]  # a record from before the benchmark kept the decision
