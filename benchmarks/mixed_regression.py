@@ -30,9 +30,11 @@ Methods (``--methods``):
   values imputed, early discarding decided by the search's projected cost), ``max_evals``
   ``--max-evals`` (100), ``workers`` ``--workers`` (2), ``seed=i``; the benchmark's validation rows
   are ``fit``'s ``X_valid``/``y_valid``; one resumable catalog per table/split under
-  ``--runs-dir`` (``<table>-split<i>``). Each record's ``info.discarding_decision`` is the early
-  discarding decision the catalog recorded last (policy, projected search time, trainings finished
-  when it was taken), shown in the report's per-split table.
+  ``--runs-dir`` (``<table>-split<i>``); ``--space`` searches another space (a shipped one's name
+  or a space file; keep its records apart with ``--results`` and ``--runs-dir``). Each record's
+  ``info.discarding_decision`` is the early discarding decision the catalog recorded last (policy,
+  projected search time, trainings finished when it was taken), shown in the report's per-split
+  table.
 * ``catboost``: ``CatBoostRegressor(loss_function="RMSEWithUncertainty")`` with the text columns
   as native ``cat_features`` (a missing category as the string ``"missing"``), learning rate 0.03,
   up to 3000 iterations, overfitting detector ``Iter`` with 200 rounds on the validation rows,
@@ -209,8 +211,8 @@ def run_autodeuq(data: Split, args):
 
     run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}"
     resumed_entries = catalog_entries(run_dir) or 0
-    model = AutoDEUQRegressor(max_evals=args.max_evals, workers=args.workers, seed=data.split, run_dir=run_dir,
-                              progress=False)
+    model = AutoDEUQRegressor(space=args.space, max_evals=args.max_evals, workers=args.workers, seed=data.split,
+                              run_dir=run_dir, progress=False)
     model.fit(data.x_fit, data.y_fit[:, 0], X_valid=data.x_valid, y_valid=data.y_valid[:, 0])
     means, variances = model.ensemble_.components(data.x_test)
     summary = model.search_summary_
@@ -222,7 +224,7 @@ def run_autodeuq(data: Split, args):
             "refitted": model.ensemble_.refitted_ids, "evaluations": int(summary.n_done),
             "failed": int(summary.n_failed), "discarded": int(summary.n_discarded),
             "mutated": int(summary.n_mutated), "search_epochs": int(summary.epochs),
-            "search_s": round(float(summary.wall_time), 1), "discarding_decision": decision,
+            "search_s": round(float(summary.wall_time), 1), "discarding_decision": decision, "space": str(args.space),
             "inputs": len(model.ensemble_.preprocessor.output_names)}
     return means, variances, model.ensemble_.weights, info
 
@@ -441,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="autodeuq catalogs (default: runs/mixed_regression)")
     p.add_argument("--max-evals", type=int, default=100, help="autodeuq: search evaluations per split (default: 100)")
     p.add_argument("--workers", type=int, default=2, help="autodeuq: concurrent evaluations (default: 2)")
+    p.add_argument("--space", default="tabular",
+                   help="autodeuq: a shipped space's name or a space file (default: tabular); keep records "
+                        "of other spaces apart with --results and --runs-dir")
     p.add_argument("--threads", type=int, default=1,
                    help="threads of TensorFlow, OpenMP, BLAS and CatBoost per run (default: 1)")
     p.add_argument("--autogluon-python", default=None,
@@ -464,6 +469,12 @@ def main(argv=None) -> int:
                                 ("--threads", args.threads), ("--autogluon-time-limit", args.autogluon_time_limit)))
     if "autogluon" in args.methods and not args.autogluon_python:
         parser.error("the autogluon method needs --autogluon-python (or leave it out of --methods)")
+    from autodeuq.space import SpaceError, load_space
+
+    try:
+        load_space(args.space)
+    except SpaceError as exc:
+        parser.error(f"--space: {exc}")
     _limit_threads(args.threads)
     args.results.mkdir(parents=True, exist_ok=True)
     done = {(r["method"], r["table"], r["split"]): r for r in records}

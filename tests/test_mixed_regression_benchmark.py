@@ -13,7 +13,7 @@ from benchmarks import mixed_regression as mixed
 
 def namespace(**kw):
     return argparse.Namespace(**({"threads": 1, "max_evals": 2, "workers": 1, "runs_dir": "runs",
-                                  "autogluon_python": None, "autogluon_time_limit": 10} | kw))
+                                  "space": "tabular", "autogluon_python": None, "autogluon_time_limit": 10} | kw))
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +115,13 @@ def test_a_failing_run_is_recorded_and_listed(tmp_path, monkeypatch):
     record, = json.loads((out / "mixed_regression_raw.json").read_text())["records"]
     assert record["status"] == "failed" and record["reason"] == "MethodError: no prediction"
     assert "- catboost saratoga split 0: MethodError: no prediction" in (out / "mixed_regression.md").read_text()
+
+
+def test_a_bad_space_is_refused_before_any_run(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        mixed.main(["--methods", "autodeuq", "--space", str(tmp_path / "none.yaml"), "--results", str(tmp_path)])
+    assert stop.value.code == 2 and "--space:" in capsys.readouterr().err
+    assert not (tmp_path / "mixed_regression_raw.json").exists()
 
 
 def test_autogluon_needs_its_python(tmp_path, capsys):
