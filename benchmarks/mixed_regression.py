@@ -31,10 +31,10 @@ Methods (``--methods``):
   ``--max-evals`` (100), ``workers`` ``--workers`` (2), ``seed=i``; the benchmark's validation rows
   are ``fit``'s ``X_valid``/``y_valid``; one resumable catalog per table/split under
   ``--runs-dir`` (``<table>-split<i>``); ``--space`` searches another space (a shipped one's name
-  or a space file; keep its records apart with ``--results`` and ``--runs-dir``). Each record's
-  ``info.discarding_decision`` is the early discarding decision the catalog recorded last (policy,
-  projected search time, trainings finished when it was taken), shown in the report's per-split
-  table.
+  or a space file), ``--early-discarding`` another policy than ``auto`` (keep records of either
+  apart with ``--results`` and ``--runs-dir``). Each record's ``info.discarding_decision`` is the
+  early discarding decision the catalog recorded last (policy, projected search time, trainings
+  finished when it was taken), shown in the report's per-split table.
 * ``catboost``: ``CatBoostRegressor(loss_function="RMSEWithUncertainty")`` with the text columns
   as native ``cat_features`` (a missing category as the string ``"missing"``), learning rate 0.03,
   up to 3000 iterations, overfitting detector ``Iter`` with 200 rounds on the validation rows,
@@ -87,6 +87,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script from anywhere: import the checkout's packages
     sys.path.insert(0, str(REPO))
 
+from autodeuq import discard  # noqa: E402
 from autodeuq.data import DataError  # noqa: E402
 from benchmarks.classification import (  # noqa: E402
     _limit_threads,
@@ -211,8 +212,8 @@ def run_autodeuq(data: Split, args):
 
     run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}"
     resumed_entries = catalog_entries(run_dir) or 0
-    model = AutoDEUQRegressor(space=args.space, max_evals=args.max_evals, workers=args.workers, seed=data.split,
-                              run_dir=run_dir, progress=False)
+    model = AutoDEUQRegressor(space=args.space, early_discarding=args.early_discarding, max_evals=args.max_evals,
+                              workers=args.workers, seed=data.split, run_dir=run_dir, progress=False)
     model.fit(data.x_fit, data.y_fit[:, 0], X_valid=data.x_valid, y_valid=data.y_valid[:, 0])
     means, variances = model.ensemble_.components(data.x_test)
     summary = model.search_summary_
@@ -225,6 +226,7 @@ def run_autodeuq(data: Split, args):
             "failed": int(summary.n_failed), "discarded": int(summary.n_discarded),
             "mutated": int(summary.n_mutated), "search_epochs": int(summary.epochs),
             "search_s": round(float(summary.wall_time), 1), "discarding_decision": decision, "space": str(args.space),
+            "early_discarding": args.early_discarding,
             "inputs": len(model.ensemble_.preprocessor.output_names)}
     return means, variances, model.ensemble_.weights, info
 
@@ -332,6 +334,8 @@ def _decision(info: dict) -> str:
     """What ``early_discarding="auto"`` decided last on a split, as its catalog recorded it
     ("–" in records from before the benchmark kept it)."""
     decision = info.get("discarding_decision")
+    if info.get("early_discarding", "auto") != "auto":
+        return f"{info['early_discarding']} (set, not decided)"
     if not decision:
         return "–"
     chose = "successive halving" if decision["policy"] == "sha" else "none"
@@ -443,6 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="autodeuq catalogs (default: runs/mixed_regression)")
     p.add_argument("--max-evals", type=int, default=100, help="autodeuq: search evaluations per split (default: 100)")
     p.add_argument("--workers", type=int, default=2, help="autodeuq: concurrent evaluations (default: 2)")
+    p.add_argument("--early-discarding", choices=discard.POLICIES, default="auto",
+                   help="autodeuq: the estimator's early_discarding (default: auto, its default); keep records "
+                        "of another apart with --results and --runs-dir")
     p.add_argument("--space", default="tabular",
                    help="autodeuq: a shipped space's name or a space file (default: tabular); keep records "
                         "of other spaces apart with --results and --runs-dir")

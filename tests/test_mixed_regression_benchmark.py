@@ -13,7 +13,8 @@ from benchmarks import mixed_regression as mixed
 
 def namespace(**kw):
     return argparse.Namespace(**({"threads": 1, "max_evals": 2, "workers": 1, "runs_dir": "runs",
-                                  "space": "tabular", "autogluon_python": None, "autogluon_time_limit": 10} | kw))
+                                  "space": "tabular", "early_discarding": "auto",
+                                  "autogluon_python": None, "autogluon_time_limit": 10} | kw))
 
 
 @pytest.fixture(scope="module")
@@ -181,12 +182,14 @@ def test_report_lists_what_auto_decided_on_each_split(tmp_path, monkeypatch):
         means, variances, weights, _ = fake_gaussian(data, args)
         return means, variances, weights, {"effective_size": 1.0, "discarded": 3 * data.split,
                                            "evaluations": 100, "mutated": 77, "inputs": 24,
-                                           "discarding_decision": decisions.get(data.split)}
+                                           "discarding_decision": decisions.get(data.split),
+                                           "early_discarding": "none" if data.split == 3 else "auto"}
 
     monkeypatch.setitem(mixed.RUNNERS, "autodeuq", fake)
     out = tmp_path / "out"
-    assert mixed.main(["--methods", "autodeuq", "--tables", "saratoga", "--splits", "0-2", "--results", str(out)]) == 0
+    assert mixed.main(["--methods", "autodeuq", "--tables", "saratoga", "--splits", "0-3", "--results", str(out)]) == 0
     rows = [line for line in (out / "mixed_regression.md").read_text().splitlines() if line.startswith("| saratoga | ")]
     assert [row.split(" | ")[6:8] for row in rows] == [
         ["0 of 100", "none (412 s, 4)"], ["3 of 100", "successive halving (655 s, 61)"],
-        ["6 of 100", "–"]]  # a record from before the benchmark kept the decision
+        ["6 of 100", "–"],  # a record from before the benchmark kept the decision
+        ["9 of 100", "none (set, not decided)"]]  # --early-discarding none
