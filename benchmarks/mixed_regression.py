@@ -330,6 +330,11 @@ def run_one(method: str, data: Split, args) -> dict:
 
 
 # --------------------------------------------------------------------------- report
+def _evaluations(info: dict) -> int:
+    """A search's evaluations: trained to their end, discarded early, failed."""
+    return info["evaluations"] + info["discarded"] + info.get("failed", 0)
+
+
 def _decision(info: dict) -> str:
     """What ``early_discarding="auto"`` decided last on a split, as its catalog recorded it
     ("–" in records from before the benchmark kept it)."""
@@ -389,7 +394,7 @@ def write_report(records: list[dict], path: Path) -> str:
                                                                                        r["split"])):
             lines_scores.append(f"| {r['table']} | {r['split']} | {r['nll_gaussian']:.3f} | {r['rmse']:.0f} | "
                                 f"{r['coverage_90']:.3f} | {r['info'].get('effective_size') or 0:.2f} | "
-                                f"{r['info']['discarded']} of {r['info']['evaluations']} | {_decision(r['info'])} | "
+                                f"{r['info']['discarded']} of {_evaluations(r['info'])} | {_decision(r['info'])} | "
                                 f"{r['info']['mutated']} | "
                                 f"{r['info']['inputs']} | {r['wall_s']:.0f} |")
         lines_scores.append("")

@@ -181,7 +181,7 @@ def test_report_lists_what_auto_decided_on_each_split(tmp_path, monkeypatch):
     def fake(data, args):
         means, variances, weights, _ = fake_gaussian(data, args)
         return means, variances, weights, {"effective_size": 1.0, "discarded": 3 * data.split,
-                                           "evaluations": 100, "mutated": 77, "inputs": 24,
+                                           "failed": 1, "evaluations": 99 - 3 * data.split, "mutated": 77, "inputs": 24,
                                            "discarding_decision": decisions.get(data.split),
                                            "early_discarding": "none" if data.split == 3 else "auto"}
 
