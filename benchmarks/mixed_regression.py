@@ -205,7 +205,8 @@ def make_split(table: Table, split: int) -> Split:
 # Each returns (means, variances, weights, info) of a Gaussian mixture, means/variances (M, n, 1),
 # or, for a method that predicts quantiles, (None, quantiles (n, 3), None, info).
 def run_autodeuq(data: Split, args):
-    """AutoDEUQ's regressor with its defaults, one resumable catalog per table/split."""
+    """AutoDEUQ's regressor with its defaults (but ``--space`` and ``--early-discarding``), one resumable
+    catalog per table/split."""
     from autodeuq import AutoDEUQRegressor
     from autodeuq.catalog import DISCARDING_DECISION, Catalog
     from benchmarks.uci import catalog_entries
