@@ -105,7 +105,9 @@ from benchmarks.uci import (  # noqa: E402
     CB_OD_WAIT,
     COVERAGE_LEVEL,
     MethodError,
+    add_space_option,
     check_at_least_one,
+    check_space,
     parse_command_line,
     parse_splits,
     portable_command,
@@ -456,9 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--early-discarding", choices=discard.POLICIES, default="auto",
                    help="autodeuq: the estimator's early_discarding (default: auto, its default); keep records "
                         "of another apart with --results and --runs-dir")
-    p.add_argument("--space", default="tabular",
-                   help="autodeuq: a shipped space's name or a space file (default: tabular); keep records "
-                        "of other spaces apart with --results and --runs-dir")
+    add_space_option(p)
     p.add_argument("--threads", type=int, default=1,
                    help="threads of TensorFlow, OpenMP, BLAS and CatBoost per run (default: 1)")
     p.add_argument("--autogluon-python", default=None,
@@ -482,12 +482,7 @@ def main(argv=None) -> int:
                                 ("--threads", args.threads), ("--autogluon-time-limit", args.autogluon_time_limit)))
     if "autogluon" in args.methods and not args.autogluon_python:
         parser.error("the autogluon method needs --autogluon-python (or leave it out of --methods)")
-    from autodeuq.space import SpaceError, load_space
-
-    try:
-        load_space(args.space)
-    except SpaceError as exc:
-        parser.error(f"--space: {exc}")
+    check_space(parser, args.space)
     _limit_threads(args.threads)
     args.results.mkdir(parents=True, exist_ok=True)
     done = {(r["method"], r["table"], r["split"]): r for r in records}

@@ -406,6 +406,23 @@ def update_raw(path: Path, record: dict) -> list[dict]:
     return records
 
 
+def add_space_option(p: argparse.ArgumentParser) -> None:
+    """``--space``: the space autodeuq searches (this script's and the mixed-table benchmark's)."""
+    p.add_argument("--space", default="tabular",
+                   help="autodeuq: a shipped space's name or a space file (default: tabular); keep records "
+                        "of other spaces apart with --results and --runs-dir")
+
+
+def check_space(parser: argparse.ArgumentParser, space: str) -> None:
+    """Refuse a ``--space`` that does not load, before any run (exit 2 with the reason)."""
+    from autodeuq.space import SpaceError, load_space
+
+    try:
+        load_space(space)
+    except SpaceError as exc:
+        parser.error(f"--space: {exc}")
+
+
 def catalog_entries(run_dir: Path) -> int | None:
     """Entries of the catalog in ``run_dir``; None when there is none."""
     from autodeuq.catalog import Catalog
@@ -877,9 +894,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", type=Path, default=Path("runs/uci"), help="autodeuq catalogs (default: runs/uci)")
     p.add_argument("--max-evals", type=int, default=100, help="autodeuq: AgEBO evaluations per split (default: 100)")
     p.add_argument("--ensemble-size", type=int, default=5, help="autodeuq: ensemble size (default: 5)")
-    p.add_argument("--space", default="tabular",
-                   help="autodeuq: a shipped space's name or a space file (default: tabular); keep records "
-                        "of other spaces apart with --results and --runs-dir")
+    add_space_option(p)
     p.add_argument("--epochs", type=int, default=None, help="autodeuq: override the space's epochs")
     p.add_argument("--evaluator", choices=("ray", "serial"), default="ray", help="autodeuq evaluator (default: ray)")
     p.add_argument("--workers", type=int, default=None, help="autodeuq: concurrent evaluations on Ray")
@@ -949,13 +964,8 @@ def main(argv=None) -> int:
     except DataError as exc:
         parser.error(str(exc))
     from autodeuq import AutoDEUQRegressor
-    from autodeuq.space import SpaceError, load_space
 
-    try:
-        load_space(args.space)
-    except SpaceError as exc:
-        parser.error(f"--space: {exc}")
-
+    check_space(parser, args.space)
     defaults = AutoDEUQRegressor()
     args.settings_base = f"selection_bags={defaults.selection_bags}, refit={args.refit}" + "".join(
         f", {name}={getattr(args, name)}" for name in ENSEMBLE_OPTIONS
