@@ -45,7 +45,7 @@ class CLIError(AutoDEUQError):
 # Parameters of the library's functions (not options of a run) and the options that set them.
 PARAMETER_FLAGS = {"size": "--size", "address": "--ray-address", "min_epochs": "--sha-min-epochs",
                    "reduction": "--sha-reduction", "score": "--selection-score", "stop": "--selection-stop",
-                   "bags": "--selection-bags", "manifest": "--out", "level": "--interval"}
+                   "bags": "--selection-bags", "pool": "--selection-pool", "manifest": "--out", "level": "--interval"}
 #: The command line's options that are not options of a run (:data:`autodeuq.options.OPTIONS`):
 #: what they give, and how the estimator receives the same.
 INPUTS = {

@@ -90,14 +90,16 @@ class Integer(Constraint):
 
 @dataclasses.dataclass(frozen=True)
 class Real(Constraint):
-    """A number in ``(minimum, maximum]`` (``[minimum, maximum]`` unless ``strict``), or None."""
+    """A number in ``(minimum, maximum]`` (``[minimum, maximum]`` unless ``strict``), or None
+    unless not ``optional``."""
 
     minimum: float
     maximum: float
     strict: bool = True
+    optional: bool = True
 
     def check(self, name, value):
-        if value is None:
+        if value is None and self.optional:
             return
         ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and (
             value > self.minimum if self.strict else value >= self.minimum)
@@ -113,7 +115,7 @@ class Real(Constraint):
             raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
 
     def describe(self):
-        return f"float {'>' if self.strict else '>='} {self.minimum:g} or None"
+        return f"float {'>' if self.strict else '>='} {self.minimum:g}" + (" or None" if self.optional else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -474,6 +476,9 @@ OPTIONS: tuple[Option, ...] = (
            "improvement: stop as soon as no addition improves the validation NLL (may leave one member)"),
     Option("diversity", "ensemble", "none", OneOf(ensemble_choices.DIVERSITY),
            "at most one member per architecture, or per set of activation functions"),
+    Option("selection_pool", "ensemble", 1.0, Real(0.0, 1.0, optional=False),
+           "select only among the best fraction F of the catalog's models, ranked by their own validation NLL "
+           "(at least {ensemble_size}; library pruning, Caruana et al. 2006); 1: the whole catalog", metavar="F"),
     Option("selection_bags", "ensemble", 0, Integer(0, 10**4),
            "repeat the selection on B random halves of the validation rows and average the weights (bagged "
            "selection; 0: select once on all rows)", metavar="B"),

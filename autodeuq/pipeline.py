@@ -272,7 +272,8 @@ def select_ensemble(run_dir, config, *, seed: int | None = 0):
     ensemble = Ensemble.from_catalog(run_dir, size=config.ensemble_size, selector=config.selector,
                                      score=config.selection_score, stop=config.selection_stop,
                                      diversity=config.diversity, calibrate=config.calibrate,
-                                     bags=config.selection_bags, seed=0 if seed is None else int(seed))
+                                     bags=config.selection_bags, seed=0 if seed is None else int(seed),
+                                     pool=config.selection_pool)
     ensemble.load_members()
     return ensemble
 

@@ -363,9 +363,9 @@ def _std_scale(ensemble):
 
 #: ``--refit`` values and the estimator's ``refit`` parameter they stand for.
 REFIT_CHOICES = {"auto": "auto", "never": False, "always": True}
-#: Options of the estimator's ensemble step that ``--selection-score`` and ``--diversity`` set
-#: (unset: the estimator's defaults).
-ENSEMBLE_OPTIONS = ("selection_score", "diversity")
+#: Options of the estimator's ensemble step that ``--selection-score``, ``--diversity`` and
+#: ``--selection-pool`` set (unset: the estimator's defaults).
+ENSEMBLE_OPTIONS = ("selection_score", "diversity", "selection_pool")
 
 RUNNERS = {**{method: functools.partial(run_autodeuq, early_discarding=rule)
               for method, rule in EARLY_DISCARDING.items()},
@@ -879,6 +879,17 @@ def parse_splits(text: str) -> list[int]:
     return sorted(out)
 
 
+def pool_fraction(text: str) -> float:
+    """``--selection-pool``'s value: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="uci.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -921,6 +932,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--diversity", choices=DIVERSITY, default=None,
                    help="autodeuq: at most one member per architecture or per set of activations "
                         "(default: the estimator's)")
+    p.add_argument("--selection-pool", type=pool_fraction, default=None, metavar="F",
+                   help="autodeuq: select among the best fraction F of each catalog's models (default: the "
+                        "estimator's)")
     p.add_argument("--rescore", action="store_true",
                    help="autodeuq: redo only the ensemble step of recorded splits on their complete catalogs, "
                         "with the current defaults and the ensemble options given (earlier scores kept in the "

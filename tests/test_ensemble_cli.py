@@ -285,6 +285,23 @@ def test_default_selection_is_greedy_to_k_distinct_members_on_all_validation_row
     np.testing.assert_allclose(ens.weights, chosen.weights)
     assert ens.selection["bags"] == 0 and ens.selection["effective_size"] == pytest.approx(chosen.effective_size,
                                                                                            abs=1e-4)
+    assert ens.selection["pool"] == 1.0
+
+
+def test_a_selection_pool_selects_among_the_best_models_of_the_catalog(tmp_path):
+    from autodeuq.catalog import Catalog
+    from autodeuq.ensemble import select
+
+    run = fake_catalog(tmp_path / "run", 8)
+    ens = Ensemble.from_catalog(run, size=2, pool=0.25)
+    catalog = Catalog(run)
+    ids, means, variances = catalog.validation_predictions(catalog.model_ids())
+    y = catalog.validation_targets()
+    single = np.mean(0.5 * np.log(2 * np.pi * variances) + (means - y) ** 2 / (2 * variances), axis=(1, 2))
+    best_two = np.sort(np.argsort(single)[:2])  # a quarter of 8 models
+    chosen = select(means[best_two], variances[best_two], y, 2)
+    assert ens.member_ids == [ids[best_two[i]] for i in chosen.indices]
+    assert ens.selection["pool"] == 0.25
 
 
 def test_an_ensemble_that_is_effectively_one_model_says_so(tmp_path):
@@ -399,10 +416,10 @@ def test_cli_ensemble_selection_options_reach_the_manifest_and_metrics(run_dir, 
     out = tmp_path / "chosen.json"
     assert main(["ensemble", "--run-dir", str(copy), "--size", "2", "--selection-stop", "improvement",
                  "--diversity", "architecture", "--calibrate", "scale", "--selection-bags", "3",
-                 "--out", str(out)]) == 0
+                 "--selection-pool", "0.5", "--out", str(out)]) == 0
     manifest = json.loads(out.read_text())
     assert manifest["selection"]["stop"] == "improvement" and manifest["selection"]["diversity"] == "architecture"
-    assert manifest["selection"]["bags"] == 3
+    assert manifest["selection"]["bags"] == 3 and manifest["selection"]["pool"] == 0.5
     assert manifest["calibration"]["method"] == "scale"
     document = json.loads((out.parent / "metrics.json").read_text())  # beside the --out manifest
     assert document["calibration"]["scale"] == manifest["calibration"]["scale"]

@@ -371,12 +371,60 @@ def test_return_types():
         ({"max_selections": 1.5}, "max_selections"),
         ({"stop": "never"}, "stop"),
         ({"groups": [0, 1]}, "groups"),
+        ({"pool": 0}, "pool"),
+        ({"pool": 1.5}, "pool"),
+        ({"pool": float("nan")}, "pool"),
+        ({"pool": True}, "pool"),
+        ({"pool": None}, "pool"),
     ],
 )
 def test_invalid_arguments(kwargs, match):
     means, variances, y = random_catalog(0)
     with pytest.raises(ValueError, match=match):
         select(means, variances, y, **kwargs)
+
+
+def outlier_catalog(n_good=8, n_points=200):
+    """Good models (std 0.2) of a target plus one wide model (the mean, std 2); two validation
+    targets lie 3 above where the good models put them, 15 of their stds."""
+    rng = np.random.default_rng(3)
+    clean = rng.normal(size=(n_points, 1))
+    y = clean.copy()
+    y[:2] += 3.0
+    means = np.concatenate([clean + rng.normal(scale=0.1, size=(n_good, n_points, 1)),
+                            np.zeros((1, n_points, 1))])
+    variances = np.concatenate([np.full((n_good, n_points, 1), 0.04), np.full((1, n_points, 1), 4.0)])
+    return means, variances, y
+
+
+def test_the_whole_catalog_lets_a_wide_model_in_for_two_outliers_and_a_pool_keeps_it_out():
+    means, variances, y = outlier_catalog()
+    wide = len(means) - 1
+    single = [reference_score(means, variances, y, unit(len(means), i), "mixture") for i in range(len(means))]
+    assert int(np.argmax(single)) == wide  # the worst model on its own
+    whole = select(means, variances, y, size=3)
+    assert wide in whole.indices
+    pooled = select(means, variances, y, size=3, pool=0.5)
+    assert wide not in pooled.indices and len(pooled.indices) == 3
+    best_half = set(np.argsort(single, kind="stable")[:5].tolist())
+    assert set(pooled.indices.tolist()) <= best_half
+    # the pool only removes candidates: selection within it is greedy on the pool's models
+    kept = np.sort(list(best_half))
+    within = select(means[kept], variances[kept], y, size=3)
+    np.testing.assert_array_equal(pooled.indices, kept[within.indices])
+    np.testing.assert_allclose(pooled.weights, within.weights)
+
+
+@pytest.mark.parametrize("method", ["greedy", "greedy-noreplace", "topk"])
+def test_a_pool_holds_at_least_size_models_and_pool_one_is_the_whole_catalog(method):
+    means, variances, y = random_catalog(4, n_models=10)
+    whole = select(means, variances, y, size=4, selector=method)
+    same = select(means, variances, y, size=4, selector=method, pool=1.0)
+    np.testing.assert_array_equal(whole.indices, same.indices)
+    np.testing.assert_allclose(whole.weights, same.weights)
+    tiny = select(means, variances, y, size=4, selector=method, pool=0.01)  # ceil(0.1) = 1 < size: 4 kept
+    singles = [reference_score(means, variances, y, unit(10, i), "mixture") for i in range(10)]
+    assert set(tiny.indices.tolist()) == set(np.argsort(singles)[:4].tolist()) and tiny.reason is None
 
 
 def test_former_keyword_names_are_gone():

@@ -38,7 +38,7 @@ ONE_MODEL_EFFECTIVE_SIZE = 1.5
 
 def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: str = "mixture", *,  # noqa: C901
                  stop: str = "size", diversity: str = "none", calibrate: str = "auto",
-                 calibration_folds: int = 2, bags: int = 0, seed: int = 0):
+                 calibration_folds: int = 2, bags: int = 0, seed: int = 0, pool: float = 1.0):
     """The ensemble of class ``cls`` selected and calibrated on the catalog in ``run_dir``.
 
     What :meth:`Ensemble.from_catalog <autodeuq.ensemble.Ensemble.from_catalog>` does; its
@@ -52,7 +52,7 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
     cls : type
         The ensemble's class, called as ``cls(run_dir, member_ids, weights, selection=...,
         calibration=...)`` (:func:`~autodeuq.ensemble.predictive.ensemble_class` of the run's task).
-    run_dir, size, selector, score, stop, diversity, calibrate, calibration_folds, bags, seed :
+    run_dir, size, selector, score, stop, diversity, calibrate, calibration_folds, bags, seed, pool :
         As :meth:`Ensemble.from_catalog <autodeuq.ensemble.Ensemble.from_catalog>` takes them.
 
     Returns
@@ -95,11 +95,11 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
 
     def select_rows(rows):
         return candidates.select(rows, selection["size"], selector=selector, score=score, stop=stop, groups=groups,
-                                 bags=bags, seed=seed)
+                                 bags=bags, seed=seed, pool=pool)
 
     chosen = select_rows(np.arange(n_valid))
     members = [int(ids[i]) for i in chosen.indices]
-    selection.update({"stop": stop, "diversity": diversity, "bags": bags, "catalog_entries": len(ids),
+    selection.update({"stop": stop, "diversity": diversity, "bags": bags, "pool": pool, "catalog_entries": len(ids),
                       "members": len(members), "effective_size": round(chosen.effective_size, 4),
                       "shortfall": chosen.reason})
     if "size_requested" in selection and chosen.reason is None:
@@ -130,8 +130,8 @@ class GaussianCandidates:
         self.y = catalog.validation_targets()
         self.n_rows = len(self.y)
 
-    def select(self, rows, size, *, selector, score, stop, groups, bags, seed):
-        options = dict(selector=selector, score=score, stop=stop, groups=groups)
+    def select(self, rows, size, *, selector, score, stop, groups, bags, seed, pool):
+        options = dict(selector=selector, score=score, stop=stop, groups=groups, pool=pool)
         if bags and selector != "topk":  # top-k ranks single models: its weights stay uniform
             return select_bagged(self.means[:, rows], self.variances[:, rows], self.y[rows], size, bags=bags,
                                  seed=seed, **options)
@@ -161,11 +161,11 @@ class ClassifierCandidates:
         self.y = catalog.validation_targets()[:, 0].astype(np.int64)
         self.n_rows = len(self.y)
 
-    def select(self, rows, size, *, selector, score, stop, groups, bags, seed):
+    def select(self, rows, size, *, selector, score, stop, groups, bags, seed, pool):
         if score != "mixture":
             raise ParameterError("score", "must be 'mixture' for a classification run: its members are selected on "
                                           "the log loss of their mixture", score)
-        options = dict(selector=selector, stop=stop, groups=groups)
+        options = dict(selector=selector, stop=stop, groups=groups, pool=pool)
         if bags and selector != "topk":
             return select_categorical_bagged(self.probas[:, rows], self.y[rows], size, bags=bags, seed=seed,
                                              **options)

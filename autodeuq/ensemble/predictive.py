@@ -282,7 +282,7 @@ class Ensemble:
     @classmethod
     def from_catalog(cls, run_dir, size: int = 5, selector: str = "auto", score: str = "mixture", *,
                      stop: str = "size", diversity: str = "none", calibrate: str = "auto",
-                     calibration_folds: int = 2, bags: int = 0, seed: int = 0) -> "Ensemble":
+                     calibration_folds: int = 2, bags: int = 0, seed: int = 0, pool: float = 1.0) -> "Ensemble":
         """Select members greedily (or top-k) on the cached validation predictions of a catalog.
 
         Parameters
@@ -317,6 +317,10 @@ class Ensemble:
             tables a little and cost another more (docs/decisions/selection.md).
         seed : int
             Seed of the fold assignment and of the bags.
+        pool : float, default 1.0
+            Select only among the best fraction ``pool`` of the catalog's usable models, ranked by
+            their own validation score (at least ``size`` of them); see
+            :func:`autodeuq.ensemble.select`.
 
         Warns
         -----
@@ -329,7 +333,7 @@ class Ensemble:
         from autodeuq.ensemble.building import from_catalog
 
         return from_catalog(cls, run_dir, size, selector, score, stop=stop, diversity=diversity, calibrate=calibrate,
-                            calibration_folds=calibration_folds, bags=bags, seed=seed)
+                            calibration_folds=calibration_folds, bags=bags, seed=seed, pool=pool)
 
     def save(self, path, self_contained: bool = False) -> Path:
         """Write the ensemble as JSON (no pickle), creating missing parent folders.

@@ -19,6 +19,8 @@ every catalog model at once in ``O(n_models * n_points * n_targets)``, whatever 
 ensemble's size.
 """
 
+import math
+import numbers
 import operator
 
 import numpy as np
@@ -71,7 +73,7 @@ class Selection(tuple):
 
 def select(
     means, variances, y, size=5, selector="greedy", score="mixture", *, stop="size",
-    groups=None, max_selections=None
+    groups=None, max_selections=None, pool=1.0
 ):
     """Select an ensemble from a catalog of Gaussian models.
 
@@ -111,6 +113,13 @@ def select(
         Cap on the total number of greedy selections, counting repeats; default
         ``10 * size``. With replacement, repeated additions of present members do not grow
         the number of distinct members, so this cap is what bounds the loop.
+    pool : float, default 1.0
+        The fraction of the usable models that may be selected: the best
+        ``ceil(pool * n_usable)`` by their own score, and at least ``size`` of them (library
+        pruning, Caruana et al. 2006, "Getting the most out of ensemble selection"). With 1,
+        every usable model. A smaller pool keeps greedy selection from taking a model that is
+        poor on its own for what it adds on a few validation rows (a wide model that covers
+        outlying targets, for one).
 
     Returns
     -------
@@ -143,7 +152,7 @@ def select(
     """
     means, variances, y = check_mixture(means, variances, y=y)
     size, groups, max_selections = _check_selection(means.shape[0], size, selector, score, stop, groups,
-                                                    max_selections)
+                                                    max_selections, pool)
     # Any non-finite or non-positive input makes the model's log-density NaN or -inf at
     # that point, so "individual NLL is finite" is exactly the usability rule.
     with np.errstate(all="ignore"):
@@ -159,11 +168,12 @@ def select(
     else:
         state, arrays = _GaussianState, (diff, sq_diff, variances)
     del diff, sq_diff, logpdf
-    return _select_scored(single, state, arrays, size, selector, stop, groups, max_selections,
+    return _select_scored(single, state, arrays, size, selector, stop, groups, max_selections, pool,
                           unusable="a non-finite mean, a non-finite or non-positive variance, or a non-finite NLL")
 
 
-def select_categorical(probas, y_codes, size=5, selector="greedy", *, stop="size", groups=None, max_selections=None):
+def select_categorical(probas, y_codes, size=5, selector="greedy", *, stop="size", groups=None, max_selections=None,
+                       pool=1.0):
     """Select an ensemble from a catalog of classifiers, on the log loss of their mixture.
 
     The ensemble predicts the weighted mean of its members' class probabilities; its log loss
@@ -177,7 +187,7 @@ def select_categorical(probas, y_codes, size=5, selector="greedy", *, stop="size
         Cached validation class probabilities of every catalog model.
     y_codes : array_like, shape (n_points,)
         Validation labels as class codes in ``[0, n_classes)``.
-    size, selector, stop, groups, max_selections :
+    size, selector, stop, groups, max_selections, pool :
         As in :func:`select`.
 
     Returns
@@ -211,29 +221,32 @@ def select_categorical(probas, y_codes, size=5, selector="greedy", *, stop="size
         raise ValueError(f"probas must have shape (n_models, n_points, n_classes), none of them 0, got {probas.shape}")
     n_models, n_points, n_classes = probas.shape
     codes = check_codes(y_codes, n_points, n_classes)
-    size, groups, max_selections = _check_selection(n_models, size, selector, "mixture", stop, groups, max_selections)
+    size, groups, max_selections = _check_selection(n_models, size, selector, "mixture", stop, groups, max_selections,
+                                                    pool)
     with np.errstate(all="ignore"):
         logpdf = np.log(probas[:, np.arange(n_points), codes])
         single = -logpdf.mean(axis=1)
         valid = np.all((probas >= 0) & (probas <= 1), axis=(1, 2))  # NaN fails both comparisons
         valid &= np.all(np.abs(probas.sum(axis=2) - 1.0) <= USABLE_SUM_TOL, axis=1)
     single[~valid] = np.nan
-    return _select_scored(single, _MixtureState, (logpdf,), size, selector, stop, groups, max_selections,
+    return _select_scored(single, _MixtureState, (logpdf,), size, selector, stop, groups, max_selections, pool,
                           unusable="probabilities that are not finite, not in [0, 1] or do not sum to 1, or a "
                                    "non-finite log loss")
 
 
-def _select_scored(single, state_class, arrays, size, selector, stop, groups, max_selections, unusable):
+def _select_scored(single, state_class, arrays, size, selector, stop, groups, max_selections, pool, unusable):
     """The selection shared by :func:`select` and :func:`select_categorical`, once every model is scored.
 
     ``single`` is each model's own score (NaN or inf: unusable); ``state_class(*arrays)``, with
-    each array (n_models, ...) cut to the usable models, scores the greedy candidates;
+    each array (n_models, ...) cut to the usable models of the pool, scores the greedy candidates;
     ``unusable`` says what makes a model unusable, for the error when none is usable.
     """
     n_models = single.size
     usable = np.flatnonzero(np.isfinite(single))
     if usable.size == 0:
         raise ValueError(f"no usable model in the catalog: every model has {unusable}")
+    n_usable = usable.size
+    usable = _pool(usable, single, size, pool)
     if usable.size < n_models:
         single = single[usable]
         arrays = tuple(a[usable] for a in arrays)
@@ -247,7 +260,8 @@ def _select_scored(single, state_class, arrays, size, selector, stop, groups, ma
             ranked = ranked[np.sort(np.unique(groups[ranked], return_index=True)[1])]
         order = ranked[:size]
         return Selection(usable[order], np.full(order.size, 1.0 / order.size), size,
-                         _shortfall(order.size, size, n_models, usable.size, groups, stopped=None))
+                         _shortfall(order.size, size, n_models, n_usable, groups, stopped=None,
+                                    pooled=usable.size < n_usable))
 
     order, counts, stopped = _greedy(
         state_class(*arrays), single, size, replace=(selector == "greedy"), stop=stop, groups=groups,
@@ -255,12 +269,24 @@ def _select_scored(single, state_class, arrays, size, selector, stop, groups, ma
     )
     counts = counts[order]
     return Selection(usable[order], counts / counts.sum(), size,
-                     _shortfall(order.size, size, n_models, usable.size, groups, stopped))
+                     _shortfall(order.size, size, n_models, n_usable, groups, stopped,
+                                pooled=usable.size < n_usable))
 
 
-def _check_selection(n_models, size, selector, score, stop, groups, max_selections):
+def _pool(usable, single, size, pool):
+    """The usable model indices (ascending) that may be selected: the best ``ceil(pool * n)`` by
+    their own score ``single``, at least ``size`` (ties to the lower index)."""
+    keep = max(size, math.ceil(pool * usable.size - 1e-9))
+    if keep >= usable.size:
+        return usable
+    return np.sort(usable[np.argsort(single[usable], kind="stable")[:keep]])
+
+
+def _check_selection(n_models, size, selector, score, stop, groups, max_selections, pool):
     """``select``'s settings checked: (size, the groups as integer codes or None, max_selections)."""
     size = _check_positive_int(size, "size")
+    if isinstance(pool, bool) or not isinstance(pool, numbers.Real) or not 0 < pool <= 1:
+        raise ParameterError("pool", "must be a number in (0, 1]", pool)
     for name, value, allowed in (("selector", selector, METHODS), ("score", score, SCORES), ("stop", stop, STOPS)):
         if value not in allowed:
             raise ParameterError(name, f"must be one of {list(allowed)}", value)
@@ -274,7 +300,7 @@ def _check_selection(n_models, size, selector, score, stop, groups, max_selectio
     return size, groups, max_selections
 
 
-def _shortfall(chosen, size, n_models, n_usable, groups, stopped):
+def _shortfall(chosen, size, n_models, n_usable, groups, stopped, pooled=False):
     """Why an ensemble has fewer distinct members than asked, or None."""
     if chosen >= size:
         return None
@@ -288,7 +314,8 @@ def _shortfall(chosen, size, n_models, n_usable, groups, stopped):
         return (f"the catalog has only {n_usable} usable model(s)"
                 + (f" ({unusable} with non-finite predictions or NLL)" if unusable else ""))
     if groups is not None:
-        return f"the usable models fall into only {np.unique(groups).size} group(s)"
+        where = "the pool's models (pool)" if pooled else "the usable models"
+        return f"{where} fall into only {np.unique(groups).size} group(s)"
     return None
 
 
