@@ -97,25 +97,31 @@ class Real(Constraint):
     maximum: float
     strict: bool = True
     optional: bool = True
+    auto: bool = False
 
     def check(self, name, value):
-        if value is None and self.optional:
+        if (value is None and self.optional) or (self.auto and value == "auto"):
             return
         ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and (
             value > self.minimum if self.strict else value >= self.minimum)
         if not ok:
-            raise ParameterError(name, f"must be {'>' if self.strict else '>='} {self.minimum:g}", value)
+            prefix = '"auto" or a number ' if self.auto else ""
+            raise ParameterError(name, f"must be {prefix}{'>' if self.strict else '>='} {self.minimum:g}", value)
         if not value <= self.maximum:  # also infinity and NaN
             raise ParameterError(name, f"must be a finite number <= {self.maximum:g}", value)
 
     def parse(self, text):
+        if self.auto and text == "auto":
+            return text
         try:
             return float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be {'auto or ' if self.auto else ''}a number, got {text!r}") \
+                from None
 
     def describe(self):
-        return f"float {'>' if self.strict else '>='} {self.minimum:g}" + (" or None" if self.optional else "")
+        return (('"auto" or ' if self.auto else "") + f"float {'>' if self.strict else '>='} {self.minimum:g}"
+                + (" or None" if self.optional else ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -476,9 +482,10 @@ OPTIONS: tuple[Option, ...] = (
            "improvement: stop as soon as no addition improves the validation NLL (may leave one member)"),
     Option("diversity", "ensemble", "none", OneOf(ensemble_choices.DIVERSITY),
            "at most one member per architecture, or per set of activation functions"),
-    Option("selection_pool", "ensemble", 1.0, Real(0.0, 1.0, optional=False),
+    Option("selection_pool", "ensemble", "auto", Real(0.0, 1.0, optional=False, auto=True),
            "select only among the best fraction F of the catalog's models, ranked by their own validation NLL "
-           "(at least {ensemble_size}; library pruning, Caruana et al. 2006); 1: the whole catalog", metavar="F"),
+           "(at least {ensemble_size}; library pruning, Caruana et al. 2006); 1: the whole catalog", metavar="F",
+           default_text="auto: 0.4 for regression, 1 for classification"),
     Option("selection_bags", "ensemble", 0, Integer(0, 10**4),
            "repeat the selection on B random halves of the validation rows and average the weights (bagged "
            "selection; 0: select once on all rows)", metavar="B"),

@@ -320,6 +320,16 @@ def test_size_two_greedy_without_replacement_is_the_best_pair_holding_the_best_m
     assert chosen.indices[1] == min(pairs, key=pairs.get)
 
 
+def test_a_pool_selects_among_the_models_of_lowest_log_loss():
+    probas, y = random_classifiers(4, n_models=8)
+    singles = np.array([skm.log_loss(y, p, labels=[0, 1, 2]) for p in probas])
+    best = np.sort(np.argsort(singles, kind="stable")[:4])  # half of 8
+    pooled = select_categorical(probas, y, size=3, pool=0.5)
+    within = select_categorical(probas[best], y, size=3)
+    assert pooled.indices.tolist() == best[within.indices].tolist()
+    assert_same_math(pooled.weights, within.weights)
+
+
 def test_topk_ranks_models_by_their_own_log_loss():
     probas, y = random_classifiers(2, n_models=6)
     singles = np.array([skm.log_loss(y, p, labels=[0, 1, 2]) for p in probas])

@@ -240,6 +240,7 @@ def test_the_classifier_predicts_labels_probabilities_and_the_entropy_split(fitt
     np.testing.assert_allclose(parts.total_entropy, parts.aleatoric_entropy + parts.epistemic_mi, atol=1e-12)
     assert np.all(parts.epistemic_mi >= 0)
     assert model.ensemble_.calibration["method"] == "temperature" and model.ensemble_.temperature > 0
+    assert model.ensemble_.selection["pool"] == 1.0  # "auto" for a classifier: the whole catalog
 
 
 def test_the_temperature_and_the_classes_survive_pickle_and_export(fitted, tmp_path):

@@ -276,16 +276,18 @@ def test_default_selection_is_greedy_to_k_distinct_members_on_all_validation_row
     from autodeuq.catalog import Catalog
     from autodeuq.ensemble import select
 
-    run = fake_catalog(tmp_path / "run", 8)
+    run = fake_catalog(tmp_path / "run", 20)
     ens = Ensemble.from_catalog(run, size=3)
     catalog = Catalog(run)
     ids, means, variances = catalog.validation_predictions(catalog.model_ids())
-    chosen = select(means, variances, catalog.validation_targets(), 3, "greedy", stop="size")
+    chosen = select(means, variances, catalog.validation_targets(), 3, "greedy", stop="size", pool=0.4)
     assert ens.member_ids == [ids[i] for i in chosen.indices] and len(ens.member_ids) == 3
     np.testing.assert_allclose(ens.weights, chosen.weights)
     assert ens.selection["bags"] == 0 and ens.selection["effective_size"] == pytest.approx(chosen.effective_size,
                                                                                            abs=1e-4)
-    assert ens.selection["pool"] == 1.0
+    assert ens.selection["pool"] == 0.4  # a regression catalog's "auto": its best 8 of 20 models
+    whole = Ensemble.from_catalog(run, size=3, pool=1.0)
+    assert whole.selection["pool"] == 1.0
 
 
 def test_a_selection_pool_selects_among_the_best_models_of_the_catalog(tmp_path):

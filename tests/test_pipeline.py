@@ -43,7 +43,8 @@ def test_sha_settings_are_checked_only_with_sha():
                                          ("selection_stop", "never"), ("diversity", "colour"),
                                          ("selection_bags", -1), ("calibrate", "isotonic"),
                                          ("selection_bags", 10**23), ("ensemble_size", 10**6),
-                                         ("selection_pool", 0), ("selection_pool", 1.5), ("selection_pool", None)])
+                                         ("selection_pool", 0), ("selection_pool", 1.5), ("selection_pool", None),
+                                         ("selection_pool", "most")])
 def test_a_bad_ensemble_option_is_named(name, value):
     with pytest.raises(ParameterError, match=f"^{name} must ") as caught:
         configure(EnsembleConfig, **{name: value})

@@ -17,7 +17,7 @@ import numpy as np
 from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.ensemble.calibration import cross_fitted_scale, pooled_coverage, resolve_calibration
 from autodeuq.ensemble.categorical import cross_fitted_temperature, log_probabilities, pooled_log_loss
-from autodeuq.ensemble.options import AUTO_SELECTOR, CALIBRATIONS, DIVERSITY
+from autodeuq.ensemble.options import AUTO_POOL, AUTO_SELECTOR, CALIBRATIONS, DIVERSITY
 from autodeuq.ensemble.predictive import EnsembleError, ensemble_class
 from autodeuq.ensemble.selection import select, select_bagged, select_categorical, select_categorical_bagged
 from autodeuq.errors import AutoDEUQWarning, ParameterError
@@ -38,7 +38,7 @@ ONE_MODEL_EFFECTIVE_SIZE = 1.5
 
 def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: str = "mixture", *,  # noqa: C901
                  stop: str = "size", diversity: str = "none", calibrate: str = "auto",
-                 calibration_folds: int = 2, bags: int = 0, seed: int = 0, pool: float = 1.0):
+                 calibration_folds: int = 2, bags: int = 0, seed: int = 0, pool: float | str = "auto"):
     """The ensemble of class ``cls`` selected and calibrated on the catalog in ``run_dir``.
 
     What :meth:`Ensemble.from_catalog <autodeuq.ensemble.Ensemble.from_catalog>` does; its
@@ -69,6 +69,8 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
     cls = ensemble_class(catalog.task, cls)
     if selector == "auto":
         selector = AUTO_SELECTOR[catalog.task]
+    if isinstance(pool, str) and pool == "auto":
+        pool = AUTO_POOL[catalog.task]
     ids = catalog.model_ids()
     if not ids:
         raise EnsembleError(f"{run_dir}: the catalog has no successful evaluation to build an ensemble from")

@@ -9,6 +9,10 @@ SELECTORS = ("auto", *METHODS)
 #: What ``selector="auto"`` selects with, per task: with replacement for regression (Caruana et al.
 #: 2004, the method's rule); each member once for classification (docs/decisions/selection.md).
 AUTO_SELECTOR = {"regression": "greedy", "classification": "greedy-noreplace"}
+#: What ``pool="auto"`` is, per task: the fraction of a catalog's models, best first by their own
+#: validation score, that selection may take (docs/decisions/selection.md, "The selection pool"):
+#: the best 40 % for regression; the whole catalog for classification, where it was not measured.
+AUTO_POOL = {"regression": 0.4, "classification": 1.0}
 #: Scores of an ensemble (``score``); "objective" is reserved for the search's (a model's validation NLL).
 SCORES = ("mixture", "gaussian")
 #: When greedy selection stops (``stop``).

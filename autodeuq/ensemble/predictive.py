@@ -282,7 +282,8 @@ class Ensemble:
     @classmethod
     def from_catalog(cls, run_dir, size: int = 5, selector: str = "auto", score: str = "mixture", *,
                      stop: str = "size", diversity: str = "none", calibrate: str = "auto",
-                     calibration_folds: int = 2, bags: int = 0, seed: int = 0, pool: float = 1.0) -> "Ensemble":
+                     calibration_folds: int = 2, bags: int = 0, seed: int = 0,
+                     pool: float | str = "auto") -> "Ensemble":
         """Select members greedily (or top-k) on the cached validation predictions of a catalog.
 
         Parameters
@@ -317,10 +318,12 @@ class Ensemble:
             tables a little and cost another more (docs/decisions/selection.md).
         seed : int
             Seed of the fold assignment and of the bags.
-        pool : float, default 1.0
+        pool : float or "auto", default "auto"
             Select only among the best fraction ``pool`` of the catalog's usable models, ranked by
-            their own validation score (at least ``size`` of them); see
-            :func:`autodeuq.ensemble.select`.
+            their own validation score (at least ``size`` of them; see
+            :func:`autodeuq.ensemble.select`). ``"auto"`` is the task's
+            (:data:`autodeuq.ensemble.options.AUTO_POOL`: 0.4 for regression, 1, the whole
+            catalog, for classification); ``selection["pool"]`` records the fraction used.
 
         Warns
         -----
