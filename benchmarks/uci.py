@@ -981,12 +981,16 @@ def main(argv=None) -> int:
     except DataError as exc:
         parser.error(str(exc))
     from autodeuq import AutoDEUQRegressor
+    from autodeuq.ensemble.options import AUTO_POOL
 
     check_space(parser, args.space)
     defaults = AutoDEUQRegressor()
-    args.settings_base = f"selection_bags={defaults.selection_bags}, refit={args.refit}" + "".join(
-        f", {name}={getattr(args, name)}" for name in ENSEMBLE_OPTIONS
-        if getattr(args, name) not in (None, getattr(defaults, name)))
+    # the pool always named, as the fraction used: "auto" has meant the whole catalog before
+    pool = AUTO_POOL["regression"] if args.selection_pool is None else args.selection_pool
+    others = [name for name in ENSEMBLE_OPTIONS
+              if name != "selection_pool" and getattr(args, name) not in (None, getattr(defaults, name))]
+    args.settings_base = (f"selection_bags={defaults.selection_bags}, refit={args.refit}, selection_pool={pool:g}"
+                          + "".join(f", {name}={getattr(args, name)}" for name in others))
     _limit_threads(args.threads)
     args.results.mkdir(parents=True, exist_ok=True)
     done = {(r["method"], r["dataset"], r["split"]): r for r in records}

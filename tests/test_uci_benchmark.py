@@ -345,6 +345,13 @@ def test_rescore_redoes_the_ensemble_step_and_keeps_the_earlier_scores(tmp_path,
     assert uci.main(argv + ["--rescore", "--diversity", "activations"]) == 0
     (record,) = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
     assert len(scores) == 2 and record["info"]["rescored"]["settings"].endswith(", diversity=activations")
+    # The pool is always named, as the fraction used (the default's, or --selection-pool's).
+    assert "selection_pool=0.4" in rescored["settings"]
+    assert uci.main(argv + ["--rescore", "--selection-pool", "1"]) == 0
+    (record,) = json.loads((tmp_path / "out" / "uci_raw.json").read_text())["records"]
+    settings = record["info"]["rescored"]["settings"]
+    assert len(scores) == 3 and settings.count("selection_pool") == 1
+    assert settings.startswith("selection_bags=0, refit=auto, selection_pool=1")
 
 
 def test_rescore_refuses_a_catalog_that_would_train(tmp_path, monkeypatch):

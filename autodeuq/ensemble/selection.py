@@ -314,7 +314,7 @@ def _shortfall(chosen, size, n_models, n_usable, groups, stopped, pooled=False):
         return (f"the catalog has only {n_usable} usable model(s)"
                 + (f" ({unusable} with non-finite predictions or NLL)" if unusable else ""))
     if groups is not None:
-        where = "the pool's models (pool)" if pooled else "the usable models"
+        where = "the models of the selection pool" if pooled else "the usable models"
         return f"{where} fall into only {np.unique(groups).size} group(s)"
     return None
 
