@@ -88,6 +88,14 @@ class Integer(Constraint):
                 + (" or None" if self.optional else ""))
 
 
+def _parse_number(text: str, what: str) -> float:
+    """The command line's ``text`` as a float; an argparse error saying it must be ``what``."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class Real(Constraint):
     """A number in ``(minimum, maximum]`` (``[minimum, maximum]`` unless ``strict``), or None
@@ -113,11 +121,7 @@ class Real(Constraint):
     def parse(self, text):
         if self.auto and text == "auto":
             return text
-        try:
-            return float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {'auto or ' if self.auto else ''}a number, got {text!r}") \
-                from None
+        return _parse_number(text, "auto or a number" if self.auto else "a number")
 
     def describe(self):
         return (('"auto" or ' if self.auto else "") + f"float {'>' if self.strict else '>='} {self.minimum:g}"
@@ -132,7 +136,8 @@ class Fraction(Constraint):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < 1:
             raise ParameterError(name, "must be a number strictly between 0 and 1", value)
 
-    parse = Real.parse
+    def parse(self, text):
+        return _parse_number(text, "a number")
 
     def describe(self):
         return "float in (0, 1)"
