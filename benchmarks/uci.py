@@ -93,6 +93,7 @@ from autodeuq import metrics  # noqa: E402
 from autodeuq.data import DataError  # noqa: E402
 from autodeuq.discard import RUNG_UNITS  # noqa: E402
 from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY, SCORES  # noqa: E402
+from autodeuq.errors import ParameterError  # noqa: E402
 from autodeuq.fileio import atomic_write  # noqa: E402
 from autodeuq.options import BY_NAME  # noqa: E402
 from benchmarks.uci_data import DATASETS, VALID_FRACTION, default_data_dir, load_split, n_splits  # noqa: E402
@@ -883,13 +884,15 @@ def parse_splits(text: str) -> list[int]:
 
 
 def pool_fraction(text: str) -> float:
-    """``--selection-pool``'s value: a number in (0, 1]."""
+    """``--selection-pool``'s value: a number, in the bounds of the estimator's ``selection_pool``."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}")
+    try:
+        BY_NAME["selection_pool"].constraint.check("--selection-pool", value)
+    except ParameterError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return value
 
 

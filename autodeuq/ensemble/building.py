@@ -69,7 +69,7 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
     cls = ensemble_class(catalog.task, cls)
     if selector == "auto":
         selector = AUTO_SELECTOR[catalog.task]
-    if isinstance(pool, str) and pool == "auto":
+    if pool == "auto":
         pool = AUTO_POOL[catalog.task]
     ids = catalog.model_ids()
     if not ids:
