@@ -49,6 +49,9 @@ Methods (``--methods``):
   search runs again), the ensemble selected by ``selector="greedy-noreplace"`` (each member
   once, equal weights), what ``selector="auto"``, the default, does for classification; the
   members are refitted again.
+* ``--selection-pool F`` passes ``selection_pool=F`` to the AutoDEUQ methods (greedy selection
+  among the best fraction F of the catalog; default: the estimator's); each record names the
+  fraction used and the members selected.
 * ``autodeuq-ls``: an experiment: the classifier trained with ``label_smoothing=0.01``
   (``LABEL_SMOOTHING``), which bounds how confident a network grows, in catalogs of its own
   (``<table>-ls-split<i>``), selected as by default.
@@ -122,7 +125,13 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: import the check
 
 from autodeuq.data import DataError  # noqa: E402
 from autodeuq.fileio import atomic_write  # noqa: E402
-from benchmarks.uci import check_at_least_one, parse_command_line, parse_splits, portable_command  # noqa: E402
+from benchmarks.uci import (  # noqa: E402
+    check_at_least_one,
+    parse_command_line,
+    parse_splits,
+    pool_fraction,
+    portable_command,
+)
 
 RESULTS = REPO / "benchmarks" / "results" / "classification"
 TABLES = ("wine", "penguins", "breast_cancer", "titanic", "digits", "credit_default")  # smallest first
@@ -494,14 +503,17 @@ def run_autodeuq(data: Split, args, selector: str = "greedy", **options) -> Pred
     suffix = ("-ood" if data.task == "ood" else "") + ("-ls" if options.get("label_smoothing") else "")
     run_dir = Path(args.runs_dir) / f"{data.name}{suffix}-split{data.split}"
     resumed = (run_dir / "catalog.sqlite").exists()
+    if args.selection_pool is not None:
+        options["selection_pool"] = args.selection_pool
     model = AutoDEUQClassifier(max_evals=args.max_evals, workers=args.workers, seed=data.split, run_dir=run_dir,
                                progress=False, selector=selector, **options)
     model.fit(data.x_fit, data.y_fit, X_valid=data.x_valid, y_valid=data.y_valid)
     u = model.predict_uncertainty(data.x_test)
     classes = list(model.classes_)
+    selection = model.ensemble_.selection
     info = {"run_dir": str(run_dir), "resumed": resumed, "selector": selector,
-            "effective_size": model.ensemble_.selection.get("effective_size"),
-            "classes": [int(c) for c in classes]}
+            "selection_pool": selection.get("pool"), "effective_size": selection.get("effective_size"),
+            "members": model.ensemble_.member_ids, "classes": [int(c) for c in classes]}
     return Prediction(_label_columns(u.proba, classes, data.n_classes), np.asarray(u.total_entropy, dtype=float),
                       np.asarray(u.aleatoric_entropy, dtype=float), np.asarray(u.epistemic_mi, dtype=float), info)
 
@@ -745,6 +757,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="autodeuq catalogs (default: runs/classification)")
     p.add_argument("--max-evals", type=int, default=100, help="autodeuq: search evaluations per split (default: 100)")
     p.add_argument("--workers", type=int, default=2, help="autodeuq: concurrent evaluations (default: 2)")
+    p.add_argument("--selection-pool", type=pool_fraction, default=None, metavar="F",
+                   help="autodeuq: select among the best fraction F of each catalog's models (default: the "
+                        "estimator's)")
     p.add_argument("--threads", type=int, default=1,
                    help="threads of TensorFlow, OpenMP, BLAS and CatBoost per run (default: 1)")
     p.add_argument("--machine", default=f"{os.cpu_count()}-core {platform.machine()} CPU",

@@ -13,7 +13,8 @@ EPS = np.finfo(float).eps
 
 
 def namespace(**kw):
-    return argparse.Namespace(**({"threads": 1, "max_evals": 2, "workers": 1, "runs_dir": "runs"} | kw))
+    defaults = {"threads": 1, "max_evals": 2, "workers": 1, "runs_dir": "runs", "selection_pool": None}
+    return argparse.Namespace(**(defaults | kw))
 
 
 @pytest.fixture(scope="module")
@@ -248,6 +249,8 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert code == 2 and "--ood runs on digits only" in line
     code, line = run_main(["--threads", "0", *results], capsys)
     assert code == 2 and "--threads must be >= 1, got 0" in line
+    code, line = run_main(["--selection-pool", "0", *results], capsys)
+    assert code == 2 and "--selection-pool must be" in line and "> 0" in line
     code, line = run_main(["--tables", "iris"], capsys)
     assert code == 2 and "invalid choice: 'iris'" in line
     (tmp_path / "out").mkdir()
@@ -262,14 +265,17 @@ class FakeClassifier:
 
     calls = []
 
-    def __init__(self, max_evals=100, workers=None, seed=None, run_dir=None, progress=True, selector="greedy"):
+    def __init__(self, max_evals=100, workers=None, seed=None, run_dir=None, progress=True, selector="greedy",
+                 **options):
         self.params = dict(max_evals=max_evals, workers=workers, seed=seed, run_dir=run_dir, progress=progress,
-                           selector=selector)
+                           selector=selector, **options)
 
     def fit(self, X, y, X_valid=None, y_valid=None):
         self.calls.append((len(X), len(X_valid), len(y_valid), self.params))
         self.classes_ = np.array([2, 0, 1])
-        self.ensemble_ = argparse.Namespace(selection={"effective_size": 1.5})
+        self.ensemble_ = argparse.Namespace(selection={"effective_size": 1.5,
+                                                       "pool": self.params.get("selection_pool", 1.0)},
+                                            member_ids=[4, 9])
         return self
 
     def predict_uncertainty(self, X):
@@ -280,16 +286,19 @@ class FakeClassifier:
 
 
 @pytest.mark.parametrize("method, selector", [("autodeuq", "greedy"), ("autodeuq-noreplace", "greedy-noreplace")])
-def test_autodeuq_runner_gives_the_benchmark_validation_rows(tables, tmp_path, monkeypatch, method, selector):
+@pytest.mark.parametrize("pool", [None, 0.4])
+def test_autodeuq_runner_gives_the_benchmark_validation_rows(tables, tmp_path, monkeypatch, method, selector, pool):
     monkeypatch.setattr(autodeuq, "AutoDEUQClassifier", FakeClassifier, raising=False)
     monkeypatch.setattr(FakeClassifier, "calls", [])
     data = cls.make_split(tables["wine"], 1)
-    pred = cls.RUNNERS[method](data, namespace(runs_dir=tmp_path, max_evals=7, workers=2))
+    pred = cls.RUNNERS[method](data, namespace(runs_dir=tmp_path, max_evals=7, workers=2, selection_pool=pool))
     (n_x, n_valid, n_y_valid, params), = FakeClassifier.calls
     assert (n_x, n_valid, n_y_valid) == (113, 29, 29)
-    assert params == {"max_evals": 7, "workers": 2, "seed": 1, "run_dir": tmp_path / "wine-split1",
-                      "progress": False, "selector": selector}
+    expected = {"max_evals": 7, "workers": 2, "seed": 1, "run_dir": tmp_path / "wine-split1",
+                "progress": False, "selector": selector}
+    assert params == (expected if pool is None else {**expected, "selection_pool": pool})  # unset: the estimator's
     assert pred.info["resumed"] is False and pred.info["selector"] == selector and pred.info["effective_size"] == 1.5
+    assert pred.info["selection_pool"] == (1.0 if pool is None else pool) and pred.info["members"] == [4, 9]
     np.testing.assert_allclose(pred.proba[0], [0.3, 0.1, 0.6])  # label order 0, 1, 2
     assert (pred.total[0], pred.aleatoric[0], pred.epistemic[0]) == (0.9, 0.7, 0.2)
 
