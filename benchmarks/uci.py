@@ -431,6 +431,16 @@ def catalog_entries(run_dir: Path) -> int | None:
     return len(Catalog(run_dir).to_dataframe()) if (run_dir / "catalog.sqlite").exists() else None
 
 
+def ensemble_settings(refit, pool: float, others: dict | None = None) -> str:
+    """How a record names the settings of its ensemble step (less the recalibration, which
+    :func:`rescore_settings` adds per split): the estimator's ``selection_bags``, the refit, the
+    pool as the fraction used, then ``others`` (options set apart from the defaults)."""
+    from autodeuq import AutoDEUQRegressor
+
+    return (f"selection_bags={AutoDEUQRegressor().selection_bags}, refit={refit}, selection_pool={pool:g}"
+            + "".join(f", {name}={value}" for name, value in (others or {}).items()))
+
+
 def rescore_settings(args, record: dict) -> str:
     """The ensemble-step settings a rescore of ``record`` applies: the selection and refit
     defaults, and the recalibration ``--calibrate`` stands for on that split's rows."""
@@ -440,9 +450,10 @@ def rescore_settings(args, record: dict) -> str:
     return args.settings_base + ("" if calibrate == "none" else f", calibrate={calibrate}")
 
 
-def rescore_one(previous: dict, data, args) -> dict:
-    """The ensemble step again, with the current defaults, on the complete catalog of a recorded
-    autodeuq split (no training: the search resumes with nothing left to do).
+def redone_record(previous: dict, recorded_entries: int, redo, settings: str, command: str) -> dict:
+    """A recorded split of ours with its ensemble step redone on its complete catalog (no training:
+    the search resumes with nothing left to do); ``redo(run_dir)`` fits the estimator there and
+    returns ``(scores, info)``.
 
     The scores are replaced; the earlier ones stay under ``info["rescored"]["previous"]``. The
     wall time stays the recorded one (the search and the ensemble step it ran then), so that the
@@ -451,14 +462,13 @@ def rescore_one(previous: dict, data, args) -> dict:
     """
     run_dir = Path(previous["info"]["run_dir"])
     entries = catalog_entries(run_dir)
-    if entries != previous["info"]["catalog_entries"]:
-        raise RuntimeError(f"{run_dir}: {entries} catalog entries, the record had "
-                           f"{previous['info']['catalog_entries']}; a rescore would train")
-    args = argparse.Namespace(**{**vars(args), "sha_min_epochs": "auto", "sha_rungs": "auto"})  # the catalog's own
+    if entries != recorded_entries:
+        raise RuntimeError(f"{run_dir}: {entries} catalog entries, the record had {recorded_entries}; "
+                           f"a rescore would train")
     t0 = time.time()
-    means, variances, weights, info = RUNNERS[previous["method"]](data, args, run_dir=run_dir)
+    scores, info = redo(run_dir)
     elapsed = time.time() - t0
-    record = {**previous, **score(means, variances, weights, data.y_test)}
+    record = {**previous, **scores}
     info.pop("epochs", None)
     info.pop("resumed_entries", None)  # the catalog was complete: that is not a resumed search
     earlier = {k: previous.get(k) for k in ("nll", "nll_gaussian", "rmse", "coverage_90", "wall_s", "finished")}
@@ -467,11 +477,23 @@ def rescore_one(previous: dict, data, args) -> dict:
     earlier["settings"] = previous["info"].get("rescored", {}).get(
         "settings", "the estimator's defaults on the day recorded, no refit")
     record["info"] = {**previous["info"], **info, "rescored": {
-        "ensemble_s": round(elapsed, 3), "command": args.command,
-        "settings": rescore_settings(args, previous), "previous": earlier}}
+        "ensemble_s": round(elapsed, 3), "command": command, "settings": settings, "previous": earlier}}
     record["wall_s"] = previous["wall_s"]
     record["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
     return record
+
+
+def rescore_one(previous: dict, data, args) -> dict:
+    """The ensemble step again, with the current defaults and the ensemble options given, on the
+    complete catalog of a recorded autodeuq split (:func:`redone_record`)."""
+    args = argparse.Namespace(**{**vars(args), "sha_min_epochs": "auto", "sha_rungs": "auto"})  # the catalog's own
+
+    def redo(run_dir):
+        means, variances, weights, info = RUNNERS[previous["method"]](data, args, run_dir=run_dir)
+        return score(means, variances, weights, data.y_test), info
+
+    return redone_record(previous, previous["info"]["catalog_entries"], redo, rescore_settings(args, previous),
+                         args.command)
 
 
 def run_one(method, data, args) -> dict:
@@ -522,6 +544,19 @@ def defaults_method(dataset: str, records: list[dict]) -> str:
     if not rows:
         return "autodeuq"
     return "autodeuq-sha" if max(rows) > ROWS_RULE else "autodeuq"
+
+
+def rescore_note(ours: list[dict]) -> list[str]:
+    """The report's lines on which of these records of ours had their ensemble step redone, and
+    with what settings (none when none was)."""
+    settings = Counter(r["info"].get("rescored", {}).get("settings") for r in ours)
+    if not ours or list(settings) == [None]:
+        return []
+    parts = ", ".join(f"{n} as first recorded" if s is None else f"{n} with {s}" for s, n in settings.most_common())
+    return [f"Ensemble step of the {len(ours)} AutoDEUQ splits (`--rescore` redoes it on the same catalogs, "
+            f"the earlier scores kept in each record): {parts}. A redone split's wall time is the recorded "
+            f"run's (its search and the ensemble step it ran then); the new step's own time is in its "
+            f"record (`rescored.ensemble_s`).", ""]
 
 
 def write_report(records: list[dict], path: Path) -> str:
@@ -615,17 +650,6 @@ def write_report(records: list[dict], path: Path) -> str:
                  for name, g in groups.items()]
         return [f"On the test RMSE, compared at the two decimals the thesis publishes, {LABELS[DEFAULTS]} is "
                 f"{parts[0]}, {parts[1]} and {parts[2]}.", ""]
-
-    def rescore_note():
-        ours = [r for r in records if r["method"] in RESCORABLE and r["status"] == "done"]
-        settings = Counter(r["info"].get("rescored", {}).get("settings") for r in ours)
-        if not ours or list(settings) == [None]:
-            return []
-        parts = ", ".join(f"{n} as first recorded" if s is None else f"{n} with {s}" for s, n in settings.most_common())
-        return [f"Ensemble step of the {len(ours)} AutoDEUQ splits (`--rescore` redoes it on the same catalogs, "
-                f"the earlier scores kept in each record): {parts}. A redone split's wall time is the recorded "
-                f"run's (its search and the ensemble step it ran then); the new step's own time is in its "
-                f"record (`rescored.ensemble_s`).", ""]
 
     def cost_table():
         lines = ["**Cost per split** (mean wall time in seconds; epochs for the networks)", "",
@@ -766,7 +790,7 @@ def write_report(records: list[dict], path: Path) -> str:
         "Machine: " + ("; ".join(machines) if machines else "–") + "; single-threaded (TensorFlow, OpenMP and "
         "CatBoost threads 1). Wall times are those of that machine in the state it names.",
         "",
-        *rescore_note(),
+        *rescore_note([r for r in records if r["method"] in RESCORABLE and r["status"] == "done"]),
         *measures(),
         *table("nll_gaussian", "Test NLL, moment-matched Gaussian (the measure of the published results; lower is "
                "better)", [p for p in PUBLISHED if PUBLISHED_MEASURE[p] == "gaussian"], best=True),
@@ -992,8 +1016,7 @@ def main(argv=None) -> int:
     pool = AUTO_POOL["regression"] if args.selection_pool is None else args.selection_pool
     others = [name for name in ENSEMBLE_OPTIONS
               if name != "selection_pool" and getattr(args, name) not in (None, getattr(defaults, name))]
-    args.settings_base = (f"selection_bags={defaults.selection_bags}, refit={args.refit}, selection_pool={pool:g}"
-                          + "".join(f", {name}={getattr(args, name)}" for name in others))
+    args.settings_base = ensemble_settings(args.refit, pool, {name: getattr(args, name) for name in others})
     _limit_threads(args.threads)
     args.results.mkdir(parents=True, exist_ok=True)
     done = {(r["method"], r["dataset"], r["split"]): r for r in records}

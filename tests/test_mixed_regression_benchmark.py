@@ -106,6 +106,47 @@ def test_records_resume_and_report(tmp_path, monkeypatch, saratoga):
     assert (out / "mixed_regression.md").read_text() == md
 
 
+def test_rescore_redoes_the_ensemble_step_of_recorded_searches_only(tmp_path, monkeypatch):
+    calls = []
+
+    def fake(data, args, run_dir=None, scale=1.0, members=(1, 2)):
+        calls.append((run_dir, args.space))
+        means, variances, weights, _ = fake_gaussian(data, args)
+        return means, variances * scale, weights, {
+            "run_dir": str(tmp_path / "catalog"), "members": list(members), "weights": [0.5, 0.5],
+            "effective_size": 2.0, "refitted": [], "evaluations": 90, "discarded": 8, "failed": 2, "mutated": 70,
+            "search_s": 12.0 if run_dir is None else 0.1, "inputs": 3, "discarding_decision": None}
+
+    monkeypatch.setitem(mixed.RUNNERS, "autodeuq", fake)
+    monkeypatch.setitem(mixed.RUNNERS, "ngboost", fake_gaussian)
+    entries = {"n": 100}
+    monkeypatch.setattr("benchmarks.uci.catalog_entries", lambda run_dir: entries["n"])
+    out = tmp_path / "out"
+    argv = ["--methods", "autodeuq", "ngboost", "--tables", "saratoga", "--splits", "0", "--results", str(out)]
+    assert mixed.main(argv) == 0
+    first = {r["method"]: r for r in json.loads((out / "mixed_regression_raw.json").read_text())["records"]}
+    monkeypatch.setitem(mixed.RUNNERS, "autodeuq",
+                        lambda data, args, run_dir=None: fake(data, args, run_dir, scale=4.0, members=(2, 5)))
+    assert mixed.main(argv + ["--rescore"]) == 0
+    assert mixed.main(argv + ["--rescore"]) == 0  # already rescored with these settings: nothing to do
+    assert calls == [(None, "tabular"), (tmp_path / "catalog", "tabular")]  # the recorded catalog, its space
+    records = {r["method"]: r for r in json.loads((out / "mixed_regression_raw.json").read_text())["records"]}
+    assert records["ngboost"] == first["ngboost"]  # not ours: untouched
+    record, rescored = records["autodeuq"], records["autodeuq"]["info"]["rescored"]
+    assert rescored["previous"]["nll_gaussian"] == first["autodeuq"]["nll_gaussian"] != record["nll_gaussian"]
+    assert rescored["previous"]["members"] == [1, 2] and record["info"]["members"] == [2, 5]
+    assert record["info"]["search_s"] == 12.0 and record["wall_s"] == first["autodeuq"]["wall_s"]  # the search's
+    assert rescored["settings"] == "selection_bags=0, refit=auto, selection_pool=0.4, calibrate=scale"  # 1382 rows
+    assert "Ensemble step of the 1 AutoDEUQ splits (`--rescore`" in (out / "mixed_regression.md").read_text()
+    # A catalog that is not the recorded one (it would train) is refused.
+    entries["n"] = 99
+    records["autodeuq"]["info"].pop("rescored")
+    mixed.update_raw(out / "mixed_regression_raw.json", records["autodeuq"], mixed.RAW_FORMAT)
+    with pytest.raises(RuntimeError, match="99 catalog entries, the record had 100; a rescore would train"):
+        mixed.main(argv + ["--rescore"])
+    assert len(calls) == 2
+
+
 def test_a_failing_run_is_recorded_and_listed(tmp_path, monkeypatch):
     def broken(data, args):
         raise mixed.MethodError("no prediction")
