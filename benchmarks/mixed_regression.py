@@ -55,9 +55,9 @@ Methods (``--methods``):
   models it trained.
 
 ``--rescore`` redoes only the ensemble step of the recorded ``autodeuq`` splits on their complete
-catalogs (nothing is trained), with the estimator's current defaults, where a record's ensemble
-step had other settings; the earlier scores stay in the record (``info.rescored.previous``), its
-wall time stays the recorded one.
+catalogs (nothing is trained), with the estimator's current defaults (``--selection-pool``: another
+pool), where a record's ensemble step had other settings; the earlier scores stay in the record
+(``info.rescored.previous``), its wall time stays the recorded one.
 
 Results: ``--results``/mixed_regression_raw.json gets one record per (method, table, split) as
 soon as it is finished; recorded ones are skipped, so a stopped run picks up where it was (a failed
@@ -116,6 +116,7 @@ from benchmarks.uci import (  # noqa: E402
     ensemble_settings,
     parse_command_line,
     parse_splits,
+    pool_fraction,
     portable_command,
     redone_record,
     rescore_note,
@@ -225,8 +226,9 @@ def run_autodeuq(data: Split, args, run_dir=None):
 
     run_dir = Path(args.runs_dir) / f"{data.name}-split{data.split}" if run_dir is None else Path(run_dir)
     resumed_entries = catalog_entries(run_dir) or 0
+    pool = {} if args.selection_pool is None else {"selection_pool": args.selection_pool}
     model = AutoDEUQRegressor(space=args.space, early_discarding=args.early_discarding, max_evals=args.max_evals,
-                              workers=args.workers, seed=data.split, run_dir=run_dir, progress=False)
+                              workers=args.workers, seed=data.split, run_dir=run_dir, progress=False, **pool)
     model.fit(data.x_fit, data.y_fit[:, 0], X_valid=data.x_valid, y_valid=data.y_valid[:, 0])
     means, variances = model.ensemble_.components(data.x_test)
     summary = model.search_summary_
@@ -489,6 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="autodeuq catalogs (default: runs/mixed_regression)")
     p.add_argument("--max-evals", type=int, default=100, help="autodeuq: search evaluations per split (default: 100)")
     p.add_argument("--workers", type=int, default=2, help="autodeuq: concurrent evaluations (default: 2)")
+    p.add_argument("--selection-pool", type=pool_fraction, default=None, metavar="F",
+                   help="autodeuq: select among the best fraction F of each catalog's models (default: the "
+                        "estimator's); with --rescore, the recorded splits are redone with it")
     p.add_argument("--early-discarding", choices=discard.POLICIES, default="auto",
                    help="autodeuq: the estimator's early_discarding (default: auto, its default); keep records "
                         "of another apart with --results and --runs-dir")
@@ -521,7 +526,8 @@ def main(argv=None) -> int:
     from autodeuq.ensemble.options import AUTO_POOL
 
     defaults = AutoDEUQRegressor()
-    args.calibrate, args.settings_base = defaults.calibrate, ensemble_settings(defaults.refit, AUTO_POOL["regression"])
+    pool = AUTO_POOL["regression"] if args.selection_pool is None else args.selection_pool
+    args.calibrate, args.settings_base = defaults.calibrate, ensemble_settings(defaults.refit, pool)
     _limit_threads(args.threads)
     args.results.mkdir(parents=True, exist_ok=True)
     done = {(r["method"], r["table"], r["split"]): r for r in records}

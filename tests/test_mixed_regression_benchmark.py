@@ -13,7 +13,7 @@ from benchmarks import mixed_regression as mixed
 
 def namespace(**kw):
     return argparse.Namespace(**({"threads": 1, "max_evals": 2, "workers": 1, "runs_dir": "runs",
-                                  "space": "tabular", "early_discarding": "auto",
+                                  "space": "tabular", "early_discarding": "auto", "selection_pool": None,
                                   "autogluon_python": None, "autogluon_time_limit": 10} | kw))
 
 
@@ -138,13 +138,22 @@ def test_rescore_redoes_the_ensemble_step_of_recorded_searches_only(tmp_path, mo
     assert record["info"]["search_s"] == 12.0 and record["wall_s"] == first["autodeuq"]["wall_s"]  # the search's
     assert rescored["settings"] == "selection_bags=0, refit=auto, selection_pool=0.4, calibrate=scale"  # 1382 rows
     assert "Ensemble step of the 1 AutoDEUQ splits (`--rescore`" in (out / "mixed_regression.md").read_text()
+    # Another pool is another setting: the split is due again, and the pool reaches the estimator.
+    pools = []
+    monkeypatch.setitem(mixed.RUNNERS, "autodeuq",
+                        lambda data, args, run_dir=None: pools.append(args.selection_pool) or fake(data, args, run_dir))
+    assert mixed.main(argv + ["--rescore", "--selection-pool", "0.6"]) == 0
+    assert pools == [0.6]
+    (record,) = [r for r in json.loads((out / "mixed_regression_raw.json").read_text())["records"]
+                 if r["method"] == "autodeuq"]
+    assert record["info"]["rescored"]["settings"].startswith("selection_bags=0, refit=auto, selection_pool=0.6,")
     # A catalog that is not the recorded one (it would train) is refused.
     entries["n"] = 99
     records["autodeuq"]["info"].pop("rescored")
     mixed.update_raw(out / "mixed_regression_raw.json", records["autodeuq"], mixed.RAW_FORMAT)
     with pytest.raises(RuntimeError, match="99 catalog entries, the record had 100; a rescore would train"):
         mixed.main(argv + ["--rescore"])
-    assert len(calls) == 2
+    assert len(calls) == 3
 
 
 def test_a_failing_run_is_recorded_and_listed(tmp_path, monkeypatch):
