@@ -24,6 +24,8 @@ Choices that keep tracing cheap and rare:
   of the vector used as they are (no reshape), and it is called as a concrete function that
   returns both losses in one tensor: fewer ops to trace, instantiate and run at every step, and
   one transfer to the host per epoch. None of this changes a number (the tests compare runs).
+* On a machine without a visible GPU, the epoch is traced and run under TensorFlow's
+  single-threaded executor (:func:`_epoch_executor`): its ops run one after the other anyway.
 
 Long-lived workers: each training resets Keras' session state; the objects alive after the first
 training's imports are moved out of the garbage collector's sight (``gc.freeze``), and full
@@ -39,6 +41,7 @@ switch of :func:`_graph_optimizer_off`, are per process).
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import math
@@ -62,6 +65,7 @@ from .space import SpaceError
 TRAINER_CACHE_SIZE = 4  # compiled epochs kept for reuse (each holds its graph and parameter vectors)
 FULL_GC_EVERY = 20  # trainings between full garbage collections
 GRAPPLER_IN_TRAINING = False  # see _graph_optimizer_off
+SINGLE_THREADED_EPOCHS = True  # see _epoch_executor
 
 
 # --------------------------------------------------------------------------- threads
@@ -339,10 +343,11 @@ class CompiledTrainer:
     def run_epoch(self, x, y, x_valid, y_valid, batch_size):
         """One epoch (traced at the first call): ``(losses, valid_out)``, ``losses`` holding the
         mean training loss and the validation loss, ``valid_out`` the validation outputs."""
-        if self._concrete_epoch is None:
-            # calling the traced graph directly skips tf.function's per-call argument matching
-            self._concrete_epoch = self._epoch_function.get_concrete_function()
-        return self._concrete_epoch(x, y, x_valid, y_valid, batch_size)
+        with _epoch_executor():
+            if self._concrete_epoch is None:
+                # calling the traced graph directly skips tf.function's per-call argument matching
+                self._concrete_epoch = self._epoch_function.get_concrete_function()
+            return self._concrete_epoch(x, y, x_valid, y_valid, batch_size)
 
     @tf.autograph.experimental.do_not_convert
     def _weights(self):
@@ -761,6 +766,28 @@ def _graph_optimizer_off():
         yield
     finally:
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": previous})
+
+
+def _epoch_executor():
+    """The executor that traces and runs the compiled epochs: TensorFlow's single-threaded one on
+    a machine without a visible GPU (when :data:`SINGLE_THREADED_EPOCHS`), the default otherwise.
+
+    The epochs' ops run one after the other anyway (each step needs the previous one's weights;
+    each kernel still uses the intra-op threads), so the default executor's scheduling for
+    concurrent ops is pure cost at every op of every step. Traced under this executor, the epoch's
+    ``while_loop`` also stays a functional op (it is not lowered to v1 control flow, which that
+    executor cannot run). The numbers are the same (the tests compare runs); the time saved is in
+    ``benchmarks/results/training_speed.md``. Where a GPU is visible the default executor stays: a
+    function placed across host and device memory needs what the single-threaded one lacks.
+    """
+    if not SINGLE_THREADED_EPOCHS or _gpu_visible():
+        return contextlib.nullcontext()
+    return tf.experimental.function_executor_type("SINGLE_THREADED_EXECUTOR")
+
+
+@functools.cache
+def _gpu_visible() -> bool:
+    return bool(tf.config.list_physical_devices("GPU"))
 
 
 def _outputs(model: keras.Model, x, batch_size: int) -> np.ndarray:

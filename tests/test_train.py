@@ -1,4 +1,5 @@
 """The compiled training loop: loss, bookkeeping semantics, results, failures, reproducibility."""
+import contextlib
 import math
 import warnings
 
@@ -259,6 +260,30 @@ def test_reproducible_and_seed_sensitive(space, data):
     assert b.extra["reused_trace"] and b.extra["traces"] == 0
     assert a.objective == b.objective and a.history == b.history
     assert c.objective != a.objective
+
+
+def test_the_single_threaded_executor_keeps_the_numbers_and_the_loop_functional(space, data, monkeypatch):
+    """The epochs trace and run under TensorFlow's single-threaded executor where no GPU is
+    visible: the same losses as the default executor, and a ``while_loop`` that stays a functional
+    op (v1 control flow, which that executor cannot run, would fail the training)."""
+    import autodeuq.train as training
+
+    cfg = config(space, optimizer="adam", lr=0.01, batch_size=8)
+    runs = {}
+    for single in (False, True):
+        monkeypatch.setattr(training, "SINGLE_THREADED_EPOCHS", single)
+        clear_trainer_cache()
+        runs[single] = train(cfg, space, data, seed=5, epochs=4)
+        assert runs[single].ok and runs[single].extra["traces"] == 1
+        (trainer,) = training._CACHE.values()
+        graph = trainer._concrete_epoch.graph
+        (loop,) = [op for op in graph.get_operations() if op.type in ("While", "StatelessWhile")]
+        lowered = loop.node_def.attr["_lower_using_switch_merge"].b  # False where the attribute is absent
+        assert lowered is (not single)
+    assert runs[True].history == runs[False].history and runs[True].objective == runs[False].objective
+    monkeypatch.setattr(training, "_gpu_visible", lambda: True)  # a GPU: the default executor
+    assert isinstance(training._epoch_executor(), contextlib.nullcontext)
+    clear_trainer_cache()
 
 
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
