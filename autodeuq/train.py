@@ -777,8 +777,9 @@ def _epoch_executor():
     concurrent ops is pure cost at every op of every step. Traced under this executor, the epoch's
     ``while_loop`` also stays a functional op (it is not lowered to v1 control flow, which that
     executor cannot run). The numbers are the same (the tests compare runs); the time saved is in
-    ``benchmarks/results/training_speed.md``. Where a GPU is visible the default executor stays: a
-    function placed across host and device memory needs what the single-threaded one lacks.
+    ``benchmarks/results/training_speed.md``. Where a GPU is visible the default executor stays:
+    the single-threaded one does not run asynchronous kernels, which a function split between host
+    and device uses to pass tensors (and it was never tried on a GPU).
     """
     if not SINGLE_THREADED_EPOCHS or _gpu_visible():
         return contextlib.nullcontext()
