@@ -11,7 +11,8 @@ SELECTORS = ("auto", *METHODS)
 AUTO_SELECTOR = {"regression": "greedy", "classification": "greedy-noreplace"}
 #: What ``pool="auto"`` is, per task: the fraction of a catalog's models, best first by their own
 #: validation score, that selection may take (docs/decisions/selection.md, "The selection pool"):
-#: the best 40 % for regression; the whole catalog for classification, where it was not measured.
+#: the best 40 % for regression; the whole catalog for classification, where the best 40 % made no
+#: difference that the benchmark could tell apart.
 AUTO_POOL = {"regression": 0.4, "classification": 1.0}
 #: Scores of an ensemble (``score``); "objective" is reserved for the search's (a model's validation NLL).
 SCORES = ("mixture", "gaussian")
