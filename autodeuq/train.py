@@ -25,7 +25,7 @@ Choices that keep tracing cheap and rare:
   returns both losses in one tensor: fewer ops to trace, instantiate and run at every step, and
   one transfer to the host per epoch. None of this changes a number (the tests compare runs).
 * On a machine without a visible GPU, the epoch is traced and run under TensorFlow's
-  single-threaded executor (:func:`_epoch_executor`): its ops run one after the other anyway.
+  single-threaded executor (:func:`_single_threaded_wanted`): its ops run one after the other anyway.
 
 Long-lived workers: each training resets Keras' session state; the objects alive after the first
 training's imports are moved out of the garbage collector's sight (``gc.freeze``), and full
@@ -65,7 +65,7 @@ from .space import SpaceError
 TRAINER_CACHE_SIZE = 4  # compiled epochs kept for reuse (each holds its graph and parameter vectors)
 FULL_GC_EVERY = 20  # trainings between full garbage collections
 GRAPPLER_IN_TRAINING = False  # see _graph_optimizer_off
-SINGLE_THREADED_EPOCHS = True  # see _epoch_executor
+SINGLE_THREADED_EPOCHS = True  # see _single_threaded_wanted
 
 
 # --------------------------------------------------------------------------- threads
@@ -336,18 +336,33 @@ class CompiledTrainer:
         self.optimizer = FlatOptimizer(optimizer_name, size)
         self.generator = tf.random.Generator.from_seed(0)
         self.traces = 0  # Python-side count of traces of the epoch function
-        spec = [tf.TensorSpec([None, None], tf.float32)] * 4 + [tf.TensorSpec([], tf.int32)]
-        self._epoch_function = tf.function(self._epoch, input_signature=spec, autograph=False)
         self._concrete_epoch = None
+        self._executor = contextlib.nullcontext  # the executor the traced epoch runs under
 
     def run_epoch(self, x, y, x_valid, y_valid, batch_size):
         """One epoch (traced at the first call): ``(losses, valid_out)``, ``losses`` holding the
         mean training loss and the validation loss, ``valid_out`` the validation outputs."""
-        with _epoch_executor():
-            if self._concrete_epoch is None:
-                # calling the traced graph directly skips tf.function's per-call argument matching
-                self._concrete_epoch = self._epoch_function.get_concrete_function()
+        if self._concrete_epoch is None:
+            self._concrete_epoch, self._executor = self._trace()
+        with self._executor():
             return self._concrete_epoch(x, y, x_valid, y_valid, batch_size)
+
+    def _trace(self):
+        """The epoch's concrete function (calling it directly skips tf.function's per-call
+        argument matching) and the executor it runs under: TensorFlow's single-threaded one
+        where :func:`_single_threaded_wanted`, unless the traced loop body runs functions of its
+        own (then it is traced again for the default executor; see :data:`NESTED_FUNCTION_OPS`)."""
+        if _single_threaded_wanted():
+            with _single_threaded():
+                concrete = self._traced()
+            if not _runs_nested_functions(concrete):
+                return concrete, _single_threaded
+        return self._traced(), contextlib.nullcontext
+
+    def _traced(self):
+        """A fresh trace of :meth:`_epoch` (under the executor of the caller's context)."""
+        spec = [tf.TensorSpec([None, None], tf.float32)] * 4 + [tf.TensorSpec([], tf.int32)]
+        return tf.function(self._epoch, input_signature=spec, autograph=False).get_concrete_function()
 
     @tf.autograph.experimental.do_not_convert
     def _weights(self):
@@ -768,9 +783,16 @@ def _graph_optimizer_off():
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": previous})
 
 
-def _epoch_executor():
-    """The executor that traces and runs the compiled epochs: TensorFlow's single-threaded one on
-    a machine without a visible GPU (when :data:`SINGLE_THREADED_EPOCHS`), the default otherwise.
+#: Ops that run functions of their own. Inside the epoch's loop body they can stall TensorFlow's
+#: single-threaded executor (a ``tf.cond`` in the body, with one inter-op thread, never returned), so
+#: an epoch whose body holds one runs under the default executor.
+NESTED_FUNCTION_OPS = frozenset({"If", "StatelessIf", "Case", "StatelessCase", "While", "StatelessWhile",
+                                 "PartitionedCall", "StatefulPartitionedCall"})
+
+
+def _single_threaded_wanted() -> bool:
+    """Whether the compiled epochs should trace and run under TensorFlow's single-threaded
+    executor: when :data:`SINGLE_THREADED_EPOCHS` and no GPU is visible.
 
     The epochs' ops run one after the other anyway (each step needs the previous one's weights;
     each kernel still uses the intra-op threads), so the default executor's scheduling for
@@ -781,9 +803,17 @@ def _epoch_executor():
     the single-threaded one does not run asynchronous kernels, which a function split between host
     and device uses to pass tensors (and it was never tried on a GPU).
     """
-    if not SINGLE_THREADED_EPOCHS or _gpu_visible():
-        return contextlib.nullcontext()
+    return SINGLE_THREADED_EPOCHS and not _gpu_visible()
+
+
+def _single_threaded():
     return tf.experimental.function_executor_type("SINGLE_THREADED_EXECUTOR")
+
+
+def _runs_nested_functions(concrete) -> bool:
+    """Whether a traced epoch's loop (a function of its graph's library) runs functions of its own."""
+    return any(node.op in NESTED_FUNCTION_OPS for function in concrete.graph.as_graph_def().library.function
+               for node in function.node_def)
 
 
 @functools.cache

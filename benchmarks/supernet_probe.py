@@ -26,6 +26,7 @@ networks of the shipped spaces (the largest difference is printed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -299,9 +300,12 @@ class SupernetTrainer(CompiledTrainer):
         self.optimizer = FlatOptimizer(optimizer_name, 0)
         self.generator = tf.random.Generator.from_seed(0)
         self.traces = 0
-        spec = [tf.TensorSpec([None, None], tf.float32)] * 4 + [tf.TensorSpec([], tf.int32)]
-        self._epoch_function = tf.function(self._epoch, input_signature=spec, autograph=False)
         self._concrete_epoch = None
+
+    def _trace(self):
+        # its switches are tf.cond and tf.switch_case inside the loop: the default executor, as the
+        # product's trainer falls back to for such loops (autodeuq.train.NESTED_FUNCTION_OPS)
+        return self._traced(), contextlib.nullcontext
 
     def load(self, space, arch) -> None:
         self.shapes = self.program.load(space, arch)

@@ -1,5 +1,4 @@
 """The compiled training loop: loss, bookkeeping semantics, results, failures, reproducibility."""
-import contextlib
 import math
 import warnings
 
@@ -14,6 +13,7 @@ from autodeuq.model import model_from_bytes
 from autodeuq.optimizers import OPTIMIZERS
 from autodeuq.space import SearchSpace
 from autodeuq.train import (
+    CompiledTrainer,
     EpochBookkeeper,
     clear_trainer_cache,
     configure_threads,
@@ -262,6 +262,11 @@ def test_reproducible_and_seed_sensitive(space, data):
     assert c.objective != a.objective
 
 
+def _loop_lowered(trainer) -> bool:
+    (loop,) = [op for op in trainer._concrete_epoch.graph.get_operations() if op.type in ("While", "StatelessWhile")]
+    return loop.node_def.attr["_lower_using_switch_merge"].b  # False where the attribute is absent
+
+
 def test_the_single_threaded_executor_keeps_the_numbers_and_the_loop_functional(space, data, monkeypatch):
     """The epochs trace and run under TensorFlow's single-threaded executor where no GPU is
     visible: the same losses as the default executor, and a ``while_loop`` that stays a functional
@@ -270,20 +275,53 @@ def test_the_single_threaded_executor_keeps_the_numbers_and_the_loop_functional(
 
     cfg = config(space, optimizer="adam", lr=0.01, batch_size=8)
     runs = {}
-    for single in (False, True):
+    for single, gpu in ((False, False), (True, False), (True, True)):
         monkeypatch.setattr(training, "SINGLE_THREADED_EPOCHS", single)
+        monkeypatch.setattr(training, "_gpu_visible", lambda gpu=gpu: gpu)  # a GPU: the default executor
         clear_trainer_cache()
-        runs[single] = train(cfg, space, data, seed=5, epochs=4)
-        assert runs[single].ok and runs[single].extra["traces"] == 1
+        runs[single, gpu] = train(cfg, space, data, seed=5, epochs=4)
+        assert runs[single, gpu].ok and runs[single, gpu].extra["traces"] == 1
         (trainer,) = training._CACHE.values()
-        graph = trainer._concrete_epoch.graph
-        (loop,) = [op for op in graph.get_operations() if op.type in ("While", "StatelessWhile")]
-        lowered = loop.node_def.attr["_lower_using_switch_merge"].b  # False where the attribute is absent
-        assert lowered is (not single)
-    assert runs[True].history == runs[False].history and runs[True].objective == runs[False].objective
-    monkeypatch.setattr(training, "_gpu_visible", lambda: True)  # a GPU: the default executor
-    assert isinstance(training._epoch_executor(), contextlib.nullcontext)
+        assert _loop_lowered(trainer) is not (single and not gpu)
+        assert (trainer._executor is training._single_threaded) is (single and not gpu)
+    assert runs[True, False].history == runs[False, False].history == runs[True, True].history
     clear_trainer_cache()
+
+
+class _BranchingTrainer(CompiledTrainer):
+    """A trainer whose loop body holds a ``tf.cond`` (an identity on the gradient)."""
+
+    def _flat_gradient(self, grads):
+        flat = super()._flat_gradient(grads)
+        return tf.cond(tf.reduce_all(tf.math.is_finite(flat)), lambda: flat, lambda: flat)
+
+
+def test_a_loop_that_runs_functions_of_its_own_falls_back_to_the_default_executor(space, data):
+    """Nested control flow in the loop body can stall the single-threaded executor (with one
+    inter-op thread a ``tf.cond`` there never returned), so such an epoch is traced again for the
+    default executor, and trains to the same numbers."""
+    import autodeuq.train as training
+    from autodeuq.plan import NetworkPlan, NetworkProgram
+
+    arch = [dense(space, 8, "relu"), 0, 0, 1, 1]
+    network_plan = NetworkPlan.from_arch(space, arch, data.x_train.shape[1], 1)
+    model = network_plan.build_model()
+    tensors = [tf.constant(np.asarray(a, np.float32).reshape(len(a), -1))
+               for a in (data.x_train, data.y_train, data.x_valid, data.y_valid)] + [tf.constant(16)]
+    losses = []
+    for kind in (CompiledTrainer, _BranchingTrainer):
+        trainer = kind(model, NetworkProgram(network_plan, model), "adam")
+        trainer.reset([v.value.numpy() for v in model.trainable_variables], 1e-2, 0)
+        with training._graph_optimizer_off():
+            # the decision first (as run_epoch's first call takes it), so that a wrong one fails here
+            trainer._concrete_epoch, trainer._executor = trainer._trace()
+            nested = kind is _BranchingTrainer
+            assert training._runs_nested_functions(trainer._concrete_epoch) is nested
+            assert (trainer._executor is training._single_threaded) is (training._single_threaded_wanted()
+                                                                         and not nested)
+            assert trainer.traces == (2 if nested and training._single_threaded_wanted() else 1)
+            losses.append([trainer.run_epoch(*tensors)[0].numpy() for _ in range(3)])
+    np.testing.assert_array_equal(losses[0], losses[1])
 
 
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
