@@ -113,6 +113,7 @@ from benchmarks.uci import (  # noqa: E402
     add_space_option,
     check_at_least_one,
     check_space,
+    due_for_rescore,
     ensemble_settings,
     parse_command_line,
     parse_splits,
@@ -523,11 +524,9 @@ def main(argv=None) -> int:
         parser.error("the autogluon method needs --autogluon-python (or leave it out of --methods)")
     check_space(parser, args.space)
     from autodeuq import AutoDEUQRegressor
-    from autodeuq.ensemble.options import AUTO_POOL
 
     defaults = AutoDEUQRegressor()
-    pool = AUTO_POOL["regression"] if args.selection_pool is None else args.selection_pool
-    args.calibrate, args.settings_base = defaults.calibrate, ensemble_settings(defaults.refit, pool)
+    args.calibrate, args.settings_base = defaults.calibrate, ensemble_settings(defaults.refit, args.selection_pool)
     _limit_threads(args.threads)
     args.results.mkdir(parents=True, exist_ok=True)
     done = {(r["method"], r["table"], r["split"]): r for r in records}
@@ -535,9 +534,8 @@ def main(argv=None) -> int:
     for split in args.splits:
         for name in args.tables:
             if args.rescore:  # recorded searches of ours whose ensemble step has not had these settings
-                todo = [m for m in args.methods if m in RESCORABLE and done.get((m, name, split), {}).get("status")
-                        == "done" and done[(m, name, split)]["info"].get("rescored", {}).get("settings")
-                        != rescore_settings(args, done[(m, name, split)])]
+                todo = [m for m in args.methods if m in RESCORABLE and due_for_rescore(done.get((m, name, split), {}),
+                                                                                      args)]
             else:
                 todo = [m for m in args.methods if done.get((m, name, split)) is None
                         or (args.retry_failed and done[(m, name, split)].get("status") != "done")]

@@ -431,14 +431,24 @@ def catalog_entries(run_dir: Path) -> int | None:
     return len(Catalog(run_dir).to_dataframe()) if (run_dir / "catalog.sqlite").exists() else None
 
 
-def ensemble_settings(refit, pool: float, others: dict | None = None) -> str:
+def ensemble_settings(refit, pool: float | None, others: dict | None = None) -> str:
     """How a record names the settings of its ensemble step (less the recalibration, which
     :func:`rescore_settings` adds per split): the estimator's ``selection_bags``, the refit, the
-    pool as the fraction used, then ``others`` (options set apart from the defaults)."""
+    pool as the fraction used (None: the regression default's; "auto" has meant the whole catalog
+    before, so the fraction is always named), then ``others`` (options set apart from the defaults)."""
     from autodeuq import AutoDEUQRegressor
+    from autodeuq.ensemble.options import AUTO_POOL
 
+    pool = AUTO_POOL["regression"] if pool is None else pool
     return (f"selection_bags={AutoDEUQRegressor().selection_bags}, refit={refit}, selection_pool={pool:g}"
             + "".join(f", {name}={value}" for name, value in (others or {}).items()))
+
+
+def due_for_rescore(record: dict, args) -> bool:
+    """Whether a recorded split of ours is done and its ensemble step had other settings than a
+    rescore with ``args`` applies (:func:`rescore_settings`)."""
+    return (record.get("status") == "done"
+            and record["info"].get("rescored", record["info"]).get("settings") != rescore_settings(args, record))
 
 
 def rescore_settings(args, record: dict) -> str:
@@ -1008,15 +1018,13 @@ def main(argv=None) -> int:
     except DataError as exc:
         parser.error(str(exc))
     from autodeuq import AutoDEUQRegressor
-    from autodeuq.ensemble.options import AUTO_POOL
 
     check_space(parser, args.space)
     defaults = AutoDEUQRegressor()
-    # the pool always named, as the fraction used: "auto" has meant the whole catalog before
-    pool = AUTO_POOL["regression"] if args.selection_pool is None else args.selection_pool
     others = [name for name in ENSEMBLE_OPTIONS
               if name != "selection_pool" and getattr(args, name) not in (None, getattr(defaults, name))]
-    args.settings_base = ensemble_settings(args.refit, pool, {name: getattr(args, name) for name in others})
+    args.settings_base = ensemble_settings(args.refit, args.selection_pool,
+                                           {name: getattr(args, name) for name in others})
     _limit_threads(args.threads)
     args.results.mkdir(parents=True, exist_ok=True)
     done = {(r["method"], r["dataset"], r["split"]): r for r in records}
@@ -1024,8 +1032,7 @@ def main(argv=None) -> int:
         for split in args.splits:
             if args.rescore:
                 recorded = {m: done.get((m, name, split), {}) for m in args.methods if m in RESCORABLE}
-                todo = [m for m, r in recorded.items() if r.get("status") == "done"
-                        and r["info"].get("rescored", r["info"]).get("settings") != rescore_settings(args, r)]
+                todo = [m for m, r in recorded.items() if due_for_rescore(r, args)]
             else:
                 todo = [m for m in args.methods if (m, name, split) not in done]
             if not todo:
