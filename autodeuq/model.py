@@ -8,7 +8,9 @@ are involved:
   trainer optimizes;
 * the *scaled* network (:func:`with_scaling`) wraps the core between :class:`Standardize` and
   :class:`Unstandardize`, so it takes inputs and returns means and variances in the original
-  units. This is the model that is saved and handed to users.
+  units. This is the model that is saved and handed to users. A training writes its file
+  without building either (:func:`autodeuq.keras_file.network_bytes`); the file reloads to this
+  model.
 
 The custom layers are registered serializable layers (:mod:`autodeuq.layers`, imported here), so
 a saved ``.keras`` file reloads with ``keras.models.load_model(path)`` in safe mode once this
@@ -28,10 +30,14 @@ from .layers import (  # importing autodeuq.layers registers every custom layer
     Standardize,
     Unstandardize,
 )
-from .plan import NetworkPlan
+from .plan import CORE_NAME, INPUT_NAME, NetworkPlan
+
+SCALED_NAME = "autodeuq_network"  #: the saved model's name
+STANDARDIZE_NAME = "standardize"
+UNSTANDARDIZE_NAME = "unstandardize"
 
 
-def build_network(space, arch, n_features: int, n_targets: int, name: str = "autodeuq_core",
+def build_network(space, arch, n_features: int, n_targets: int, name: str = CORE_NAME,
                   n_classes: int | None = None) -> keras.Model:
     """The core network of an architecture vector, in standardized units.
 
@@ -59,7 +65,7 @@ def build_network(space, arch, n_features: int, n_targets: int, name: str = "aut
     return NetworkPlan.from_arch(space, arch, n_features, n_targets, n_classes).build_model(name)
 
 
-def with_scaling(core: keras.Model, scaler, name: str = "autodeuq_network", classifier: bool = False) -> keras.Model:
+def with_scaling(core: keras.Model, scaler, name: str = SCALED_NAME, classifier: bool = False) -> keras.Model:
     """Wrap a core network so it takes and returns original units.
 
     Parameters
@@ -79,11 +85,11 @@ def with_scaling(core: keras.Model, scaler, name: str = "autodeuq_network", clas
         classifier's logits.
     """
     n_features = core.input_shape[-1]
-    inputs = keras.Input(shape=(n_features,), name="features")
-    z = Standardize(scaler.x_mean, scaler.x_std, name="standardize")(inputs)
+    inputs = keras.Input(shape=(n_features,), name=INPUT_NAME)
+    z = Standardize(scaler.x_mean, scaler.x_std, name=STANDARDIZE_NAME)(inputs)
     out = core(z)
     if not classifier:
-        out = Unstandardize(scaler.y_mean, scaler.y_std, name="unstandardize")(out)
+        out = Unstandardize(scaler.y_mean, scaler.y_std, name=UNSTANDARDIZE_NAME)(out)
     return keras.Model(inputs, out, name=name)
 
 

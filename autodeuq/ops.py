@@ -11,7 +11,10 @@ An op pairs, as a Keras layer pairs ``call`` and ``get_config`` (or a PyTorch
   activation gradient kernels of :mod:`autodeuq.activations`); an op that does not write it
   inherits :meth:`Op.backward`, which takes the gradients from a ``tf.GradientTape`` recorded
   around its forward (:meth:`Op.taped_forward`). A new kind of layer is therefore one subclass.
-* :meth:`Op.config`: what identifies the op, for the trainer's cache of compiled epochs.
+* :meth:`Op.config`: what identifies the op, for the trainer's cache of compiled epochs;
+* :meth:`Op.output_width`, :meth:`Op.weight_shapes`, :meth:`Op.initial_weights` and
+  :meth:`Op.initial_state`: its weights as its Keras layer would start them, so that a training
+  needs no Keras model (:meth:`autodeuq.plan.NetworkPlan.initial_values`).
 
 Training and inference, and state. As Keras passes ``training`` to a layer's ``call`` only when
 its signature names it, the program passes these keywords to a ``forward`` that names them:
@@ -34,6 +37,8 @@ import inspect
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import keras
+import numpy as np
 import tensorflow as tf
 from keras import layers
 
@@ -81,6 +86,29 @@ class Op:
     def call_layer(self, layer: layers.Layer, tensors: list):
         """Apply ``layer`` (from :meth:`layer`) to the symbolic tensors of :attr:`inputs`."""
         return layer(*tensors)
+
+    def output_width(self, widths: list[int]) -> int:
+        """The width of the op's output, from its inputs' widths."""
+        return widths[0]
+
+    def weight_shapes(self, widths: list[int]) -> list[tuple[int, ...]]:
+        """The shapes of its layer's trainable weights (in the order of ``trainable_variables``),
+        from its inputs' widths."""
+        return []
+
+    def state_shapes(self, widths: list[int]) -> list[tuple[int, ...]]:
+        """The shapes of its state (:meth:`state_variables`), from its inputs' widths."""
+        return []
+
+    def initial_weights(self, widths: list[int]) -> list[np.ndarray]:
+        """Its layer's trainable weights as a new Keras layer starts them, drawn as that layer
+        draws them. Called op by op in the plan's order after ``keras.utils.set_random_seed(s)``,
+        they are the weights of the Keras model the plan builds after the same call."""
+        return [np.zeros(s, np.float32) for s in self.weight_shapes(widths)]
+
+    def initial_state(self, widths: list[int]) -> list[np.ndarray]:
+        """Its state as a new Keras layer starts it."""
+        return []
 
     def forward(self, weights: list, inputs: list):
         """``(output, saved)``: the output from the layer's weights (in the order of its
@@ -153,6 +181,19 @@ class Dense(Op):
 
     def layer(self):
         return layers.Dense(self.units, activation=self.activation.keras(), name=self.name)
+
+    def output_width(self, widths):
+        return self.units
+
+    def weight_shapes(self, widths):
+        return [(widths[0], self.units), (self.units,)]
+
+    def initial_weights(self, widths):
+        # Keras' Dense: a Glorot-uniform kernel whose seed is drawn when the layer is made (from
+        # the generator keras.utils.set_random_seed seeds), and a zero bias
+        kernel_shape, bias_shape = self.weight_shapes(widths)
+        kernel = keras.initializers.GlorotUniform()(kernel_shape, dtype="float32")
+        return [np.asarray(kernel, np.float32), np.zeros(bias_shape, np.float32)]
 
     def forward(self, weights, inputs):
         kernel, bias = weights
@@ -246,6 +287,13 @@ class Dropout(Op):
     def layer(self):
         return layers.Dropout(self.rate, name=self.name)
 
+    def initial_weights(self, widths):
+        if self.rate > 0:
+            # Keras' Dropout makes a seed generator when it is made, drawing its seed as a Dense
+            # layer does: the same draw keeps the later layers' weights those of the Keras model
+            keras.random.SeedGenerator()
+        return []
+
     def forward(self, weights, inputs, training=False, rng=None):
         x = inputs[0]
         if not training or self.rate == 0.0:
@@ -280,6 +328,18 @@ class BatchNormalization(Op):
 
     def state_variables(self, layer):
         return [layer.moving_mean, layer.moving_variance]
+
+    def weight_shapes(self, widths):
+        return [(widths[0],), (widths[0],)]  # gamma, beta
+
+    def state_shapes(self, widths):
+        return [(widths[0],), (widths[0],)]  # moving mean, moving variance
+
+    def initial_weights(self, widths):
+        return [np.ones(widths[0], np.float32), np.zeros(widths[0], np.float32)]
+
+    def initial_state(self, widths):
+        return [np.zeros(widths[0], np.float32), np.ones(widths[0], np.float32)]
 
     def forward(self, weights, inputs, training=False, state=()):
         gamma, beta = weights

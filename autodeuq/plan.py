@@ -10,7 +10,10 @@ to each cell batch normalization of its Dense output and dropout of its output (
 ``search_spaces/README.md``). From it come
 
 * the Keras model (:meth:`NetworkPlan.build_model`, used by :func:`autodeuq.model.build_network`);
+* its weights' shapes and initial values, without a Keras model (:meth:`NetworkPlan.initial_values`);
 * the plain-ops program the compiled trainer runs (:class:`NetworkProgram`);
+* the saved ``.keras`` file of its trained weights, without a Keras model either
+  (:mod:`autodeuq.keras_file`);
 * the key of the trainer's cache of compiled epochs (:attr:`NetworkPlan.key`).
 
 Layer names are made here only (:func:`dense_name`, :func:`projection_name`, ...); saved
@@ -27,11 +30,13 @@ import json
 from dataclasses import dataclass
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from . import ops
 
 INPUT_NAME = "features"
+CORE_NAME = "autodeuq_core"
 HEAD_RAW_NAME = "gaussian_raw"
 HEAD_NAME = "gaussian_head"
 LOGITS_NAME = "logits"
@@ -140,12 +145,46 @@ class NetworkPlan:
         return json.dumps([self.n_features, self.n_targets,
                            [[type(op).__name__, op.name, list(op.inputs), op.config()] for op in self.ops]])
 
+    def widths(self) -> dict[str, int]:
+        """The width of every value: the input's and each op's output."""
+        widths = {INPUT_NAME: self.n_features}
+        for op in self.ops:
+            widths[op.name] = op.output_width([widths[i] for i in op.inputs])
+        return widths
+
+    def weight_shapes(self) -> list[tuple[int, ...]]:
+        """The shapes of the trainable weights, op by op: the order of the Keras model's
+        ``trainable_variables`` and of a :class:`NetworkProgram`'s weights."""
+        widths = self.widths()
+        return [s for op in self.ops for s in op.weight_shapes([widths[i] for i in op.inputs])]
+
+    def state_shapes(self) -> list[tuple[int, ...]]:
+        """The shapes of the ops' state, op by op (the order of :meth:`state_variables`)."""
+        widths = self.widths()
+        return [s for op in self.ops for s in op.state_shapes([widths[i] for i in op.inputs])]
+
+    @property
+    def n_params(self) -> int:
+        """The number of trainable parameters."""
+        return int(sum(int(np.prod(s)) for s in self.weight_shapes()))
+
+    def initial_values(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """``(weights, state)`` as the Keras model starts them (:meth:`autodeuq.ops.Op.initial_weights`):
+        after the same ``keras.utils.set_random_seed(s)``, equal to the variables of
+        :meth:`build_model`'s model, without building it."""
+        widths, weights, state = self.widths(), [], []
+        for op in self.ops:
+            inputs = [widths[i] for i in op.inputs]
+            weights += op.initial_weights(inputs)
+            state += op.initial_state(inputs)
+        return weights, state
+
     def state_variables(self, model: keras.Model) -> list:
         """The variables of ``model`` (built from this plan) that hold the ops' state
         (:meth:`autodeuq.ops.Op.state_variables`), op by op: the order of a program's state."""
         return [v for op in self.ops for v in op.state_variables(model.get_layer(op.name))]
 
-    def build_model(self, name: str = "autodeuq_core") -> keras.Model:
+    def build_model(self, name: str = CORE_NAME) -> keras.Model:
         """The Keras model: input ``(n, n_features)`` -> output ``(n, 2T)`` (means, variances), or a
         classifier's ``(n, K)`` logits."""
         values = {INPUT_NAME: keras.Input(shape=(self.n_features,), name=INPUT_NAME)}
@@ -158,33 +197,32 @@ class NetworkProgram:
     """A plan's computation as plain ops on a list of weights, with its backward pass.
 
     ``program(weights, x)`` gives the network's output (``(n, 2T)``, or a classifier's ``(n, K)``
-    logits) in inference, where ``weights``
-    lists tensors in the order of ``model.trainable_variables``; it applies the same ops in the
-    same order as the Keras layers, so it gives the same numbers. :meth:`forward` and
-    :meth:`backward` are the training pair: each op's forward keeps what its backward needs
-    (:mod:`autodeuq.ops`), and an op without a written-out backward runs its forward under a
-    ``tf.GradientTape``. The tests check the outputs against the Keras model and the gradients
-    against ``tf.GradientTape``.
+    logits) in inference, where ``weights`` lists tensors in the order of
+    :meth:`NetworkPlan.weight_shapes` (that of the Keras model's ``trainable_variables``); it
+    applies the same ops in the same order as the Keras layers, so it gives the same numbers.
+    :meth:`forward` and :meth:`backward` are the training pair: each op's forward keeps what its
+    backward needs (:mod:`autodeuq.ops`), and an op without a written-out backward runs its
+    forward under a ``tf.GradientTape``. The tests check the outputs against the Keras model and
+    the gradients against ``tf.GradientTape``.
 
     Parameters
     ----------
     plan : NetworkPlan
-    model : keras.Model
-        Built by ``plan.build_model()``; tells where each op's weights sit in
-        ``model.trainable_variables``, and its state in ``plan.state_variables(model)``.
     """
 
-    def __init__(self, plan: NetworkPlan, model: keras.Model):
-        index = {id(v): i for i, v in enumerate(model.trainable_variables)}
-        state_variables = plan.state_variables(model)
-        state_index = {id(v): i for i, v in enumerate(state_variables)}
-        self.steps = [(op, [index[id(v)] for v in model.get_layer(op.name).trainable_variables],
-                       [state_index[id(v)] for v in op.state_variables(model.get_layer(op.name))],
-                       op.mode_keywords(), op.writes_backward())
-                      for op in plan.ops]
+    def __init__(self, plan: NetworkPlan):
+        widths = plan.widths()
+        self.steps, n_weights, n_state = [], 0, 0
+        for op in plan.ops:
+            inputs = [widths[i] for i in op.inputs]
+            k, m = len(op.weight_shapes(inputs)), len(op.state_shapes(inputs))
+            self.steps.append((op, list(range(n_weights, n_weights + k)), list(range(n_state, n_state + m)),
+                               op.mode_keywords(), op.writes_backward()))
+            n_weights, n_state = n_weights + k, n_state + m
         self.output = plan.ops[-1].name
-        self.n_weights = len(model.trainable_variables)
-        self.state_shapes = [tuple(int(d) for d in v.shape) for v in state_variables]
+        self.n_weights = n_weights
+        self.weight_shapes = plan.weight_shapes()
+        self.state_shapes = plan.state_shapes()
 
     def __call__(self, weights, x, state=()):
         *outputs, _ = self.forward(weights, x, state)
@@ -198,7 +236,7 @@ class NetworkProgram:
         Parameters
         ----------
         weights : list of tensors
-            In ``model.trainable_variables`` order.
+            In the order of :meth:`NetworkPlan.weight_shapes`.
         x : tensor (n, n_features)
         state : list of tensors
             The ops' state (shapes :attr:`state_shapes`); may be left out when it is empty.
@@ -244,7 +282,7 @@ class NetworkProgram:
         Returns
         -------
         list of tf.Tensor
-            One gradient per weight, in ``model.trainable_variables`` order.
+            One gradient per weight, in the order of :meth:`NetworkPlan.weight_shapes`.
         """
         weights, values = saved["weights"], saved["values"]
         grads = [None] * self.n_weights

@@ -27,6 +27,12 @@ Choices that keep tracing cheap and rare:
 * On a machine without a visible GPU, the epoch is traced and run under TensorFlow's
   single-threaded executor (:func:`_single_threaded_wanted`): its ops run one after the other anyway.
 
+No Keras model is built during a training: the initial weights come from the plan, drawn as the
+Keras layers draw them (:meth:`~autodeuq.plan.NetworkPlan.initial_values`), and the ``.keras``
+file is written from the plan and the kept weights (:func:`autodeuq.keras_file.network_bytes`);
+building the model and saving it through Keras cost about as much as tracing a small network's
+epoch.
+
 Long-lived workers: each training resets Keras' session state; the objects alive after the first
 training's imports are moved out of the garbage collector's sight (``gc.freeze``), and full
 collections run every :data:`FULL_GC_EVERY` trainings, so that collecting the cyclic garbage of
@@ -55,8 +61,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from .keras_file import network_bytes
 from .metrics import LOG_2PI
-from .model import count_params, model_to_bytes, split_output, with_scaling
+from .model import split_output
 from .optimizers import FlatOptimizer
 from .plan import NetworkPlan, NetworkProgram
 from .result import Status, TrainResult, worker_name
@@ -291,11 +298,6 @@ class EpochBookkeeper:
 
 
 # --------------------------------------------------------------------------- compiled trainer
-def _to_numpy(variable) -> np.ndarray:
-    # Keras' Variable.numpy() goes through np.array(tf.Variable), which warns under numpy 2.
-    return variable.value.numpy()
-
-
 class CompiledTrainer:
     """A traced whole-epoch training function for one network structure and optimizer.
 
@@ -309,20 +311,18 @@ class CompiledTrainer:
 
     Parameters
     ----------
-    model : keras.Model
-        A core network; only the shapes of its trainable variables are used.
     program : NetworkProgram
-        That network's computation.
+        The network's computation (and the shapes of its weights).
     optimizer_name : str
         A name of :data:`autodeuq.optimizers.OPTIMIZERS`.
     loss : GaussianLoss or CategoricalLoss
         The network's loss (:func:`loss_of`).
     """
 
-    def __init__(self, model: keras.Model, program: NetworkProgram, optimizer_name: str, loss=GaussianLoss):
+    def __init__(self, program: NetworkProgram, optimizer_name: str, loss=GaussianLoss):
         self.program = program
         self.loss = loss
-        self.shapes = [tuple(int(s) for s in v.shape) for v in model.trainable_variables]
+        self.shapes = [tuple(int(d) for d in s) for s in program.weight_shapes]
         self.sizes = [int(np.prod(s)) for s in self.shapes]
         size = int(sum(self.sizes))
         self.params = tf.Variable(tf.zeros([size], tf.float32), trainable=False, name="params")
@@ -448,15 +448,15 @@ _CACHE: OrderedDict[str, CompiledTrainer] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
 
-def _checkout_trainer(plan, model, optimizer_name):
+def _checkout_trainer(plan, optimizer_name):
     """A cached trainer for this plan and optimizer (removed from the cache while in use), or a
-    new one for ``model`` (built from ``plan``); with the cache key."""
+    new one; with the cache key."""
     key = json.dumps([plan.key, optimizer_name])
     with _CACHE_LOCK:
         trainer = _CACHE.pop(key, None)
     if trainer is not None:
         return key, trainer, True
-    return key, CompiledTrainer(model, NetworkProgram(plan, model), optimizer_name, loss_of(plan)), False
+    return key, CompiledTrainer(NetworkProgram(plan), optimizer_name, loss_of(plan)), False
 
 
 def _checkin_trainer(key, trainer):
@@ -610,13 +610,12 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,  
         _clear_state()
         keras.utils.set_random_seed(seed)
         plan = NetworkPlan.from_arch(space, arch, n_features, n_targets, n_classes)
-        core = plan.build_model()
-        n_params = count_params(core)
-        key, trainer, reused = _checkout_trainer(plan, core, hp["optimizer"])
+        initial_weights, initial_state = plan.initial_values()  # the Keras model's, without building it
+        n_params = plan.n_params
+        key, trainer, reused = _checkout_trainer(plan, hp["optimizer"])
         traces_before = trainer.traces
-        trainer.reset([_to_numpy(v) for v in core.trainable_variables],
-                      hp["learning_rate"] if schedule is None else schedule[0], seed,
-                      [_to_numpy(v) for v in plan.state_variables(core)])
+        trainer.reset(initial_weights, hp["learning_rate"] if schedule is None else schedule[0], seed,
+                      initial_state)
         tensors = tuple(tf.constant(np.asarray(a, dtype=np.float32)) for a in (
             scaler.transform_x(dataset.x_train), _training_targets(dataset, "train"),
             scaler.transform_x(dataset.x_valid), _training_targets(dataset, "valid"),
@@ -636,10 +635,6 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,  
             return failure(f"{reason} (optimizer={hp['optimizer']}, learning_rate={hp['learning_rate']:g})",
                            n_params=n_params)
 
-        for var, value in zip(core.trainable_variables, trainer.best_weights()):
-            var.assign(value)
-        for var, value in zip(plan.state_variables(core), trainer.best_state_values()):
-            var.assign(value)
         # the best epoch's validation pass ran with exactly the weights kept
         if n_classes is not None:
             valid_mean = valid_var = None
@@ -647,7 +642,8 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,  
         else:
             valid_mean, valid_var = scaler.inverse_y(*split_output(best_out.astype(np.float64)))
             valid_proba = None
-        model_bytes = model_to_bytes(with_scaling(core, scaler, classifier=n_classes is not None))
+        model_bytes = network_bytes(plan, trainer.best_weights(), trainer.best_state_values(), scaler,
+                                    classifier=n_classes is not None)
         t_end = time.perf_counter()
         return TrainResult(
             status=Status.DISCARDED if discarded else Status.DONE,

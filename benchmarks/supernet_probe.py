@@ -347,7 +347,7 @@ def check(space, n_features: int, networks: int, seed: int = 0) -> float:
         supernet.read_layout()
         mean, var, saved = supernet.forward(supernet.pieces(tf.constant(supernet.to_flat(model, shapes))), x)
         grad = tf.concat(supernet.backward(saved, *gaussian_nll_and_gradients(y, mean, var)[1:]), 0).numpy()
-        program = NetworkProgram(network_plan, model)
+        program = NetworkProgram(network_plan)
         mean2, var2, saved2 = program.forward([v.value for v in model.trainable_variables], x)
         grads2 = dict(zip((id(v) for v in model.trainable_variables),
                           program.backward(saved2, *gaussian_nll_and_gradients(y, mean2, var2)[1:])))
@@ -426,7 +426,7 @@ def main(argv=None):
                 lr, name = config["hp"]["learning_rate"], config["hp"]["optimizer"]
 
                 def plan_first():
-                    trainer = CompiledTrainer(model, NetworkProgram(network_plan, model), name)
+                    trainer = CompiledTrainer(NetworkProgram(network_plan), name)
                     trainer.reset(weights, lr, i)
                     return trainer, trainer.run_epoch(*tensors, batch)[0].numpy()
 

@@ -7,7 +7,8 @@ wait for a core. The problem and the configurations are those of ``benchmarks/tr
 so every training traces its epoch afresh). The parts are measured by wrapping the functions that
 ``autodeuq.train`` calls: Keras' session reset, building the Keras model, making the compiled
 trainer, the first epoch (tracing, graph instantiation, one epoch), the later epochs, wrapping the
-model in its scaling and writing its ``.keras`` bytes.
+model in its scaling and writing its ``.keras`` bytes. A trainer that builds no Keras model has
+the part "initial weights from the plan" instead of the build, and no scaled model.
 
 Usage (from the repository root; run it in two checkouts to compare their trainers)::
 
@@ -57,11 +58,16 @@ def main(argv=None):
     train.train(configs[0], space, dataset, seed=0, epochs=2)  # warm-up: kernels, imports
     train.clear_trainer_cache()
     spent = collections.defaultdict(float)
-    train._clear_state = timed(spent, "Keras session reset", train._clear_state)
-    plan.NetworkPlan.build_model = timed(spent, "Keras model build", plan.NetworkPlan.build_model)
-    train._checkout_trainer = timed(spent, "compiled trainer made", train._checkout_trainer)
-    train.with_scaling = timed(spent, "scaled model", train.with_scaling)
-    train.model_to_bytes = timed(spent, ".keras bytes", train.model_to_bytes)
+    # the parts of this checkout's trainer (a part an older or newer one lacks is left out)
+    for label, owner, name in (("Keras session reset", train, "_clear_state"),
+                               ("Keras model build", plan.NetworkPlan, "build_model"),
+                               ("initial weights from the plan", plan.NetworkPlan, "initial_values"),
+                               ("compiled trainer made", train, "_checkout_trainer"),
+                               ("scaled model", train, "with_scaling"),
+                               (".keras bytes", train, "model_to_bytes"),
+                               (".keras bytes", train, "network_bytes")):
+        if hasattr(owner, name):
+            setattr(owner, name, timed(spent, label, getattr(owner, name)))
     run_epochs = train._run_epochs
 
     def epochs_timed(trainer, *rest, **kwargs):

@@ -157,7 +157,7 @@ def test_a_classifier_plan_ends_in_logits_and_its_backward_matches_the_tape():
     assert plan.ops[-1].name == LOGITS_NAME and plan.n_classes == 4
     with float64_networks():
         model = plan.build_model()
-    program = NetworkProgram(plan, model)
+    program = NetworkProgram(plan)
     weights = [tf.constant(v.value) for v in model.trainable_variables]
     x = tf.constant(np.random.default_rng(1).normal(size=(9, 3)))
     c = tf.constant(np.random.default_rng(2).normal(size=(9, 4)))

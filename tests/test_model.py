@@ -170,7 +170,7 @@ def test_plain_ops_forward_equals_the_keras_model(space, arch_seed):
     arch = space.sample_arch(np.random.default_rng(100 + arch_seed))
     with float64_networks():
         model = build_network(space, arch, 3, 2)
-        forward = NetworkProgram(plan_of(space, arch, model), model)
+        forward = NetworkProgram(plan_of(space, arch, model))
         x = np.random.default_rng(2).normal(size=(6, 3))
         weights = [v.value for v in model.trainable_variables]
         assert_same_math(np.asarray(forward(weights, x)), np.asarray(model(x)))
@@ -220,7 +220,7 @@ def test_written_out_backward_equals_gradient_tape(case):
     arch = every_cell(space, value) if kind == "act" else space.sample_arch(np.random.default_rng(int(value)))
     with float64_networks():
         model = build_network(space, arch, 3, 2)
-    program = NetworkProgram(plan_of(space, arch, model), model)
+    program = NetworkProgram(plan_of(space, arch, model))
     weights = [tf.constant(v.value) for v in model.trainable_variables]
     x, c_mean, c_var = random_inputs(3, 2)  # x wide enough to cross the kinks
     with tf.GradientTape() as tape:
@@ -286,7 +286,7 @@ def test_ops_without_a_backward_fall_back_to_gradient_tape(case):
     x, c_mean, c_var = random_inputs(3, 2)
     results = []
     for p in (plan, taped):
-        program = NetworkProgram(p, model)
+        program = NetworkProgram(p)
         mean, var, saved = program.forward(weights, x)
         results.append((np.concatenate([mean, var], axis=1), program.backward(saved, c_mean, c_var)))
     np.testing.assert_array_equal(results[0][0], results[1][0])
@@ -317,7 +317,7 @@ def test_a_new_op_is_one_class():
     with float64_networks():
         model = plan.build_model()
     assert "square" in [layer.name for layer in model.layers]
-    program = NetworkProgram(plan, model)
+    program = NetworkProgram(plan)
     weights = [v.value for v in model.trainable_variables]
     x, c_mean, c_var = random_inputs(3, 2)
     out, expected = tape_gradients(program, weights, x, c_mean, c_var)

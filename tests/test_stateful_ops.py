@@ -111,7 +111,7 @@ def test_dropout_network_trains_with_dropout_and_predicts_without(tmp_path):
     plan = NetworkPlan.from_arch(space, arch, 2, 1)
     with float64_networks():
         model = plan.build_model()
-    program = NetworkProgram(plan, model)
+    program = NetworkProgram(plan)
     weights = [v.value for v in model.trainable_variables]
     x = tf.constant(np.random.default_rng(0).normal(size=(64, 2)), tf.float64)
     rng = tf.random.Generator.from_seed(0)
@@ -145,7 +145,7 @@ def test_batch_norm_backward_falls_back_to_the_tape_and_equals_keras():
     with float64_networks():
         _, _, plan, model = bn_network()
     assert not ops.BatchNormalization.writes_backward() and ops.Dropout.writes_backward()
-    program = NetworkProgram(plan, model)
+    program = NetworkProgram(plan)
     rng = np.random.default_rng(1)
     x = tf.constant(rng.normal(size=(12, 2)) * 2, tf.float64)
     y = tf.constant(rng.normal(size=(12, 1)), tf.float64)
@@ -191,7 +191,7 @@ def test_dropout_backward_equals_its_tape_fallback():
     c = tf.constant(np.random.default_rng(3).normal(size=(9, 1)), tf.float64)
     results = []
     for p in (plan, taped):
-        program = NetworkProgram(p, model)
+        program = NetworkProgram(p)
         mean, var, saved = program.forward(weights, x, state, training=True, rng=tf.random.Generator.from_seed(5))
         results.append((mean.numpy(), program.backward(saved, c, -c)))
     np.testing.assert_array_equal(results[0][0], results[1][0])

@@ -30,7 +30,7 @@ def test_one_trace_trains_networks_of_several_shapes_as_their_own_traces_do():
             network_plan = NetworkPlan.from_arch(space, arch, 1, 1)
             model = network_plan.build_model()
             glorot_kernels(model, seed)
-            own = CompiledTrainer(model, NetworkProgram(network_plan, model), "rmsprop")
+            own = CompiledTrainer(NetworkProgram(network_plan), "rmsprop")
             own.reset([v.value.numpy() for v in model.trainable_variables], 1e-2, seed)
             shared.load(space, arch)
             shared.reset(shared.program.to_flat(model, shared.shapes), 1e-2, seed)

@@ -310,7 +310,7 @@ def test_a_loop_that_runs_functions_of_its_own_falls_back_to_the_default_executo
                for a in (data.x_train, data.y_train, data.x_valid, data.y_valid)] + [tf.constant(16)]
     losses = []
     for kind in (CompiledTrainer, _BranchingTrainer):
-        trainer = kind(model, NetworkProgram(network_plan, model), "adam")
+        trainer = kind(NetworkProgram(network_plan), "adam")
         trainer.reset([v.value.numpy() for v in model.trainable_variables], 1e-2, 0)
         with training._graph_optimizer_off():
             # the decision first (as run_epoch's first call takes it), so that a wrong one fails here
