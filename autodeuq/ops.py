@@ -24,8 +24,8 @@ its signature names it, the program passes these keywords to a ``forward`` that 
 * ``rng`` (``tf.random.Generator``): the training's seeded generator, for random ops;
 * ``state`` (list of tensors): the current values of the op's non-trainable variables, those
   :meth:`Op.state_variables` names among its Keras layer's. After each training step the trainer
-  stores :meth:`Op.new_state` (for batch normalization, the moving mean and variance), and at the
-  end writes them into the Keras layer, so the saved model carries them.
+  stores :meth:`Op.new_state` (for batch normalization, the moving mean and variance), and the
+  saved file carries them as the Keras layer's non-trainable variables (:mod:`autodeuq.keras_file`).
 
 Why plain ops at all: tracing Keras layer calls costs ~10x more Python time than tracing these
 few ops, and ``tf.GradientTape`` adds broadcasting bookkeeping (shape, reduce and reshape ops) to
