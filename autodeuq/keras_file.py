@@ -121,6 +121,7 @@ class _Graph:
         self.widths: dict[str, int] = {}
         self.variables: dict[str, tuple[str, list]] = {}  # h5 path below the model -> (name, arrays)
         self.used: dict[str, int] = {}
+        self.last = ""  # the latest layer's name: the model's output
 
     def _path(self, class_name: str) -> str:
         # the saver's unique name within one container: "dense", "dense_1", ...
