@@ -252,3 +252,39 @@ def test_plan_trainer_and_keras_fit_reach_similar_losses_with_dropout_and_batch_
     theirs = [min(keras_fit(arch, space, data, epochs=30, seed=s, batch_size=32)["val_loss"]) for s in range(3)]
     assert abs(np.median(ours) - np.median(theirs)) < 0.3, (ours, theirs)
     assert max(ours + theirs) < 1.0  # both learned (a constant predictor scores ~1.4)
+
+
+def test_the_epoch_graph_without_automatic_control_dependencies_gives_the_same_numbers():
+    """Under the single-threaded executor the epoch's graph is built without TensorFlow's
+    automatic control dependencies (``CompiledTrainer._wrapped``). With dropout in several cells
+    (random draws from one generator) and batch normalization (state written every step), its
+    losses, validation outputs, weights, state and generator equal the ``tf.function`` trace's,
+    bit for bit, epoch after epoch."""
+    import autodeuq.train as training
+
+    space = space_with(dropout=(0.0, 0.5), batch_norm=True, num_cells=3)
+    plans = []
+    for seed in range(200):
+        plan = NetworkPlan.from_arch(space, space.sample_arch(np.random.default_rng(seed)), 2, 1)
+        kinds = [type(op).__name__ for op in plan.ops]
+        if kinds.count("Dropout") >= 2 and "BatchNormalization" in kinds:
+            plans.append(plan)
+        if len(plans) == 3:
+            break
+    assert len(plans) == 3
+    rng = np.random.default_rng(4)
+    tensors = [tf.constant(rng.normal(size=shape).astype(np.float32))
+               for shape in ((60, 2), (60, 1), (30, 2), (30, 1))] + [tf.constant(8)]
+    for plan in plans:
+        weights, state = plan.initial_values()
+        runs = []
+        for build in ("_traced", "_wrapped"):
+            trainer = training.CompiledTrainer(NetworkProgram(plan), "adam", training.loss_of(plan))
+            with training._graph_optimizer_off(), training._single_threaded():
+                epoch = getattr(trainer, build)()
+                trainer.reset(weights, 1e-2, 3, state)
+                outs = [epoch(*tensors) for _ in range(4)]
+                runs.append([o[0].numpy() for o in outs] + [
+                    outs[-1][1].numpy(), trainer.params.numpy(), trainer.state.numpy(), trainer.generator.state.numpy()])
+        for traced, wrapped in zip(*runs, strict=True):
+            np.testing.assert_array_equal(wrapped, traced)
