@@ -284,7 +284,7 @@ def test_the_epoch_graph_without_automatic_control_dependencies_gives_the_same_n
                 epoch = getattr(trainer, build)()
                 trainer.reset(weights, 1e-2, 3, state)
                 outs = [epoch(*tensors) for _ in range(4)]
-                runs.append([o[0].numpy() for o in outs] + [
-                    outs[-1][1].numpy(), trainer.params.numpy(), trainer.state.numpy(), trainer.generator.state.numpy()])
+                runs.append([o[0].numpy() for o in outs] + [outs[-1][1].numpy(), trainer.params.numpy(),
+                                                             trainer.state.numpy(), trainer.generator.state.numpy()])
         for traced, wrapped in zip(*runs, strict=True):
             np.testing.assert_array_equal(wrapped, traced)
