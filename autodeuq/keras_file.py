@@ -4,13 +4,12 @@ Every training ends by saving its network: the core of its plan
 (:class:`autodeuq.plan.NetworkPlan`) between :class:`~autodeuq.layers.Standardize` and
 :class:`~autodeuq.layers.Unstandardize`, as :func:`autodeuq.model.with_scaling` builds it.
 Building that Keras model (its layers, variables and functional graph) and saving it through
-Keras cost about as much as tracing the training's epoch on a small table
-(``benchmarks/results/training_speed.md``). This module writes the same file from the plan and
-the weights:
+Keras was a large part of a small network's fixed cost (``benchmarks/results/training_speed.md``).
+This module writes the same file from the plan and the weights:
 
 * ``config.json``: each layer's own entry is what Keras serializes for that layer
   (``keras.saving.serialize_keras_object`` of the layer object, made but not built), so it
-  follows the installed Keras. Making a Keras layer costs about a millisecond, so the entry of
+  follows the installed Keras. Making a Keras layer is costly next to the rest, so the entry of
   each kind of layer and its settings is made once per process and then only renamed. The
   functional graph around the layers (their nodes and ``keras_history``) is written here, in
   the layout of Keras 3's functional models;
@@ -212,7 +211,7 @@ def _snake_case(name: str) -> str:
 
 def _weights_file(variables: dict) -> bytes:
     # An HDF5 file in memory (the "core" driver, nothing on disk), its datasets made by h5py's
-    # low-level calls: its high-level ones cost twice the time here, for the same file.
+    # low-level calls, which skip the checks of its high-level ones: the same file, sooner.
     f = h5py.File(f"autodeuq-{id(variables)}.h5", "w", driver="core", backing_store=False)
     try:
         for path, (name, arrays) in variables.items():

@@ -29,9 +29,9 @@ Choices that keep tracing cheap and rare:
 
 No Keras model is built during a training: the initial weights come from the plan, drawn as the
 Keras layers draw them (:meth:`~autodeuq.plan.NetworkPlan.initial_values`), and the ``.keras``
-file is written from the plan and the kept weights (:func:`autodeuq.keras_file.network_bytes`);
-building the model and saving it through Keras cost about as much as tracing a small network's
-epoch.
+file is written from the plan and the kept weights (:func:`autodeuq.keras_file.network_bytes`):
+building the model and saving it through Keras was a large part of a small network's fixed cost
+(``benchmarks/results/training_speed.md``).
 
 Long-lived workers: each training resets Keras' session state; the objects alive after the first
 training's imports are moved out of the garbage collector's sight (``gc.freeze``), and full
@@ -357,13 +357,13 @@ class CompiledTrainer:
         own (then it is traced again for the default executor; see :data:`NESTED_FUNCTION_OPS`).
 
         For the single-threaded executor the epoch's graph is built without TensorFlow's
-        automatic control dependencies (:meth:`_wrapped`), a fifth to a third of the trace. They
-        would order the stateful ops (variable reads and writes, random draws) that no data
-        dependency orders. That executor runs the loop body's calls one after the other and the
-        ops of a graph in one fixed order, and the epoch orders its validation pass after the
-        loop itself; the tests compare the numbers with the default trace's, bit for bit. The
-        default executor, which runs independent ops in parallel, keeps the ``tf.function``
-        trace.
+        automatic control dependencies (:meth:`_wrapped`; what they cost a trace is in
+        ``benchmarks/results/training_speed.md``). They would order the stateful ops (variable
+        reads and writes, random draws) that no data dependency orders. That executor runs the
+        loop body's calls one after the other and the ops of a graph in one fixed order, and the
+        epoch orders its validation pass after the loop itself; the tests compare the numbers
+        with the default trace's, bit for bit. The default executor, which runs independent ops
+        in parallel, keeps the ``tf.function`` trace.
         """
         if _single_threaded_wanted():
             with _single_threaded():
