@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import datetime
 import io
-import itertools
 import json
 import random
 import re
@@ -103,9 +102,8 @@ def _core_model(plan, weights, state):
     graph = _Graph()
     graph.input(INPUT_NAME, plan.n_features)
     widths = plan.widths()
-    for op in plan.ops:
-        inputs = [widths[i] for i in op.inputs]
-        k, m = len(op.weight_shapes(inputs)), len(op.state_shapes(inputs))
+    for op, weight_shapes, state_shapes in plan.op_shapes():
+        k, m = len(weight_shapes), len(state_shapes)
         graph.add(op.name, [type(op).__name__, op.config()], op.layer, list(op.inputs), widths[op.name],
                   weights[:k] + state[:m], list_input=len(op.inputs) > 1)
         weights, state = weights[k:], state[m:]
@@ -187,8 +185,8 @@ def _entry(name: str, key: list, make) -> tuple[dict, bool, str]:
         hit = (keras.saving.serialize_keras_object(layer), bool(layer.built), type(layer).__name__)
         with _ENTRIES_LOCK:
             _ENTRIES[cache_key] = hit
-            for old in list(itertools.islice(_ENTRIES, max(0, len(_ENTRIES) - ENTRY_CACHE_SIZE))):
-                del _ENTRIES[old]
+            while len(_ENTRIES) > ENTRY_CACHE_SIZE:  # the oldest entry first
+                del _ENTRIES[next(iter(_ENTRIES))]
     entry, built, class_name = hit
     return {**entry, "config": {**entry["config"], "name": name}}, built, class_name
 

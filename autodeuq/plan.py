@@ -152,16 +152,23 @@ class NetworkPlan:
             widths[op.name] = op.output_width([widths[i] for i in op.inputs])
         return widths
 
+    def _with_input_widths(self) -> list[tuple[ops.Op, list[int]]]:
+        """Each op with the widths of its inputs."""
+        widths = self.widths()
+        return [(op, [widths[i] for i in op.inputs]) for op in self.ops]
+
+    def op_shapes(self) -> list[tuple[ops.Op, list[tuple[int, ...]], list[tuple[int, ...]]]]:
+        """Each op with the shapes of its trainable weights and of its state, in the plan's order."""
+        return [(op, op.weight_shapes(inputs), op.state_shapes(inputs)) for op, inputs in self._with_input_widths()]
+
     def weight_shapes(self) -> list[tuple[int, ...]]:
         """The shapes of the trainable weights, op by op: the order of the Keras model's
         ``trainable_variables`` and of a :class:`NetworkProgram`'s weights."""
-        widths = self.widths()
-        return [s for op in self.ops for s in op.weight_shapes([widths[i] for i in op.inputs])]
+        return [shape for _, weights, _ in self.op_shapes() for shape in weights]
 
     def state_shapes(self) -> list[tuple[int, ...]]:
         """The shapes of the ops' state, op by op (the order of :meth:`state_variables`)."""
-        widths = self.widths()
-        return [s for op in self.ops for s in op.state_shapes([widths[i] for i in op.inputs])]
+        return [shape for _, _, state in self.op_shapes() for shape in state]
 
     @property
     def n_params(self) -> int:
@@ -172,9 +179,8 @@ class NetworkPlan:
         """``(weights, state)`` as the Keras model starts them (:meth:`autodeuq.ops.Op.initial_weights`):
         after the same ``keras.utils.set_random_seed(s)``, equal to the variables of
         :meth:`build_model`'s model, without building it."""
-        widths, weights, state = self.widths(), [], []
-        for op in self.ops:
-            inputs = [widths[i] for i in op.inputs]
+        weights, state = [], []
+        for op, inputs in self._with_input_widths():
             weights += op.initial_weights(inputs)
             state += op.initial_state(inputs)
         return weights, state
@@ -211,18 +217,15 @@ class NetworkProgram:
     """
 
     def __init__(self, plan: NetworkPlan):
-        widths = plan.widths()
-        self.steps, n_weights, n_state = [], 0, 0
-        for op in plan.ops:
-            inputs = [widths[i] for i in op.inputs]
-            k, m = len(op.weight_shapes(inputs)), len(op.state_shapes(inputs))
-            self.steps.append((op, list(range(n_weights, n_weights + k)), list(range(n_state, n_state + m)),
-                               op.mode_keywords(), op.writes_backward()))
-            n_weights, n_state = n_weights + k, n_state + m
+        self.steps, self.weight_shapes, self.state_shapes = [], [], []
+        for op, weights, state in plan.op_shapes():
+            n_weights, n_state = len(self.weight_shapes), len(self.state_shapes)
+            self.steps.append((op, list(range(n_weights, n_weights + len(weights))),
+                               list(range(n_state, n_state + len(state))), op.mode_keywords(), op.writes_backward()))
+            self.weight_shapes += weights
+            self.state_shapes += state
         self.output = plan.ops[-1].name
-        self.n_weights = n_weights
-        self.weight_shapes = plan.weight_shapes()
-        self.state_shapes = plan.state_shapes()
+        self.n_weights = len(self.weight_shapes)
 
     def __call__(self, weights, x, state=()):
         *outputs, _ = self.forward(weights, x, state)
