@@ -1,4 +1,4 @@
-"""A plan's trained network as a ``.keras`` file, written without building a Keras model.
+"""A plan's trained network as a ``.keras`` file, written and read back without a Keras model.
 
 Every training ends by saving its network: the core of its plan
 (:class:`autodeuq.plan.NetworkPlan`) between :class:`~autodeuq.layers.Standardize` and
@@ -21,6 +21,12 @@ This module writes the same file from the plan and the weights:
 ``keras.models.load_model`` reads the file to the model that ``with_scaling(plan.build_model())``
 with the same weights gives, saved by Keras: the tests compare configurations, weights and
 predictions for plans of every kind of op.
+
+Reading: :func:`read_network` gives back the plan, the weights and the standardization of a file
+that is exactly what :func:`network_bytes` writes (Keras' own saving of the same model included),
+as a :class:`SavedNetwork` that predicts by the plan's program; loading the file through Keras
+builds its model, most of the cost of reading an ensemble's members
+(:func:`autodeuq.catalog.load_network` chooses between the two).
 """
 from __future__ import annotations
 
@@ -38,7 +44,7 @@ import numpy as np
 
 from .layers import Standardize, Unstandardize
 from .model import SCALED_NAME, STANDARDIZE_NAME, UNSTANDARDIZE_NAME
-from .plan import CORE_NAME, INPUT_NAME, NetworkPlan
+from .plan import CORE_NAME, INPUT_NAME, NetworkPlan, NetworkProgram
 
 ENTRY_CACHE_SIZE = 1024  #: layer entries kept (one per kind of layer and settings)
 
@@ -67,11 +73,7 @@ def network_bytes(plan: NetworkPlan, weights, state, scaler, classifier: bool = 
     given = [tuple(np.shape(w)) for w in weights], [tuple(np.shape(v)) for v in state]
     if given != expected:
         raise ValueError(f"weights and state of shapes {given} for a plan whose shapes are {expected}")
-    state_before = random.getstate()  # a Dense layer draws its initializer's seed when it is made
-    try:
-        config, variables = _scaled_model(plan, weights, state, scaler, classifier)
-    finally:
-        random.setstate(state_before)
+    config, variables = _scaled_model(plan, weights, state, scaler, classifier)
     metadata = {"keras_version": keras.__version__,
                 "date_saved": datetime.datetime.now().strftime("%Y-%m-%d@%H:%M:%S")}
     out = io.BytesIO()
@@ -84,6 +86,14 @@ def network_bytes(plan: NetworkPlan, weights, state, scaler, classifier: bool = 
 
 def _scaled_model(plan, weights, state, scaler, classifier):
     """The saved model's configuration and ``{h5 path: (layer name, arrays)}``."""
+    state_before = random.getstate()  # a Dense layer draws its initializer's seed when it is made
+    try:
+        return _scaled_graph(plan, weights, state, scaler, classifier)
+    finally:
+        random.setstate(state_before)
+
+
+def _scaled_graph(plan, weights, state, scaler, classifier):
     n_out = plan.widths()[plan.ops[-1].name]
     graph = _Graph()
     graph.input(INPUT_NAME, plan.n_features)
@@ -224,3 +234,188 @@ def _weights_file(variables: dict) -> bytes:
         return f.id.get_file_image()
     finally:
         f.close()
+
+
+# --------------------------------------------------------------------------- reading
+class SavedNetwork:
+    """A saved network computed from its plan: called as the Keras model of its file is.
+
+    ``network(x)`` takes inputs in original units and gives what the file's Keras model gives
+    (the Gaussian outputs ``[mean, var]`` in original units, or a classifier's logits), by the
+    same ops in the same order: the standardization, the plan's program
+    (:class:`autodeuq.plan.NetworkPlan`, inference mode), the conversion back to original units.
+    It needs no Keras model, whose building is most of what loading a file through Keras costs
+    (``benchmarks/results/search_speed/``).
+
+    Parameters
+    ----------
+    plan : NetworkPlan
+    weights, state : lists of arrays
+        In the orders of :meth:`NetworkPlan.weight_shapes` and :meth:`NetworkPlan.state_shapes`.
+    scaler : Standardizer
+        The values of the file's standardization layers.
+    classifier : bool
+        The file has no conversion back to original units (its network outputs logits).
+    dtype : str
+        The float type it computes in ("float32", as the file's model; "float64").
+    """
+
+    def __init__(self, plan: NetworkPlan, weights, state, scaler, classifier: bool, dtype: str = "float32"):
+        import tensorflow as tf
+
+        self.plan, self.classifier, self.dtype = plan, bool(classifier), tf.as_dtype(dtype)
+        self._arrays = ([np.asarray(w, np.float32) for w in weights], [np.asarray(v, np.float32) for v in state])
+        self._scaler = scaler
+        self._program = NetworkProgram(plan)
+        self._weights = [tf.constant(w, self.dtype) for w in self._arrays[0]]
+        self._state = [tf.constant(v, self.dtype) for v in self._arrays[1]]
+        self._x = [tf.constant(_floats(v), self.dtype) for v in (scaler.x_mean, scaler.x_std)]
+        self._y = None if classifier else [tf.constant(_floats(v), self.dtype) for v in (scaler.y_mean, scaler.y_std)]
+        self.output_shape = (None, plan.widths()[plan.ops[-1].name])
+
+    def astype(self, dtype: str) -> SavedNetwork:
+        """The same network computing in ``dtype``."""
+        return SavedNetwork(self.plan, *self._arrays, self._scaler, self.classifier, dtype)
+
+    def __call__(self, x, training: bool = False):
+        import tensorflow as tf
+
+        if training:
+            raise ValueError("a saved network only predicts (training=False)")
+        x = tf.convert_to_tensor(x, self.dtype)
+        out = self._program(self._weights, (x - self._x[0]) / self._x[1], self._state)
+        if self._y is None:
+            return out
+        t = self.plan.n_targets
+        mean, std = self._y
+        return tf.concat([out[:, :t] * std + mean, out[:, t:] * tf.square(std)], axis=-1)
+
+
+def read_network(data: bytes, dtype: str = "float32") -> SavedNetwork | None:
+    """The network of a ``.keras`` file, when the file is exactly what :func:`network_bytes`
+    writes for some plan; None for any other file (read it with Keras).
+
+    The plan is read from the file's configuration, which must then equal, entry for entry,
+    the configuration :func:`network_bytes` writes for that plan and the file's standardization
+    (up to what Keras' own saver adds that does not change the model: a file saved by Keras from
+    the same model passes too); the weights file must hold exactly that plan's weights and state, each of its shape, in
+    float32. The bytes are trusted as far as the caller checked them
+    (:func:`autodeuq.catalog.checked_keras_config`).
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            config = json.loads(archive.read("config.json"))
+            weights_file = archive.read("model.weights.h5")
+        plan, scaler, classifier = _plan_of(config)
+        blank = ([np.zeros(s, np.float32) for s in plan.weight_shapes()],
+                 [np.zeros(s, np.float32) for s in plan.state_shapes()])
+        expected, variables = _scaled_model(plan, *blank, scaler, classifier)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, zipfile.BadZipFile):
+        return None
+    if _comparable(json.loads(json.dumps(expected))) != _comparable(config):
+        return None
+    arrays = _read_arrays(weights_file, {path: (name, [a.shape for a in blank_arrays])
+                                         for path, (name, blank_arrays) in variables.items()})
+    if arrays is None:
+        return None
+    weights, state = [], []
+    for op, weight_shapes, _ in plan.op_shapes():
+        own = arrays.get(op.name, [])
+        weights += own[:len(weight_shapes)]
+        state += own[len(weight_shapes):]
+    return SavedNetwork(plan, weights, state, scaler, classifier, dtype)
+
+
+def _comparable(config):
+    """A configuration without what Keras' own saver adds that does not change a prediction: the
+    ids it gives shared objects (the one dtype policy of every layer), and call arguments that
+    say what a prediction does anyway (no ``mask``, ``training=False``)."""
+    if isinstance(config, dict):
+        if "kwargs" in config and isinstance(config["kwargs"], dict):
+            config = {**config, "kwargs": {k: v for k, v in config["kwargs"].items()
+                                           if not (k == "mask" and v is None or k == "training" and v is False)}}
+        return {k: _comparable(v) for k, v in config.items() if k != "shared_object_id"}
+    if isinstance(config, list):
+        return [_comparable(v) for v in config]
+    return config
+
+
+def _plan_of(config: dict):
+    """``(plan, scaler, classifier)`` read from a saved model's configuration (checked by the caller)."""
+    from .data import Standardizer
+
+    outer = config["config"]["layers"]
+    if [entry["class_name"] for entry in outer[:3]] != ["InputLayer", "Standardize", "Functional"]:
+        raise ValueError("not a scaled network")
+    x_scale = outer[1]["config"]
+    classifier = len(outer) == 3
+    y_scale = None if classifier else outer[3]["config"]
+    core = outer[2]["config"]["layers"]
+    n_features = int(core[0]["config"]["batch_shape"][1])
+    plan_ops = tuple(_op_of(entry) for entry in core[1:])
+    last = plan_ops[-1]
+    if classifier:
+        plan = NetworkPlan(plan_ops, n_features, 1, int(last.units))
+        n_targets = 1
+    else:
+        plan = NetworkPlan(plan_ops, n_features, int(last.n_targets))
+        n_targets = plan.n_targets
+    y_mean, y_std = ((np.zeros(n_targets), np.ones(n_targets)) if classifier
+                     else (np.asarray(y_scale["mean"], float), np.asarray(y_scale["std"], float)))
+    scaler = Standardizer(np.asarray(x_scale["mean"], float), np.asarray(x_scale["std"], float), y_mean, y_std)
+    return plan, scaler, classifier
+
+
+def _op_of(entry: dict):
+    """The op of a core layer's entry (its class, settings and inputs)."""
+    from . import ops
+
+    settings, name = entry["config"], entry["name"]
+    args = entry["inbound_nodes"][0]["args"][0]
+    inputs = [t["config"]["keras_history"][0] for t in (args if isinstance(args, list) else [args])]
+    kind = entry["class_name"]
+    if kind == "Dense":
+        return ops.Dense(name, inputs[0], settings["units"], _activation_name(settings["activation"]))
+    if kind == "Activation":
+        return ops.Activation(name, inputs[0], _activation_name(settings["activation"]))
+    if kind == "Add":
+        return ops.Add(name, inputs)
+    if kind == "GaussianHead":
+        return ops.GaussianHead(name, inputs[0], settings["n_targets"], settings["floor"])
+    if kind == "Dropout":
+        return ops.Dropout(name, inputs[0], settings["rate"])
+    if kind == "BatchNormalization":
+        return ops.BatchNormalization(name, inputs[0], settings["momentum"], settings["epsilon"])
+    raise ValueError(f"no op for a {kind} layer")
+
+
+def _activation_name(value) -> str:
+    # a built-in activation is saved by its name, autodeuq's own by its registered name
+    name = value["config"] if isinstance(value, dict) else value
+    return name.removeprefix("autodeuq>")
+
+
+def _read_arrays(weights_file: bytes, expected: dict) -> dict | None:
+    """``{layer name: arrays}`` from a weights file holding exactly the ``expected``
+    ``{h5 path: (layer name, shapes)}`` as float32 datasets; None otherwise."""
+    wanted = {f"{path}/vars/{i}" if path else f"vars/{i}": shape
+              for path, (_, shapes) in expected.items() for i, shape in enumerate(shapes)}
+    out: dict[str, list] = {}
+    try:
+        with h5py.File(io.BytesIO(weights_file), "r") as f:
+            found: list[str] = []
+            f.visititems(lambda path, item: found.append(path) if isinstance(item, h5py.Dataset) else None)
+            if sorted(found) != sorted(wanted):
+                return None
+            for path, (name, shapes) in expected.items():
+                arrays = []
+                for i, shape in enumerate(shapes):
+                    dataset = f[f"{path}/vars/{i}" if path else f"vars/{i}"]
+                    if dataset.dtype != np.float32 or tuple(dataset.shape) != tuple(shape):
+                        return None
+                    arrays.append(np.asarray(dataset[()], np.float32))
+                if arrays:
+                    out[name] = arrays
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return out

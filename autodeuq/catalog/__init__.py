@@ -63,6 +63,7 @@ from autodeuq.catalog.artifacts import (
     CatalogError,
     checked_keras_config,
     load_keras_model,
+    load_network,
     read_verified,
 )
 from autodeuq.catalog.schema import DB_FILES, DB_NAME, FORMAT, FORMAT_VERSION, LOCK_NAME, QUERY_TIME_LIMIT
@@ -89,5 +90,5 @@ __all__ = [
     "LOCK_NAME", "MAX_ARRAY_BYTES", "MAX_MODEL_BYTES", "MAX_MODEL_JSON_BYTES", "META_NAME", "MODELS_DIR",
     "MUTATED_FROM", "PLACEMENT_COLUMNS", "PREDICTIONS_DIR", "PROMOTED_FROM", "QUERY_TIME_LIMIT", "STATUSES",
     "TARGETS_NAME", "TRAILING_COLUMNS", "Catalog", "CatalogError", "CatalogWriter", "ValidationPredictions",
-    "checked_keras_config", "load_keras_model", "read_verified",
+    "checked_keras_config", "load_keras_model", "load_network", "read_verified",
 ]

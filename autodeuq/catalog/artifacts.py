@@ -266,6 +266,53 @@ def load_keras_model(data: bytes, where: str):
             raise CatalogError(f"{where}: cannot load it: {message}") from None
 
 
+def load_network(data: bytes, where: str, dtype: str = "float32"):
+    """A network to predict with, from the bytes of a ``.keras`` archive, safely.
+
+    The bytes pass :func:`checked_keras_config` first. A file that is exactly what autodeuq
+    writes for a network's plan is then computed from that plan
+    (:class:`autodeuq.keras_file.SavedNetwork`, no Keras model built: a fraction of the cost,
+    the same numbers); any other file is loaded by :func:`load_keras_model`. Either is called as
+    a Keras model is, ``network(x, training=False)``, and has an ``output_shape``.
+
+    Parameters
+    ----------
+    data : bytes
+        The archive, already read (and checksum-verified) by the caller.
+    where : str
+        Names the file in error messages.
+    dtype : {"float32", "float64"}
+        What the network computes in: float32, as saved, or float64 (the weights converted).
+
+    Raises
+    ------
+    CatalogError
+        As :func:`load_keras_model`.
+    """
+    checked_keras_config(data, where)
+    from autodeuq.keras_file import read_network
+
+    network = read_network(data, dtype)
+    if network is not None:
+        return network
+    model = load_keras_model(data, where)
+    return model if dtype == "float32" else _retyped(model, dtype)
+
+
+def _retyped(model, dtype: str):
+    """The same Keras network (same weights) computing in ``dtype``: every layer's dtype set to it."""
+    def retyped(config):
+        if isinstance(config, dict):
+            return {k: (dtype if k == "dtype" else retyped(v)) for k, v in config.items()}
+        if isinstance(config, list):
+            return [retyped(v) for v in config]
+        return config
+
+    copy = model.__class__.from_config(retyped(model.get_config()))
+    copy.set_weights([np.asarray(w, dtype=dtype) for w in model.get_weights()])
+    return copy
+
+
 def read_verified(path: Path, root: Path, sha256: str, limit: int, where: str, root_name: str) -> bytes:
     """The bytes of ``path``, refused unless it is a regular file inside ``root``, at most
     ``limit`` bytes, whose SHA-256 is ``sha256``.

@@ -22,7 +22,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from autodeuq.catalog import Catalog, CatalogError, load_keras_model
+from autodeuq.catalog import Catalog, CatalogError, load_network
 from autodeuq.data import DataError
 from autodeuq.ensemble.calibration import apply_scale
 from autodeuq.ensemble.inputs import checked_preprocessor, encode_inputs
@@ -95,11 +95,13 @@ class CatalogMembers:
             return self.refitted[entry_id]
         return self.catalog.model_bytes(entry_id)
 
-    def load_model(self, entry_id: int):
-        """The member's Keras model: its refit, else the catalog's (:meth:`Catalog.load_model`)."""
+    def load_network(self, entry_id: int, dtype: str = "float32"):
+        """The member's network (:func:`autodeuq.catalog.load_network`): its refit, else the
+        catalog's model, whose file is checked as :meth:`Catalog.load_model` checks it."""
         if entry_id in self.refitted:
-            return load_keras_model(self.refitted[entry_id], f"{self.run_dir}: refitted member {entry_id}")
-        return self.catalog.load_model(entry_id)
+            return load_network(self.refitted[entry_id], f"{self.run_dir}: refitted member {entry_id}", dtype)
+        where = f"{self.run_dir}: entry {entry_id}: model file {self.catalog.model_path(entry_id)}"
+        return load_network(self.catalog.model_bytes(entry_id), where, dtype)
 
 
 class ExportedMembers:
@@ -142,11 +144,11 @@ class ExportedMembers:
     def model_bytes(self, entry_id: int) -> bytes:
         return self.models[entry_id]
 
-    def load_model(self, entry_id: int):
-        """The member's Keras model, through :func:`autodeuq.catalog.load_keras_model`."""
+    def load_network(self, entry_id: int, dtype: str = "float32"):
+        """The member's network, through :func:`autodeuq.catalog.load_network`."""
         try:
             where = f"{self.folder}: member {entry_id} ({MEMBERS_DIR}/{entry_id}.keras)"
-            return load_keras_model(self.models[entry_id], where)
+            return load_network(self.models[entry_id], where, dtype)
         except CatalogError as exc:
             raise ManifestError(str(exc)) from None
 
@@ -264,7 +266,7 @@ class Ensemble:
                         calibration=self.calibration)
 
     def __getstate__(self):
-        # Loaded Keras models and the compiled prediction graph are rebuilt on first use after
+        # Loaded networks and the compiled prediction graph are rebuilt on first use after
         # unpickling; a catalog pickles as its (absolute) run directory, an exported ensemble's
         # members as their model bytes.
         state = dict(self.__dict__)
@@ -380,7 +382,8 @@ class Ensemble:
 
     # ------------------------------------------------------------------ predicting
     def load_members(self) -> list:
-        """The members' Keras models, in member order, loaded once and kept (computing in float64).
+        """The members' networks, in member order, loaded once and kept (computing in float64;
+        see :func:`autodeuq.catalog.load_network`).
 
         Loading checks each member's model file (see :meth:`Catalog.load_model
         <autodeuq.catalog.Catalog.load_model>`), so calling this first makes an unreadable member
@@ -388,7 +391,8 @@ class Ensemble:
 
         Returns
         -------
-        list of keras.Model
+        list of callables
+            Each called as a Keras model is (``network(x, training=False)``).
 
         Raises
         ------
@@ -398,7 +402,7 @@ class Ensemble:
             Likewise for a member of a self-contained folder.
         """
         if self._models is None:
-            self._models = [_float64_copy(self.source.load_model(i)) for i in self.member_ids]
+            self._models = [self.source.load_network(i, "float64") for i in self.member_ids]
         return self._models
 
     def member_predictions(self, x, *, source: str = "X", encoded: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -572,17 +576,3 @@ class _StackedMembers:
         import tensorflow as tf
 
         return tf.stack([m(batch, training=False) for m in self.models])
-
-
-def _float64_copy(model):
-    """The same network (same weights) computing in float64: every layer's dtype set to float64."""
-    def retyped(config):
-        if isinstance(config, dict):
-            return {k: ("float64" if k == "dtype" else retyped(v)) for k, v in config.items()}
-        if isinstance(config, list):
-            return [retyped(v) for v in config]
-        return config
-
-    copy = model.__class__.from_config(retyped(model.get_config()))
-    copy.set_weights([np.asarray(w, dtype=np.float64) for w in model.get_weights()])
-    return copy

@@ -250,7 +250,7 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
         A member's training failed (non-finite loss, ...).
     """
     from autodeuq import evaluator as evaluators
-    from autodeuq.catalog import load_keras_model
+    from autodeuq.catalog import load_network
 
     catalog = ensemble.catalog
     if catalog is None:
@@ -295,8 +295,8 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
             reason = "no result" if result is None else result.reason
             raise RefitError(f"refit of member {entry_id} failed: {reason}")
         where = f"{catalog.run_dir}: member {entry_id}"
-        original = load_keras_model(catalog.model_bytes(entry_id), where)
-        refitted = load_keras_model(result.model_bytes, where)
+        original = load_network(catalog.model_bytes(entry_id), where)
+        refitted = load_network(result.model_bytes, where)
         if not refit_failed(_nll(refitted, x, y, classifier), _nll(original, x, y, classifier), constant):
             models[entry_id], epochs[entry_id] = result.model_bytes, len(schedules[entry_id])
         else:
