@@ -42,6 +42,7 @@ import h5py
 import keras
 import numpy as np
 
+from .data import Standardizer
 from .layers import Standardize, Unstandardize
 from .model import SCALED_NAME, STANDARDIZE_NAME, UNSTANDARDIZE_NAME
 from .plan import CORE_NAME, INPUT_NAME, NetworkPlan, NetworkProgram
@@ -297,18 +298,19 @@ def read_network(data: bytes, dtype: str = "float32") -> SavedNetwork | None:
 
     The plan is read from the file's configuration, which must then equal, entry for entry,
     the configuration :func:`network_bytes` writes for that plan and the file's standardization
-    (up to what Keras' own saver adds that does not change the model: a file saved by Keras from
-    the same model passes too); the weights file must hold exactly that plan's weights and state, each of its shape, in
-    float32. The bytes are trusted as far as the caller checked them
-    (:func:`autodeuq.catalog.checked_keras_config`).
+    (up to what Keras' own saver adds that does not change a prediction: a file saved by Keras
+    from the same model passes too); the weights file must hold exactly that plan's weights and
+    state, each of its shape, in float32. The bytes are trusted as far as the caller checked
+    them (:func:`autodeuq.catalog.checked_keras_config`).
     """
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             config = json.loads(archive.read("config.json"))
             weights_file = archive.read("model.weights.h5")
         plan, scaler, classifier = _plan_of(config)
-        blank = ([np.zeros(s, np.float32) for s in plan.weight_shapes()],
-                 [np.zeros(s, np.float32) for s in plan.state_shapes()])
+        # stand-ins of the right shapes that hold no memory (a file may name any shape)
+        blank = ([np.broadcast_to(np.float32(0), s) for s in plan.weight_shapes()],
+                 [np.broadcast_to(np.float32(0), s) for s in plan.state_shapes()])
         expected, variables = _scaled_model(plan, *blank, scaler, classifier)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, zipfile.BadZipFile):
         return None
@@ -342,8 +344,6 @@ def _comparable(config):
 
 def _plan_of(config: dict):
     """``(plan, scaler, classifier)`` read from a saved model's configuration (checked by the caller)."""
-    from .data import Standardizer
-
     outer = config["config"]["layers"]
     if [entry["class_name"] for entry in outer[:3]] != ["InputLayer", "Standardize", "Functional"]:
         raise ValueError("not a scaled network")
