@@ -233,8 +233,9 @@ def load_keras_model(data: bytes, where: str):
     """A Keras model (not compiled) from the bytes of a ``.keras`` archive, safely.
 
     The bytes pass :func:`checked_keras_config` first; Keras then loads a private copy of those
-    very bytes with ``safe_mode=True`` as a second guard. Every model autodeuq loads, from a
-    catalog or from an exported ensemble, comes through here.
+    very bytes with ``safe_mode=True`` as a second guard. Every model autodeuq loads through
+    Keras, from a catalog or from an exported ensemble, comes through here (to predict,
+    :func:`load_network` reads autodeuq's own files without Keras).
 
     Parameters
     ----------
