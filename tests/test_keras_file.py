@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from autodeuq import keras_file
-from autodeuq.catalog.artifacts import load_keras_model, load_network
+from autodeuq.catalog.artifacts import _retyped, load_keras_model, load_network
 from autodeuq.data import Standardizer, toy_sine
 from autodeuq.keras_file import network_bytes
 from autodeuq.model import model_from_bytes, model_to_bytes, with_scaling
@@ -147,7 +147,8 @@ def test_a_trainings_file_predicts_its_recorded_validation_outputs():
 # --------------------------------------------------------------------------- reading files back
 def scaled_file(plan, seed=7, keras_saved=False):
     """(bytes, Keras model of the file, x): a file of the plan's network with random weights, as
-    autodeuq writes it, or as Keras' own saver wrote the same model (the catalogs before 0.3)."""
+    autodeuq writes it, or as Keras' own saver wrote the same model (the catalogs written before
+    autodeuq wrote its files itself)."""
     rng = np.random.default_rng(seed)
     core = keras_model_with(plan, rng)
     x = rng.normal(size=(25, 3)) * 4.0 + 1.0
@@ -163,19 +164,13 @@ def scaled_file(plan, seed=7, keras_saved=False):
 
 def assert_predicts_as(network, model, x):
     """The same outputs as the Keras model's: float64 to 1e-12 of their magnitude, float32 to 1e-6."""
-    want64 = np.asarray(load_network_like(model, "float64")(x, training=False))
+    want64 = np.asarray(_retyped(model, "float64")(x, training=False))
     have64 = np.asarray(network.astype("float64")(x, training=False))
     np.testing.assert_allclose(have64, want64, rtol=1e-12, atol=1e-12 * (np.abs(want64).max() + 1.0))
     x32 = x.astype(np.float32)
     want32 = np.asarray(model(x32, training=False), np.float64)
     have32 = np.asarray(network(x32), np.float64)
     np.testing.assert_allclose(have32, want32, rtol=1e-6, atol=1e-6 * (np.abs(want32).max() + 1.0))
-
-
-def load_network_like(model, dtype):
-    from autodeuq.catalog.artifacts import _retyped
-
-    return _retyped(model, dtype)
 
 
 @pytest.mark.parametrize("keras_saved", [False, True], ids=["written", "keras-saved"])
@@ -191,9 +186,8 @@ def test_a_file_reads_back_to_its_plan_weights_and_predictions(label, plan, kera
     assert network is not None
     assert network.plan.key == plan.key and network.plan.n_classes == plan.n_classes
     assert network.output_shape == model.output_shape
-    by_path = saved_variables(model)
-    core_values = [v for path, v in by_path.items() if "seed_generator" not in path]
-    assert sum(a.size for a in network._arrays[0] + network._arrays[1]) == sum(v.size for v in core_values)
+    assert (sum(a.size for a in network._arrays[0] + network._arrays[1])
+            == sum(v.size for v in saved_variables(model).values()))
     assert_predicts_as(network, model, x)
     assert isinstance(load_network(data, label), keras_file.SavedNetwork)
     with pytest.raises(ValueError, match="only predicts"):
