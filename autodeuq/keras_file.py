@@ -43,7 +43,7 @@ import keras
 import numpy as np
 
 from .data import Standardizer
-from .layers import Standardize, Unstandardize
+from .layers import Standardize, Unstandardize, unstandardize
 from .model import SCALED_NAME, STANDARDIZE_NAME, UNSTANDARDIZE_NAME
 from .plan import CORE_NAME, INPUT_NAME, NetworkPlan, NetworkProgram
 
@@ -218,13 +218,18 @@ def _snake_case(name: str) -> str:
     return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
+def _vars_group(path: str) -> str:
+    """The weights file's group holding the variables of the layer (or model) at ``path``."""
+    return f"{path}/vars" if path else "vars"
+
+
 def _weights_file(variables: dict) -> bytes:
     # An HDF5 file in memory (the "core" driver, nothing on disk), its datasets made by h5py's
     # low-level calls, which skip the checks of its high-level ones: the same file, sooner.
     f = h5py.File(f"autodeuq-{id(variables)}.h5", "w", driver="core", backing_store=False)
     try:
         for path, (name, arrays) in variables.items():
-            group = f.create_group(f"{path}/vars" if path else "vars")
+            group = f.create_group(_vars_group(path))
             group.attrs["name"] = name
             for i, array in enumerate(arrays):
                 array = np.ascontiguousarray(array, np.float32)
@@ -285,11 +290,7 @@ class SavedNetwork:
             raise ValueError("a saved network only predicts (training=False)")
         x = tf.convert_to_tensor(x, self.dtype)
         out = self._program(self._weights, (x - self._x[0]) / self._x[1], self._state)
-        if self._y is None:
-            return out
-        t = self.plan.n_targets
-        mean, std = self._y
-        return tf.concat([out[:, :t] * std + mean, out[:, t:] * tf.square(std)], axis=-1)
+        return out if self._y is None else unstandardize(out, *self._y)
 
 
 def read_network(data: bytes, dtype: str = "float32") -> SavedNetwork | None:
@@ -347,23 +348,18 @@ def _plan_of(config: dict):
     outer = config["config"]["layers"]
     if [entry["class_name"] for entry in outer[:3]] != ["InputLayer", "Standardize", "Functional"]:
         raise ValueError("not a scaled network")
-    x_scale = outer[1]["config"]
-    classifier = len(outer) == 3
-    y_scale = None if classifier else outer[3]["config"]
     core = outer[2]["config"]["layers"]
     n_features = int(core[0]["config"]["batch_shape"][1])
     plan_ops = tuple(_op_of(entry) for entry in core[1:])
-    last = plan_ops[-1]
+    classifier = len(outer) == 3  # no Unstandardize: the network outputs logits
     if classifier:
-        plan = NetworkPlan(plan_ops, n_features, 1, int(last.units))
-        n_targets = 1
+        plan = NetworkPlan(plan_ops, n_features, 1, int(plan_ops[-1].units))
+        y_mean, y_std = np.zeros(1), np.ones(1)
     else:
-        plan = NetworkPlan(plan_ops, n_features, int(last.n_targets))
-        n_targets = plan.n_targets
-    y_mean, y_std = ((np.zeros(n_targets), np.ones(n_targets)) if classifier
-                     else (np.asarray(y_scale["mean"], float), np.asarray(y_scale["std"], float)))
-    scaler = Standardizer(np.asarray(x_scale["mean"], float), np.asarray(x_scale["std"], float), y_mean, y_std)
-    return plan, scaler, classifier
+        plan = NetworkPlan(plan_ops, n_features, int(plan_ops[-1].n_targets))
+        y_mean, y_std = (np.asarray(outer[3]["config"][k], float) for k in ("mean", "std"))
+    x_mean, x_std = (np.asarray(outer[1]["config"][k], float) for k in ("mean", "std"))
+    return plan, Standardizer(x_mean, x_std, y_mean, y_std), classifier
 
 
 def _op_of(entry: dict):
@@ -398,8 +394,8 @@ def _activation_name(value) -> str:
 def _read_arrays(weights_file: bytes, expected: dict) -> dict | None:
     """``{layer name: arrays}`` from a weights file holding exactly the ``expected``
     ``{h5 path: (layer name, shapes)}`` as float32 datasets; None otherwise."""
-    wanted = {f"{path}/vars/{i}" if path else f"vars/{i}": shape
-              for path, (_, shapes) in expected.items() for i, shape in enumerate(shapes)}
+    wanted = {f"{_vars_group(path)}/{i}": (name, tuple(shape))
+              for path, (name, shapes) in expected.items() for i, shape in enumerate(shapes)}
     out: dict[str, list] = {}
     try:
         with h5py.File(io.BytesIO(weights_file), "r") as f:
@@ -407,15 +403,11 @@ def _read_arrays(weights_file: bytes, expected: dict) -> dict | None:
             f.visititems(lambda path, item: found.append(path) if isinstance(item, h5py.Dataset) else None)
             if sorted(found) != sorted(wanted):
                 return None
-            for path, (name, shapes) in expected.items():
-                arrays = []
-                for i, shape in enumerate(shapes):
-                    dataset = f[f"{path}/vars/{i}" if path else f"vars/{i}"]
-                    if dataset.dtype != np.float32 or tuple(dataset.shape) != tuple(shape):
-                        return None
-                    arrays.append(np.asarray(dataset[()], np.float32))
-                if arrays:
-                    out[name] = arrays
+            for path, (name, shape) in wanted.items():
+                dataset = f[path]
+                if dataset.dtype != np.float32 or tuple(dataset.shape) != shape:
+                    return None
+                out.setdefault(name, []).append(np.asarray(dataset[()], np.float32))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return out

@@ -78,6 +78,14 @@ class GaussianHead(layers.Layer):
         return {**super().get_config(), "n_targets": self.n_targets, "floor": self.floor}
 
 
+def unstandardize(out, mean, std):
+    """``[mu * std + mean, var * std**2]`` from a standardized ``(n, 2T)`` ``[mu, var]``; ``mean``
+    and ``std`` are tensors of length ``T``."""
+    t = int(mean.shape[0])
+    mu, var = out[:, :t], out[:, t:]
+    return ops.concatenate([mu * std + mean, var * ops.square(std)], axis=-1)
+
+
 @keras.saving.register_keras_serializable(package="autodeuq")
 class Unstandardize(layers.Layer):
     """Standardized ``[mu, var]`` -> original units ``[mu * y_std + y_mean, var * y_std**2]``.
@@ -94,11 +102,8 @@ class Unstandardize(layers.Layer):
         self.std = _as_list(std)
 
     def call(self, out):
-        t = len(self.mean)
-        mean = ops.convert_to_tensor(self.mean, dtype=out.dtype)
-        std = ops.convert_to_tensor(self.std, dtype=out.dtype)
-        mu, var = out[:, :t], out[:, t:]
-        return ops.concatenate([mu * std + mean, var * ops.square(std)], axis=-1)
+        return unstandardize(out, ops.convert_to_tensor(self.mean, dtype=out.dtype),
+                             ops.convert_to_tensor(self.std, dtype=out.dtype))
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -250,6 +250,11 @@ def load_keras_model(data: bytes, where: str):
         The archive is refused or Keras cannot load it; the message starts with ``where``.
     """
     checked_keras_config(data, where)
+    return _keras_load(data, where)
+
+
+def _keras_load(data: bytes, where: str):
+    """Keras' ``load_model`` (safe mode, not compiled) of bytes that passed :func:`checked_keras_config`."""
     import keras
 
     _import_custom_layers()
@@ -296,7 +301,7 @@ def load_network(data: bytes, where: str, dtype: str = "float32"):
     network = read_network(data, dtype)
     if network is not None:
         return network
-    model = load_keras_model(data, where)
+    model = _keras_load(data, where)
     return model if dtype == "float32" else _retyped(model, dtype)
 
 
