@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import ops
+from .splice import DIRECT, NotSpliceable
 
 INPUT_NAME = "features"
 CORE_NAME = "autodeuq_core"
@@ -231,8 +232,14 @@ class NetworkProgram:
         *outputs, _ = self.forward(weights, x, state)
         return outputs[0] if len(outputs) == 1 else tf.concat(outputs, axis=1)
 
+    @property
+    def spliceable(self) -> bool:
+        """Whether every op writes its backward out, so that a training step can be spliced from
+        pieces (:mod:`autodeuq.splice`): a taped op's backward needs its forward's tape."""
+        return all(written for *_, written in self.steps)
+
     @tf.autograph.experimental.do_not_convert  # static Python loops: nothing for AutoGraph to do
-    def forward(self, weights, x, state=(), training=False, rng=None):
+    def forward(self, weights, x, state=(), training=False, rng=None, via=DIRECT):
         """``(mean, var, saved)``: the outputs, each ``(n, T)``, and what :meth:`backward` and
         :meth:`new_state` need; a classifier's ``(logits, saved)``.
 
@@ -247,31 +254,34 @@ class NetworkProgram:
             A training step (dropout drops, batch normalization uses the batch's statistics).
         rng : tf.random.Generator, optional
             The generator of random ops in training.
+        via : Direct or Splicer
+            How each op's forward is traced: directly, or as a piece of a spliced graph (then the
+            values are :class:`autodeuq.splice.Ref`; see :mod:`autodeuq.splice`).
         """
-        mode = {"training": training, "rng": rng}
         values, saved = {INPUT_NAME: x}, {}
         for op, where, state_where, keywords, written in self.steps:
-            kwargs = {k: ([state[i] for i in state_where] if k == "state" else mode[k]) for k in keywords}
-            run = op.forward if written else op.taped_forward
-            values[op.name], saved[op.name] = run([weights[i] for i in where], [values[i] for i in op.inputs],
-                                                  **kwargs)
+            values[op.name], saved[op.name] = _forward_op(
+                via, op, written, keywords, [weights[i] for i in where], [values[i] for i in op.inputs],
+                [state[i] for i in state_where], training, rng)
         out = values[self.output]
         outputs = out if isinstance(out, tuple) else (out,)
         return (*outputs, {"weights": weights, "values": values, "saved": saved, "state": list(state)})
 
     @tf.autograph.experimental.do_not_convert
-    def new_state(self, saved) -> list:
+    def new_state(self, saved, via=DIRECT) -> list:
         """The ops' state after the training step whose :meth:`forward` gave ``saved``."""
         state = list(saved["state"])
         for op, _, state_where, _, written in self.steps:
             if state_where:
                 own = saved["saved"][op.name] if written else saved["saved"][op.name].saved
-                for i, value in zip(state_where, op.new_state([state[i] for i in state_where], own)):
+                new = via.call(("new_state", type(op).__name__, _config_key(op)), op.new_state,
+                               [state[i] for i in state_where], own)
+                for i, value in zip(state_where, new):
                     state[i] = value
         return state
 
     @tf.autograph.experimental.do_not_convert
-    def backward(self, saved, *d_outputs):
+    def backward(self, saved, *d_outputs, via=DIRECT):
         """Gradients of a loss w.r.t. every weight, from its gradients w.r.t. the outputs.
 
         Parameters
@@ -281,6 +291,8 @@ class NetworkProgram:
         *d_outputs : tf.Tensor
             Gradients of the loss w.r.t. each output :meth:`forward` returned: ``d_mean, d_var``
             of shape (n, T), or a classifier's ``d_logits`` (n, K).
+        via : Direct or Splicer
+            As in :meth:`forward`.
 
         Returns
         -------
@@ -291,17 +303,43 @@ class NetworkProgram:
         grads = [None] * self.n_weights
         # gradients reaching each value
         upstream = {self.output: [d_outputs[0] if len(d_outputs) == 1 else tuple(d_outputs)]}
-        for op, where, _, _, _ in reversed(self.steps):
+        for op, where, _, _, written in reversed(self.steps):
             pending = upstream.pop(op.name, [])
             if not pending:
                 continue
-            d_output = pending[0] if len(pending) == 1 else tf.add_n(pending)
-            d_inputs, d_weights = op.backward([weights[i] for i in where], [values[i] for i in op.inputs],
-                                              saved["saved"][op.name], d_output,
-                                              [i != INPUT_NAME for i in op.inputs])
+            d_output = pending[0] if len(pending) == 1 else via.call(("add_n",), _add_n, *pending)
+            if not written and via is not DIRECT:
+                raise NotSpliceable(f"{op!r} takes its gradients from a tape")
+            d_inputs, d_weights = via.call(
+                ("backward", type(op).__name__, _config_key(op)), op.backward, [weights[i] for i in where],
+                [values[i] for i in op.inputs], saved["saved"][op.name], d_output, [i != INPUT_NAME for i in op.inputs])
             for i, g in zip(where, d_weights):
                 grads[i] = g
             for name, d in zip(op.inputs, d_inputs):
                 if name != INPUT_NAME:
                     upstream.setdefault(name, []).append(d)
         return grads
+
+
+def _config_key(op: ops.Op) -> str:
+    return json.dumps(op.config(), sort_keys=True)
+
+
+def _add_n(*values):
+    return tf.add_n(list(values))
+
+
+def _forward_op(via, op: ops.Op, written: bool, keywords, weights, inputs, state, training: bool, rng):
+    """One op's forward through ``via`` (see :meth:`NetworkProgram.forward`)."""
+    if not written and via is not DIRECT:
+        raise NotSpliceable(f"{op!r} takes its gradients from a tape")
+    run = op.forward if written else op.taped_forward
+
+    def forward(weights, inputs, state):
+        mode = {"training": training, "rng": rng, "state": state}
+        return run(weights, inputs, **{k: mode[k] for k in keywords})
+
+    # a random op's piece reads the training's generator: it is the trainer's own (local)
+    draws = training and rng is not None and "rng" in keywords
+    return via.call(("forward", type(op).__name__, _config_key(op), training, draws), forward, weights, inputs,
+                    state, local=draws)

@@ -68,11 +68,13 @@ from .optimizers import FlatOptimizer
 from .plan import NetworkPlan, NetworkProgram
 from .result import Status, TrainResult, worker_name
 from .space import SpaceError
+from .splice import DIRECT, NotSpliceable, Splicer
 
 TRAINER_CACHE_SIZE = 4  # compiled epochs kept for reuse (each holds its graph and parameter vectors)
 FULL_GC_EVERY = 20  # trainings between full garbage collections
 GRAPPLER_IN_TRAINING = False  # see _graph_optimizer_off
 SINGLE_THREADED_EPOCHS = True  # see _single_threaded_wanted
+SPLICED_EPOCHS = True  # see CompiledTrainer._trace
 
 
 # --------------------------------------------------------------------------- threads
@@ -186,6 +188,31 @@ class CategoricalLoss:
     @staticmethod
     def kept(outputs):
         return tf.nn.log_softmax(outputs[0])
+
+
+@tf.autograph.experimental.do_not_convert
+def _batch(i, batch_size, n, x, y):
+    """The first and last row of mini-batch ``i`` and its rows."""
+    start = i * batch_size
+    stop = tf.minimum(start + batch_size, n)
+    return start, stop, x[start:stop], y[start:stop]
+
+
+@tf.autograph.experimental.do_not_convert
+def _total(total, loss, start, stop):
+    """The sum of the losses so far, the batch's mean ``loss`` counted once per row."""
+    return total + loss * tf.cast(stop - start, tf.float32)
+
+
+def _validation(loss, y, outputs):
+    """The validation loss and the outputs kept of it."""
+    return loss.value(y, outputs), loss.kept(outputs)
+
+
+@tf.autograph.experimental.do_not_convert
+def _split_state(flat, sizes, shapes):
+    pieces = tf.split(flat, sizes)
+    return [p if len(s) == 1 else tf.reshape(p, s) for p, s in zip(pieces, shapes)]
 
 
 def loss_of(plan: NetworkPlan):
@@ -339,6 +366,8 @@ class CompiledTrainer:
         self.optimizer = FlatOptimizer(optimizer_name, size)
         self.generator = tf.random.Generator.from_seed(0)
         self.traces = 0  # Python-side count of traces of the epoch function
+        self._local_pieces: dict = {}  # the pieces of its spliced epochs that read its variables
+        self.spliced = False  # whether its last trace was spliced from pieces (see _trace)
         self._concrete_epoch = None
         self._executor = contextlib.nullcontext  # the executor the traced epoch runs under
 
@@ -356,6 +385,11 @@ class CompiledTrainer:
         where :func:`_single_threaded_wanted`, unless the traced loop body runs functions of its
         own (then it is traced again for the default executor; see :data:`NESTED_FUNCTION_OPS`).
 
+        The epoch's graph is spliced from pieces traced once per process (:mod:`autodeuq.splice`)
+        where :data:`SPLICED_EPOCHS` and the network's program allows it; otherwise, or when a
+        piece cannot be spliced, it is traced op by op. The numbers are the same (the tests
+        compare runs bit for bit).
+
         For the single-threaded executor the epoch's graph is built without TensorFlow's
         automatic control dependencies (:meth:`_wrapped`; what they cost a trace is in
         ``benchmarks/results/training_speed.md``). They would order the stateful ops (variable
@@ -372,55 +406,108 @@ class CompiledTrainer:
                 return concrete, _single_threaded
         return self._traced(), contextlib.nullcontext
 
+    def _spliced_first(self, build):
+        """``build(splice)``'s function, spliced when that is possible (see :meth:`_trace`)."""
+        self.spliced = SPLICED_EPOCHS and self.program.spliceable
+        if self.spliced:
+            try:
+                return build(True)
+            except NotSpliceable:
+                self.spliced = False
+        return build(False)
+
     def _traced(self):
         """A fresh trace of :meth:`_epoch` (under the executor of the caller's context)."""
-        return tf.function(self._epoch, input_signature=_EPOCH_SIGNATURE, autograph=False).get_concrete_function()
+        return self._spliced_first(lambda splice: tf.function(
+            functools.partial(self._epoch, splice=splice), input_signature=_EPOCH_SIGNATURE,
+            autograph=False).get_concrete_function())
 
     def _wrapped(self):
         """A fresh graph of :meth:`_epoch` without automatic control dependencies (see :meth:`_trace`)."""
-        return tf.compat.v1.wrap_function(self._epoch, signature=_EPOCH_SIGNATURE)
+        return self._spliced_first(lambda splice: tf.compat.v1.wrap_function(
+            functools.partial(self._epoch, splice=splice), signature=_EPOCH_SIGNATURE))
+
+    def _via(self, splice: bool):
+        """How the pieces of one graph are traced: spliced (the trainer keeps the pieces that read
+        its variables), or directly."""
+        return Splicer(self._local_pieces) if splice else DIRECT
+
+    def _weights(self, via, flat):
+        """The flat parameter vector ``flat`` as the program's list of weights."""
+        return via.call(("weights", type(self).__qualname__, repr(self.shapes)), self._split_weights, flat)
 
     @tf.autograph.experimental.do_not_convert
-    def _weights(self):
+    def _split_weights(self, flat):
         # a 1-D piece (a bias) already has its shape: no Reshape op to trace and run every step
-        pieces = tf.split(self.params.read_value(), self.sizes)
+        pieces = tf.split(flat, self.sizes)
         return [p if len(s) == 1 else tf.reshape(p, s) for p, s in zip(pieces, self.shapes)]
 
-    @tf.autograph.experimental.do_not_convert
-    def _state(self):
-        if self.state is None:
+    def _state(self, via, flat):
+        """The flat state vector ``flat`` (None without state) as the program's list of state."""
+        if flat is None:
             return []
-        pieces = tf.split(self.state.read_value(), self.state_sizes)
-        return [p if len(s) == 1 else tf.reshape(p, s) for p, s in zip(pieces, self.program.state_shapes)]
+        shapes = self.program.state_shapes
+        return via.call(("state",), _split_state, flat, self.state_sizes, shapes)
 
-    def _epoch(self, x, y, x_valid, y_valid, batch_size):
+    def _read(self, via):
+        """The current parameters and state (None without state)."""
+        return via.call(("read",), self._read_values, local=True)
+
+    @tf.autograph.experimental.do_not_convert
+    def _read_values(self):
+        return self.params.read_value(), None if self.state is None else self.state.read_value()
+
+    def _epoch(self, x, y, x_valid, y_valid, batch_size, splice=False):
         # Written as an explicit tf.while_loop and traced without AutoGraph, which would only
         # rewrite this one loop and costs tracing time at every new plan.
-        self.traces += 1
-        n = tf.shape(x)[0]
-        order = tf.argsort(self.generator.uniform([n]))
-        x, y = tf.gather(x, order), tf.gather(y, order)
-        flat = tf.constant([-1])
+        via = self._via(splice)
+        n, x, y = via.run(via.call(("shuffle",), self._shuffled, via.input(x), via.input(y), local=True))
 
         def step(i, total):
-            start = i * batch_size
-            stop = tf.minimum(start + batch_size, n)
-            *outputs, saved = self.program.forward(self._weights(), x[start:stop], self._state(),
-                                                   training=True, rng=self.generator)
-            loss, d_outputs = self.loss.value_and_gradients(y[start:stop], outputs)
-            grad = self._flat_gradient(self.program.backward(saved, *d_outputs))
-            self.optimizer.apply(grad, self.params)
-            if self.state is not None:
-                self.state.assign(tf.concat([tf.reshape(v, flat) for v in self.program.new_state(saved)], axis=0))
-            return i + 1, total + loss * tf.cast(stop - start, tf.float32)
+            via = self._via(splice)
+            start, stop, x_batch, y_batch = via.call(("batch",), _batch, via.input(i), via.input(batch_size),
+                                                     via.input(n), via.input(x), via.input(y))
+            params, state = self._read(via)
+            loss = self._step(via, params, state, x_batch, y_batch)
+            return i + 1, via.run(via.call(("total",), _total, via.input(total), loss, start, stop))
 
         _, total = tf.while_loop(lambda i, _: i < (n + batch_size - 1) // batch_size, step,
                                  (tf.constant(0), tf.constant(0.0)))
         with tf.control_dependencies([total]):  # the loop's writes before these reads (see _trace)
-            *outputs, _ = self.program.forward(self._weights(), x_valid, self._state())
+            params, state = self._read_values()
+        via = self._via(splice)
+        *outputs, _ = self.program.forward(self._weights(via, via.input(params)), via.input(x_valid),
+                                           self._state(via, None if state is None else via.input(state)), via=via)
+        val_loss, kept = via.run(via.call(("validation", self.loss.__qualname__), _validation, self.loss,
+                                          via.input(y_valid), outputs))
         # one tensor for both losses: one transfer to the host per epoch
-        losses = tf.stack([total / tf.cast(n, tf.float32), self.loss.value(y_valid, outputs)])
-        return losses, self.loss.kept(outputs)
+        losses = tf.stack([total / tf.cast(n, tf.float32), val_loss])
+        self.traces += 1  # counted once built (a spliced attempt that fails is not a trace)
+        return losses, kept
+
+    @tf.autograph.experimental.do_not_convert
+    def _shuffled(self, x, y):
+        """The rows' count and the rows in the epoch's seeded random order."""
+        n = tf.shape(x)[0]
+        order = tf.argsort(self.generator.uniform([n]))
+        return n, tf.gather(x, order), tf.gather(y, order)
+
+    def _step(self, via, params, state, x, y):
+        """One training step on the batch ``(x, y)``: its mean loss (the parameters and state updated)."""
+        *outputs, saved = self.program.forward(self._weights(via, params), x, self._state(via, state),
+                                               training=True, rng=self.generator, via=via)
+        loss, d_outputs = via.call(("loss", self.loss.__qualname__), self.loss.value_and_gradients, y, outputs)
+        grad = via.call(("flat_gradient", type(self).__qualname__, repr(self.shapes)), self._flat_gradient,
+                        self.program.backward(saved, *d_outputs, via=via))
+        via.call(("update",), lambda g: self.optimizer.apply(g, self.params), grad, local=True)
+        if self.state is not None:
+            via.call(("new_state",), self._assign_state, self.program.new_state(saved, via=via), local=True)
+        return loss
+
+    @tf.autograph.experimental.do_not_convert
+    def _assign_state(self, values):
+        flat = tf.constant([-1])
+        self.state.assign(tf.concat([tf.reshape(v, flat) for v in values], axis=0))
 
     @tf.autograph.experimental.do_not_convert
     def _flat_gradient(self, grads):

@@ -1,0 +1,304 @@
+"""A traced function's graph spliced from pieces traced once, instead of traced op by op.
+
+Tracing a training epoch builds each TensorFlow op through its Python layer (argument checks,
+dtype inference, op-definition lookups, name scopes): about half a millisecond per op on the
+development machine, about 0.2 s for a small network's epoch of ~380 ops, and every network of a
+search has a structure of its own, so nearly every training traced its epoch anew
+(``benchmarks/results/search_speed/notes.md``). Yet an epoch is made of few kinds of pieces, each
+repeated many times: the forward and backward of a ``Dense`` of some activation, an ``Add``, the
+loss, the optimizer's update.
+
+A :class:`Splicer` builds such a graph from pieces. The code that traces the graph calls
+``via.call(key, fn, *args)`` for each piece, ``fn`` being the same Python function that would be
+called directly (:data:`DIRECT` does exactly that), with ``args`` nested lists and tuples of
+tensors and plain Python values:
+
+* the first call with a given key and given arguments' structure, dtypes and ranks traces ``fn``
+  once, on placeholders of unknown sizes, into a graph of its own (a :class:`Piece`), kept in a
+  module-wide cache; later calls reuse it, whatever the sizes;
+* the pieces' nodes are copied, renamed, into one ``GraphDef``, each piece's placeholders replaced
+  by the values that feed them, and :meth:`Splicer.run` imports that ``GraphDef`` into the graph
+  being traced in one call, the shapes inferred there from the real inputs.
+
+So the ops are exactly those the direct trace would make, in the same order, with the same
+attributes; only their names differ (the tests compare trainings bit for bit). The stateful ops
+of the spliced graph (variable reads and updates, random draws) run in the order they were
+called: each waits for the one before it (a control edge), as automatic control dependencies
+order a ``tf.function``'s.
+
+A piece that reads a variable or a generator (a *capture*: the optimizer's update, dropout's
+draws) belongs to the variables' owner: it is called with ``local=True`` and kept in the
+:class:`Splicer`'s own cache, never in the module-wide one, which refuses pieces with captures. A
+piece whose graph holds functions of its own (a ``tf.cond``, a ``tf.while_loop``) cannot be
+spliced: :class:`NotSpliceable` is raised, and the caller traces directly instead.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+from tensorflow.python.framework import func_graph, op_def_registry
+
+PIECE_CACHE_SIZE = 2048  #: pieces kept module-wide (each a few nodes)
+
+
+class NotSpliceable(Exception):
+    """A piece whose graph cannot be spliced (it holds functions of its own)."""
+
+
+class Ref:
+    """A value of a graph being spliced: output ``index`` of node ``node``, of ``dtype`` and ``rank``."""
+
+    __slots__ = ("node", "index", "dtype", "rank")
+
+    def __init__(self, node: str, index: int, dtype: tf.DType, rank: int | None):
+        self.node, self.index, self.dtype, self.rank = node, index, dtype, rank
+
+    @property
+    def name(self) -> str:
+        return f"{self.node}:{self.index}"
+
+    def __repr__(self):
+        return f"Ref({self.name}, {self.dtype.name}, rank={self.rank})"
+
+
+def _is_value(leaf) -> bool:
+    return isinstance(leaf, (Ref, tf.Tensor))
+
+
+def _rank(value) -> int | None:
+    return value.rank if isinstance(value, Ref) else value.shape.rank
+
+
+def _flatten(nest) -> list:
+    """The leaves of nested lists and tuples, in order (anything else is a leaf)."""
+    if isinstance(nest, (list, tuple)):
+        return [leaf for item in nest for leaf in _flatten(item)]
+    return [nest]
+
+
+def _map(fn: Callable, nest):
+    """``nest`` with each leaf replaced by ``fn(leaf)``, in the order of :func:`_flatten`; lists
+    stay lists, tuples (named ones included) tuples."""
+    if isinstance(nest, list):
+        return [_map(fn, item) for item in nest]
+    if isinstance(nest, tuple):
+        items = [_map(fn, item) for item in nest]
+        return type(nest)(*items) if hasattr(nest, "_fields") else tuple(items)
+    return fn(nest)
+
+
+def _signature(args) -> str:
+    """What a piece's graph depends on besides its key: the arguments' structure, each value's
+    dtype and rank, and each plain leaf itself."""
+    return repr(_map(lambda v: (v.dtype.name, _rank(v)) if _is_value(v) else v, args))
+
+
+@dataclass
+class Piece:
+    """One traced piece: its nodes, which of them are its inputs and captures, its outputs."""
+
+    nodes: list  #: NodeDefs, in creation order
+    inputs: list[str]  #: the placeholder node of each value argument, in flattened order
+    captures: list[tuple[Any, str]]  #: (the captured outside value, its placeholder node)
+    outputs: Any  #: fn's result, each output tensor as a :class:`Ref` of the piece's graph
+    versions: Any  #: the GraphDef's version stamps
+
+
+def _trace_piece(fn: Callable, args) -> Piece:
+    graph = func_graph.FuncGraph("piece")
+    with graph.as_default():
+        placeholders = []
+
+        def placeholder(leaf):
+            if not _is_value(leaf):
+                return leaf
+            rank = _rank(leaf)
+            value = tf.compat.v1.placeholder(leaf.dtype, None if rank is None else [None] * rank)
+            placeholders.append(value)
+            return value
+
+        result = fn(*_map(placeholder, args))
+    graph_def = graph.as_graph_def()
+    if graph_def.library.function:
+        raise NotSpliceable(f"a piece's graph holds functions of its own: "
+                            f"{[f.signature.name for f in graph_def.library.function]}")
+
+    def output(leaf):
+        if not isinstance(leaf, tf.Tensor):
+            return leaf
+        if leaf.graph is not graph:
+            raise NotSpliceable(f"a piece returns a value from outside its graph: {leaf}")
+        return Ref(leaf.op.name, leaf.value_index, leaf.dtype, leaf.shape.rank)
+
+    return Piece(nodes=list(graph_def.node), inputs=[p.op.name for p in placeholders],
+                 captures=[(outside, inside.op.name) for outside, inside in graph.captures],
+                 outputs=_map(output, result), versions=graph_def.versions)
+
+
+_PIECES: dict = {}
+_PIECES_LOCK = threading.Lock()
+
+
+def clear_pieces():
+    """Forget every piece of the module-wide cache."""
+    with _PIECES_LOCK:
+        _PIECES.clear()
+
+
+@functools.cache
+def _stateful(op_type: str) -> bool:
+    op_def = op_def_registry.get(op_type)
+    return op_def is None or op_def.is_stateful
+
+
+def _source(reference: str, renamed: dict, prefix: str) -> str:
+    """A node input (``node``, ``node:index`` or ``^node``) of a piece, in the spliced graph."""
+    control = reference.startswith("^")
+    node, _, index = reference.lstrip("^").partition(":")
+    if node in renamed:
+        new_node, new_index = renamed[node]
+        if control:
+            return "^" + new_node
+        return f"{new_node}:{new_index if new_index is not None else (index or 0)}"
+    return ("^" if control else "") + prefix + node + (f":{index}" if index else "")
+
+
+class Direct:
+    """Calls each piece's function directly (the ordinary trace); :data:`DIRECT` is the one instance."""
+
+    @staticmethod
+    def input(value):
+        return value
+
+    @staticmethod
+    def call(key, fn: Callable, *args, local: bool = False):
+        return fn(*args)
+
+    @staticmethod
+    def run(values):
+        return values
+
+
+DIRECT = Direct()
+
+
+class Splicer:
+    """Builds one graph from pieces (see the module's docstring): :meth:`input` the tensors that
+    feed it, :meth:`call` each piece, then :meth:`run` to import it into the current graph.
+
+    Parameters
+    ----------
+    local_pieces : dict, optional
+        The cache of the pieces with captures (``local=True``), kept by their variables' owner.
+    """
+
+    def __init__(self, local_pieces: dict | None = None):
+        self.local_pieces = {} if local_pieces is None else local_pieces
+        self.graph_def = graph_pb2.GraphDef()
+        self._feeds: dict[str, Any] = {}  # placeholder node -> the tensor of the current graph
+        self._captures: dict[int, tuple[Any, str]] = {}  # id of a captured value -> (it, its placeholder)
+        self._last_stateful = None
+        self._count = 0
+
+    def input(self, tensor) -> Ref:
+        """A tensor of the graph being traced, as a value of the spliced graph."""
+        name = self._placeholder(tensor.dtype, "input")
+        self._feeds[name] = tensor
+        return Ref(name, 0, tensor.dtype, tensor.shape.rank)
+
+    def _placeholder(self, dtype, prefix: str, template=None) -> str:
+        name = f"{prefix}_{self._count}"
+        self._count += 1
+        node = self.graph_def.node.add()
+        if template is not None:
+            node.CopyFrom(template)
+            node.ClearField("input")
+        else:
+            node.op = "Placeholder"
+            node.attr["dtype"].type = tf.as_dtype(dtype).as_datatype_enum
+        node.name = name
+        return name
+
+    def call(self, key, fn: Callable, *args, local: bool = False):
+        """``fn(*args)`` as part of the spliced graph: its result, each tensor a :class:`Ref`.
+
+        ``key`` (hashable) names what ``fn`` computes: two calls with equal keys and arguments of
+        the same structure, dtypes and ranks must compute the same function.
+        """
+        full_key = (key, _signature(args))
+        cache, lock = (self.local_pieces, contextlib.nullcontext()) if local else (_PIECES, _PIECES_LOCK)
+        with lock:
+            piece = cache.get(full_key)
+        if piece is None:
+            piece = _trace_piece(fn, args)
+            if piece.captures and not local:
+                raise NotSpliceable(f"piece {key!r} reads variables: call it with local=True")
+            with lock:
+                if len(cache) >= PIECE_CACHE_SIZE:
+                    cache.pop(next(iter(cache)))
+                cache[full_key] = piece
+        return self._splice(piece, [leaf for leaf in _flatten(args) if _is_value(leaf)])
+
+    def _splice(self, piece: Piece, values: list):
+        """Copy ``piece``'s nodes into the spliced graph, its inputs fed by ``values``; its outputs."""
+        if not self.graph_def.HasField("versions"):
+            self.graph_def.versions.CopyFrom(piece.versions)
+        renamed = self._feeds_of(piece, values)
+        prefix = f"piece_{self._count}/"
+        self._count += 1
+        for node in piece.nodes:
+            if node.name in renamed:
+                continue
+            copy = self.graph_def.node.add()
+            copy.CopyFrom(node)
+            copy.name = prefix + node.name
+            del copy.input[:]
+            copy.input.extend(_source(reference, renamed, prefix) for reference in node.input)
+            if _stateful(node.op):
+                if self._last_stateful is not None:
+                    copy.input.append("^" + self._last_stateful)
+                self._last_stateful = copy.name
+
+        def output(leaf):
+            if not isinstance(leaf, Ref):
+                return leaf
+            if leaf.node in renamed:
+                node, index = renamed[leaf.node]
+                return Ref(node, leaf.index if index is None else index, leaf.dtype, leaf.rank)
+            return Ref(prefix + leaf.node, leaf.index, leaf.dtype, leaf.rank)
+
+        return _map(output, piece.outputs)
+
+    def _feeds_of(self, piece: Piece, values: list) -> dict:
+        """What replaces each placeholder of ``piece``: ``{its node: (node, index)}``, the index
+        None for a capture (whose placeholder is shared by every piece reading that variable)."""
+        values = [v if isinstance(v, Ref) else self.input(v) for v in values]
+        renamed: dict[str, tuple[str, int | None]] = {
+            name: (value.node, value.index) for name, value in zip(piece.inputs, values)}
+        for outside, inside in piece.captures:
+            if id(outside) not in self._captures:
+                template = next(node for node in piece.nodes if node.name == inside)
+                self._captures[id(outside)] = (outside, self._placeholder(outside.dtype, "capture", template))
+            renamed[inside] = (self._captures[id(outside)][1], None)
+        return renamed
+
+    def run(self, values):
+        """Import the spliced graph into the current graph (in one call); ``values`` (a nest of
+        :class:`Ref`) as tensors of it."""
+        graph = tf.compat.v1.get_default_graph()
+        feeds = {f"{name}:0": graph.capture(t) if isinstance(graph, func_graph.FuncGraph) else t
+                 for name, t in self._feeds.items()}
+        for outside, name in self._captures.values():
+            feeds[f"{name}:0"] = graph.capture(outside)
+        wanted = [leaf.name for leaf in _flatten(values) if isinstance(leaf, Ref)]
+        imported = iter(tf.graph_util.import_graph_def(self.graph_def, input_map=feeds, return_elements=wanted,
+                                                       name="spliced"))
+        return _map(lambda leaf: next(imported) if isinstance(leaf, Ref) else leaf, values)
+
