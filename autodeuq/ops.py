@@ -34,6 +34,7 @@ every training step (``benchmarks/results/training_speed.md``).
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -70,6 +71,11 @@ class Op:
         The names of the values it reads (an earlier op's name, or the network's input).
     """
 
+    #: the entries of :meth:`config` that only fix the shapes of its weights and output (a
+    #: ``Dense``'s units): the forward and backward traced for one value serve every value
+    #: (:mod:`autodeuq.splice`)
+    SHAPES_ONLY: tuple[str, ...] = ()
+
     def __init__(self, name: str, inputs: Sequence[str]):
         self.name = name
         self.inputs = tuple(inputs)
@@ -78,6 +84,12 @@ class Op:
         """The op's parameters (JSON-serializable); with its class, name and inputs, they fix
         its computation."""
         return {}
+
+    def piece_key(self) -> str:
+        """What fixes its forward's and backward's ops, given their inputs' dtypes and ranks:
+        its class and :meth:`config` without :attr:`SHAPES_ONLY`."""
+        config = {k: v for k, v in self.config().items() if k not in self.SHAPES_ONLY}
+        return json.dumps([type(self).__name__, config], sort_keys=True)
 
     def layer(self) -> layers.Layer:
         """A new Keras layer computing this op, named :attr:`name`."""
@@ -170,6 +182,8 @@ class Op:
 
 class Dense(Op):
     """``activation(x @ kernel + bias)``: Keras' ``Dense(units, activation)``."""
+
+    SHAPES_ONLY = ("units",)
 
     def __init__(self, name: str, input_name: str, units: int, activation: str):
         super().__init__(name, [input_name])

@@ -176,6 +176,11 @@ class FlatOptimizer:
         # the rules are straight-line Python: nothing for AutoGraph to convert
         self.apply = tf.autograph.experimental.do_not_convert(self._apply)
 
+    @property
+    def variables(self) -> list:
+        """Its variables (the learning rate, the step count, the slots and scalars), in a fixed order."""
+        return [self.learning_rate, self.iterations, *self.slots.values(), *self.scalars.values()]
+
     def reset(self, learning_rate: float, size: int | None = None):
         """Start afresh: initial slots, step 0, this learning rate; ``size``: a new length of the
         parameter vector."""

@@ -274,7 +274,7 @@ class NetworkProgram:
         for op, _, state_where, _, written in self.steps:
             if state_where:
                 own = saved["saved"][op.name] if written else saved["saved"][op.name].saved
-                new = via.call(("new_state", type(op).__name__, _config_key(op)), op.new_state,
+                new = via.call(("new_state", op.piece_key()), op.new_state,
                                [state[i] for i in state_where], own)
                 for i, value in zip(state_where, new):
                     state[i] = value
@@ -311,7 +311,7 @@ class NetworkProgram:
             if not written and via is not DIRECT:
                 raise NotSpliceable(f"{op!r} takes its gradients from a tape")
             d_inputs, d_weights = via.call(
-                ("backward", type(op).__name__, _config_key(op)), op.backward, [weights[i] for i in where],
+                ("backward", op.piece_key()), op.backward, [weights[i] for i in where],
                 [values[i] for i in op.inputs], saved["saved"][op.name], d_output, [i != INPUT_NAME for i in op.inputs])
             for i, g in zip(where, d_weights):
                 grads[i] = g
@@ -319,10 +319,6 @@ class NetworkProgram:
                 if name != INPUT_NAME:
                     upstream.setdefault(name, []).append(d)
         return grads
-
-
-def _config_key(op: ops.Op) -> str:
-    return json.dumps(op.config(), sort_keys=True)
 
 
 def _add_n(*values):
@@ -339,7 +335,7 @@ def _forward_op(via, op: ops.Op, written: bool, keywords, weights, inputs, state
         mode = {"training": training, "rng": rng, "state": state}
         return run(weights, inputs, **{k: mode[k] for k in keywords})
 
-    # a random op's piece reads the training's generator: it is the trainer's own (local)
+    # a random op's piece reads and moves the training's generator
     draws = training and rng is not None and "rng" in keywords
-    return via.call(("forward", type(op).__name__, _config_key(op), training, draws), forward, weights, inputs,
-                    state, local=draws)
+    return via.call(("forward", op.piece_key(), training, draws), forward, weights, inputs, state,
+                    variables=[rng.state] if draws else [])

@@ -11,7 +11,8 @@ loss, the optimizer's update.
 A :class:`Splicer` builds such a graph from pieces. The code that traces the graph calls
 ``via.call(key, fn, *args)`` for each piece, ``fn`` being the same Python function that would be
 called directly (:data:`DIRECT` does exactly that), with ``args`` nested lists and tuples of
-tensors and plain Python values:
+tensors and plain Python values (sizes and shapes that vary from one network to the next are
+better given as ``via.constant(...)``: the piece then serves every value):
 
 * the first call with a given key and given arguments' structure, dtypes and ranks traces ``fn``
   once, on placeholders of unknown sizes, into a graph of its own (a :class:`Piece`), kept in a
@@ -26,15 +27,16 @@ of the spliced graph (variable reads and updates, random draws) run in the order
 called: each waits for the one before it (a control edge), as automatic control dependencies
 order a ``tf.function``'s.
 
-A piece that reads a variable or a generator (a *capture*: the optimizer's update, dropout's
-draws) belongs to the variables' owner: it is called with ``local=True`` and kept in the
-:class:`Splicer`'s own cache, never in the module-wide one, which refuses pieces with captures. A
-piece whose graph holds functions of its own (a ``tf.cond``, a ``tf.while_loop``) cannot be
-spliced: :class:`NotSpliceable` is raised, and the caller traces directly instead.
+A piece that reads or writes variables (the optimizer's update, dropout's draws from the
+training's generator) names them: ``via.call(key, fn, *args, variables=[...])``. Its graph holds
+a placeholder for each variable it *captured*; spliced for another call, each is fed by the
+variable at the same position of that call's list, so one piece serves every trainer's
+variables. A piece that captures anything else, or whose graph holds functions of its own (a
+``tf.cond``, a ``tf.while_loop``), cannot be spliced: :class:`NotSpliceable` is raised, and the
+caller traces directly instead.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 from collections.abc import Callable
@@ -106,12 +108,12 @@ class Piece:
 
     nodes: list  #: NodeDefs, in creation order
     inputs: list[str]  #: the placeholder node of each value argument, in flattened order
-    captures: list[tuple[Any, str]]  #: (the captured outside value, its placeholder node)
+    captures: list[tuple[int, str]]  #: (the position of a captured variable, its placeholder node)
     outputs: Any  #: fn's result, each output tensor as a :class:`Ref` of the piece's graph
     versions: Any  #: the GraphDef's version stamps
 
 
-def _trace_piece(fn: Callable, args) -> Piece:
+def _trace_piece(fn: Callable, args, variables) -> Piece:
     graph = func_graph.FuncGraph("piece")
     with graph.as_default():
         placeholders = []
@@ -130,6 +132,11 @@ def _trace_piece(fn: Callable, args) -> Piece:
         raise NotSpliceable(f"a piece's graph holds functions of its own: "
                             f"{[f.signature.name for f in graph_def.library.function]}")
 
+    positions = {id(v.handle): k for k, v in enumerate(variables)}
+    unnamed = [outside for outside, _ in graph.captures if id(outside) not in positions]
+    if unnamed:
+        raise NotSpliceable(f"a piece reads values it was not given as variables: {unnamed}")
+
     def output(leaf):
         if not isinstance(leaf, tf.Tensor):
             return leaf
@@ -138,7 +145,7 @@ def _trace_piece(fn: Callable, args) -> Piece:
         return Ref(leaf.op.name, leaf.value_index, leaf.dtype, leaf.shape.rank)
 
     return Piece(nodes=list(graph_def.node), inputs=[p.op.name for p in placeholders],
-                 captures=[(outside, inside.op.name) for outside, inside in graph.captures],
+                 captures=[(positions[id(outside)], inside.op.name) for outside, inside in graph.captures],
                  outputs=_map(output, result), versions=graph_def.versions)
 
 
@@ -178,7 +185,11 @@ class Direct:
         return value
 
     @staticmethod
-    def call(key, fn: Callable, *args, local: bool = False):
+    def constant(value, dtype):
+        return tf.constant(value, dtype)
+
+    @staticmethod
+    def call(key, fn: Callable, *args, variables=()):
         return fn(*args)
 
     @staticmethod
@@ -193,17 +204,12 @@ class Splicer:
     """Builds one graph from pieces (see the module's docstring): :meth:`input` the tensors that
     feed it, :meth:`call` each piece, then :meth:`run` to import it into the current graph.
 
-    Parameters
-    ----------
-    local_pieces : dict, optional
-        The cache of the pieces with captures (``local=True``), kept by their variables' owner.
     """
 
-    def __init__(self, local_pieces: dict | None = None):
-        self.local_pieces = {} if local_pieces is None else local_pieces
+    def __init__(self):
         self.graph_def = graph_pb2.GraphDef()
         self._feeds: dict[str, Any] = {}  # placeholder node -> the tensor of the current graph
-        self._captures: dict[int, tuple[Any, str]] = {}  # id of a captured value -> (it, its placeholder)
+        self._captures: dict[int, tuple[Any, str]] = {}  # id of a variable's handle -> (it, its placeholder)
         self._last_stateful = None
         self._count = 0
 
@@ -212,6 +218,17 @@ class Splicer:
         name = self._placeholder(tensor.dtype, "input")
         self._feeds[name] = tensor
         return Ref(name, 0, tensor.dtype, tensor.shape.rank)
+
+    def constant(self, value, dtype) -> Ref:
+        """A constant of the spliced graph (so that a piece may take sizes and shapes as inputs,
+        and serve every value of them)."""
+        proto = tf.make_tensor_proto(value, dtype)
+        node = self.graph_def.node.add()
+        node.op, node.name = "Const", f"constant_{self._count}"
+        self._count += 1
+        node.attr["dtype"].type = proto.dtype
+        node.attr["value"].tensor.CopyFrom(proto)
+        return Ref(node.name, 0, tf.as_dtype(dtype), len(proto.tensor_shape.dim))
 
     def _placeholder(self, dtype, prefix: str, template=None) -> str:
         name = f"{prefix}_{self._count}"
@@ -226,31 +243,32 @@ class Splicer:
         node.name = name
         return name
 
-    def call(self, key, fn: Callable, *args, local: bool = False):
+    def call(self, key, fn: Callable, *args, variables=()):
         """``fn(*args)`` as part of the spliced graph: its result, each tensor a :class:`Ref`.
 
-        ``key`` (hashable) names what ``fn`` computes: two calls with equal keys and arguments of
-        the same structure, dtypes and ranks must compute the same function.
+        ``key`` (hashable) names what ``fn`` computes: two calls of functions of the same
+        qualified name with equal keys and arguments of the same structure, dtypes and ranks
+        must compute the same function, of the variables each names in ``variables``
+        (``tf.Variable`` objects, in the same roles).
         """
-        full_key = (key, _signature(args))
-        cache, lock = (self.local_pieces, contextlib.nullcontext()) if local else (_PIECES, _PIECES_LOCK)
-        with lock:
-            piece = cache.get(full_key)
+        name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+        full_key = (name, key, _signature(args), len(variables))
+        with _PIECES_LOCK:
+            piece = _PIECES.get(full_key)
         if piece is None:
-            piece = _trace_piece(fn, args)
-            if piece.captures and not local:
-                raise NotSpliceable(f"piece {key!r} reads variables: call it with local=True")
-            with lock:
-                if len(cache) >= PIECE_CACHE_SIZE:
-                    cache.pop(next(iter(cache)))
-                cache[full_key] = piece
-        return self._splice(piece, [leaf for leaf in _flatten(args) if _is_value(leaf)])
+            piece = _trace_piece(fn, args, variables)
+            with _PIECES_LOCK:
+                if len(_PIECES) >= PIECE_CACHE_SIZE:
+                    _PIECES.pop(next(iter(_PIECES)))
+                _PIECES[full_key] = piece
+        return self._splice(piece, [leaf for leaf in _flatten(args) if _is_value(leaf)], variables)
 
-    def _splice(self, piece: Piece, values: list):
-        """Copy ``piece``'s nodes into the spliced graph, its inputs fed by ``values``; its outputs."""
+    def _splice(self, piece: Piece, values: list, variables):
+        """Copy ``piece``'s nodes into the spliced graph, its inputs fed by ``values`` and
+        ``variables``; its outputs."""
         if not self.graph_def.HasField("versions"):
             self.graph_def.versions.CopyFrom(piece.versions)
-        renamed = self._feeds_of(piece, values)
+        renamed = self._feeds_of(piece, values, variables)
         prefix = f"piece_{self._count}/"
         self._count += 1
         for node in piece.nodes:
@@ -276,17 +294,18 @@ class Splicer:
 
         return _map(output, piece.outputs)
 
-    def _feeds_of(self, piece: Piece, values: list) -> dict:
+    def _feeds_of(self, piece: Piece, values: list, variables) -> dict:
         """What replaces each placeholder of ``piece``: ``{its node: (node, index)}``, the index
-        None for a capture (whose placeholder is shared by every piece reading that variable)."""
+        None for a variable (whose placeholder is shared by every piece reading it)."""
         values = [v if isinstance(v, Ref) else self.input(v) for v in values]
         renamed: dict[str, tuple[str, int | None]] = {
             name: (value.node, value.index) for name, value in zip(piece.inputs, values)}
-        for outside, inside in piece.captures:
-            if id(outside) not in self._captures:
+        for position, inside in piece.captures:
+            handle = variables[position].handle
+            if id(handle) not in self._captures:
                 template = next(node for node in piece.nodes if node.name == inside)
-                self._captures[id(outside)] = (outside, self._placeholder(outside.dtype, "capture", template))
-            renamed[inside] = (self._captures[id(outside)][1], None)
+                self._captures[id(handle)] = (handle, self._placeholder(handle.dtype, "variable", template))
+            renamed[inside] = (self._captures[id(handle)][1], None)
         return renamed
 
     def run(self, values):

@@ -209,10 +209,20 @@ def _validation(loss, y, outputs):
     return loss.value(y, outputs), loss.kept(outputs)
 
 
+def _split_flat(via, flat, sizes, shapes):
+    """A flat vector as pieces of ``sizes``, each of its shape in ``shapes``. The sizes and
+    shapes enter the piece as constants, so that one piece serves every network with weights of
+    the same ranks."""
+    ranks = tuple(len(s) for s in shapes)
+    return via.call(("split",), _split, flat, via.constant(sizes, tf.int32),
+                    [None if len(s) == 1 else via.constant(s, tf.int32) for s in shapes], ranks)
+
+
 @tf.autograph.experimental.do_not_convert
-def _split_state(flat, sizes, shapes):
-    pieces = tf.split(flat, sizes)
-    return [p if len(s) == 1 else tf.reshape(p, s) for p, s in zip(pieces, shapes)]
+def _split(flat, sizes, shapes, ranks):
+    # a 1-D piece (a bias) already has its shape: no Reshape op to trace and run every step
+    pieces = tf.split(flat, sizes, num=len(ranks))
+    return [p if rank == 1 else tf.reshape(p, shape) for p, shape, rank in zip(pieces, shapes, ranks)]
 
 
 def loss_of(plan: NetworkPlan):
@@ -366,7 +376,6 @@ class CompiledTrainer:
         self.optimizer = FlatOptimizer(optimizer_name, size)
         self.generator = tf.random.Generator.from_seed(0)
         self.traces = 0  # Python-side count of traces of the epoch function
-        self._local_pieces: dict = {}  # the pieces of its spliced epochs that read its variables
         self.spliced = False  # whether its last trace was spliced from pieces (see _trace)
         self._concrete_epoch = None
         self._executor = contextlib.nullcontext  # the executor the traced epoch runs under
@@ -427,31 +436,26 @@ class CompiledTrainer:
         return self._spliced_first(lambda splice: tf.compat.v1.wrap_function(
             functools.partial(self._epoch, splice=splice), signature=_EPOCH_SIGNATURE))
 
-    def _via(self, splice: bool):
-        """How the pieces of one graph are traced: spliced (the trainer keeps the pieces that read
-        its variables), or directly."""
-        return Splicer(self._local_pieces) if splice else DIRECT
+    @staticmethod
+    def _via(splice: bool):
+        """How the pieces of one graph are traced: spliced, or directly."""
+        return Splicer() if splice else DIRECT
 
     def _weights(self, via, flat):
         """The flat parameter vector ``flat`` as the program's list of weights."""
-        return via.call(("weights", type(self).__qualname__, repr(self.shapes)), self._split_weights, flat)
-
-    @tf.autograph.experimental.do_not_convert
-    def _split_weights(self, flat):
-        # a 1-D piece (a bias) already has its shape: no Reshape op to trace and run every step
-        pieces = tf.split(flat, self.sizes)
-        return [p if len(s) == 1 else tf.reshape(p, s) for p, s in zip(pieces, self.shapes)]
+        return _split_flat(via, flat, self.sizes, self.shapes)
 
     def _state(self, via, flat):
         """The flat state vector ``flat`` (None without state) as the program's list of state."""
-        if flat is None:
-            return []
-        shapes = self.program.state_shapes
-        return via.call(("state",), _split_state, flat, self.state_sizes, shapes)
+        return [] if flat is None else _split_flat(via, flat, self.state_sizes, self.program.state_shapes)
 
     def _read(self, via):
         """The current parameters and state (None without state)."""
-        return via.call(("read",), self._read_values, local=True)
+        return via.call(("read",), self._read_values, variables=self._stored())
+
+    def _stored(self) -> list:
+        """The parameter and state variables."""
+        return [self.params] + ([] if self.state is None else [self.state])
 
     @tf.autograph.experimental.do_not_convert
     def _read_values(self):
@@ -461,7 +465,8 @@ class CompiledTrainer:
         # Written as an explicit tf.while_loop and traced without AutoGraph, which would only
         # rewrite this one loop and costs tracing time at every new plan.
         via = self._via(splice)
-        n, x, y = via.run(via.call(("shuffle",), self._shuffled, via.input(x), via.input(y), local=True))
+        n, x, y = via.run(via.call(("shuffle",), self._shuffled, via.input(x), via.input(y),
+                                      variables=[self.generator.state]))
 
         def step(i, total):
             via = self._via(splice)
@@ -497,11 +502,13 @@ class CompiledTrainer:
         *outputs, saved = self.program.forward(self._weights(via, params), x, self._state(via, state),
                                                training=True, rng=self.generator, via=via)
         loss, d_outputs = via.call(("loss", self.loss.__qualname__), self.loss.value_and_gradients, y, outputs)
-        grad = via.call(("flat_gradient", type(self).__qualname__, repr(self.shapes)), self._flat_gradient,
+        grad = via.call(("flat_gradient", type(self).__qualname__, tuple(len(s) for s in self.shapes)),
+                        self._flat_gradient,
                         self.program.backward(saved, *d_outputs, via=via))
-        via.call(("update",), lambda g: self.optimizer.apply(g, self.params), grad, local=True)
+        via.call(("update", self.optimizer.name), lambda g: self.optimizer.apply(g, self.params), grad,
+                 variables=[self.params, *self.optimizer.variables])
         if self.state is not None:
-            via.call(("new_state",), self._assign_state, self.program.new_state(saved, via=via), local=True)
+            via.call(("new_state",), self._assign_state, self.program.new_state(saved, via=via), variables=[self.state])
         return loss
 
     @tf.autograph.experimental.do_not_convert

@@ -83,24 +83,35 @@ def test_the_key_and_the_arguments_plain_values_and_structure_tell_pieces_apart(
     assert [float(t.numpy()[0, 0]) for t in spliced(a, a)] == [2.0, 3.0, 2.0]
 
 
-def test_a_piece_that_reads_variables_is_its_owners_only():
+def test_a_piece_reads_the_variables_each_call_names():
+    """Traced with one variable, a piece reads another when a call names it in the same role."""
+    first, second = tf.Variable([1.0, 2.0]), tf.Variable([5.0, 6.0])
+
+    def shifted(x, variable):
+        return x + variable.read_value()
+
+    def body(via, a, b):
+        x = via.input(a)
+        return via.run([via.call(("shifted",), lambda x: shifted(x, v), x, variables=[v]) for v in (first, second)])
+
+    splice.clear_pieces()
+    spliced, direct = spliced_graph(body)
+    assert len(splice._PIECES) == 1
+    x = tf.zeros([1, 2])
+    for got, expected in zip(spliced(x, x), direct(x, x), strict=True):
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    second.assign([7.0, 8.0])  # read when the graph runs
+    np.testing.assert_array_equal(spliced(x, x)[1].numpy(), [[7.0, 8.0]])
+
+
+def test_a_piece_that_reads_a_variable_it_was_not_given_cannot_be_spliced():
     variable = tf.Variable(tf.ones([2]))
 
     def read(x):
         return x + variable.read_value()
 
-    with pytest.raises(NotSpliceable, match="local=True"):
+    with pytest.raises(NotSpliceable, match="not given as variables"):
         spliced_graph(lambda via, a, b: via.run(via.call(("read",), read, via.input(a))))
-    own: dict = {}
-    spliced = tf.compat.v1.wrap_function(
-        lambda a, b: Splicer(own).run(_local_call(Splicer(own), read, a)), signature=SIGNATURE)
-    assert len(own) == 1 and not splice._PIECES.get((("read",), ""))
-    variable.assign([5.0, 6.0])
-    np.testing.assert_array_equal(spliced(tf.zeros([1, 2]), tf.zeros([1, 2])).numpy(), [[5.0, 6.0]])
-
-
-def _local_call(via, fn, a):
-    return via.run(via.call(("read",), fn, via.input(a), local=True))
 
 
 def test_a_piece_with_functions_of_its_own_cannot_be_spliced():
@@ -122,9 +133,9 @@ def test_stateful_ops_run_in_the_order_their_pieces_were_called():
         variable.assign_add(1.0)
 
     def body(via, a, b):
-        via.call(("double",), double, local=True)
-        via.call(("increment",), increment, local=True)
-        return via.run(via.call(("read",), variable.read_value, local=True))
+        via.call(("double",), double, variables=[variable])
+        via.call(("increment",), increment, variables=[variable])
+        return via.run(via.call(("read",), variable.read_value, variables=[variable]))
 
     spliced = tf.compat.v1.wrap_function(lambda a, b: body(Splicer(), a, b), signature=SIGNATURE)
     for _ in range(3):
@@ -204,7 +215,7 @@ def test_spliced_epochs_equal_the_direct_trace_for_every_optimizer(optimizer):
 
 
 def test_spliced_epochs_with_dropout_draw_as_the_direct_trace():
-    """Dropout's pieces read the trainer's generator: they are its own, and draw in the same order."""
+    """Dropout's pieces read the trainer's generator (each trainer's own), in the same order."""
     space = regularized_space(dropout=[0.0, 0.3, 0.5])
     plans = [p for p in sampled_plans(space, 40, seed=1)
              if sum(type(op).__name__ == "Dropout" for op in p.ops) >= 2][:2]
