@@ -12,6 +12,8 @@ An op pairs, as a Keras layer pairs ``call`` and ``get_config`` (or a PyTorch
   inherits :meth:`Op.backward`, which takes the gradients from a ``tf.GradientTape`` recorded
   around its forward (:meth:`Op.taped_forward`). A new kind of layer is therefore one subclass.
 * :meth:`Op.config`: what identifies the op, for the trainer's cache of compiled epochs;
+  :attr:`Op.SHAPES_ONLY` names its entries that only fix shapes, so that the pieces a spliced
+  epoch is made of (:mod:`autodeuq.splice`, keyed by :meth:`Op.piece_key`) serve every value;
 * :meth:`Op.output_width`, :meth:`Op.weight_shapes`, :meth:`Op.initial_weights` and
   :meth:`Op.initial_state`: its weights as its Keras layer would start them, so that a training
   needs no Keras model (:meth:`autodeuq.plan.NetworkPlan.initial_values`).
