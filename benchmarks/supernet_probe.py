@@ -197,8 +197,11 @@ class Supernet:
     def _by_activation(index, function):
         return tf.switch_case(index, [lambda a=a: function(activations.get(a)) for a in _ORDER])
 
+    #: its switches are tf.cond inside the loop: its epochs are traced op by op (autodeuq.splice)
+    spliceable = False
+
     @tf.autograph.experimental.do_not_convert
-    def forward(self, weights, x, state=(), training=False, rng=None):
+    def forward(self, weights, x, state=(), training=False, rng=None, via=None):
         """``(mean, var, saved)``, or a classifier's ``(logits, saved)``: the interface of
         :meth:`autodeuq.plan.NetworkProgram.forward` (no state, nothing random)."""
         outputs, saved = [x], []
@@ -239,11 +242,11 @@ class Supernet:
         (mean, var), keep["raw_var"] = self.head.forward([], [raw])
         return mean, var, keep
 
-    def new_state(self, saved) -> list:
+    def new_state(self, saved, via=None) -> list:
         return []
 
     @tf.autograph.experimental.do_not_convert
-    def backward(self, saved, *d_outputs) -> list:
+    def backward(self, saved, *d_outputs, via=None) -> list:
         """Gradients w.r.t. every piece, each flattened (size 0 for a piece the network lacks)."""
         weights, outputs, cells = saved["weights"], saved["outputs"], saved["cells"]
         if self.head is None:
@@ -310,13 +313,13 @@ class SupernetTrainer(CompiledTrainer):
     def load(self, space, arch) -> None:
         self.shapes = self.program.load(space, arch)
 
-    def _epoch(self, x, y, x_valid, y_valid, batch_size):
+    def _epoch(self, x, y, x_valid, y_valid, batch_size, splice=False):
         self.program.read_layout()
-        return super()._epoch(x, y, x_valid, y_valid, batch_size)
+        return super()._epoch(x, y, x_valid, y_valid, batch_size, splice)
 
     @tf.autograph.experimental.do_not_convert
-    def _weights(self):
-        return self.program.pieces(self.params.read_value())
+    def _weights(self, via, flat):
+        return self.program.pieces(flat)
 
     @tf.autograph.experimental.do_not_convert
     def _flat_gradient(self, grads):
