@@ -55,27 +55,36 @@ class NotSpliceable(Exception):
 
 
 class Ref:
-    """A value of a graph being spliced: output ``index`` of node ``node``, of ``dtype`` and ``rank``."""
+    """A value of a graph being spliced: output ``index`` of node ``node``, of ``dtype``.
 
-    __slots__ = ("node", "index", "dtype", "rank")
+    ``shape`` is what a piece's placeholder for it knows of its shape: its rank, every size
+    unknown (None: not even the rank), except for a constant (:meth:`Splicer.constant`), whose
+    shape is known, so that, for example, a reshape to a constant shape keeps its rank.
+    """
 
-    def __init__(self, node: str, index: int, dtype: tf.DType, rank: int | None):
-        self.node, self.index, self.dtype, self.rank = node, index, dtype, rank
+    __slots__ = ("node", "index", "dtype", "shape")
+
+    def __init__(self, node: str, index: int, dtype: tf.DType, shape: tuple | None):
+        self.node, self.index, self.dtype, self.shape = node, index, dtype, shape
 
     @property
     def name(self) -> str:
         return f"{self.node}:{self.index}"
 
     def __repr__(self):
-        return f"Ref({self.name}, {self.dtype.name}, rank={self.rank})"
+        return f"Ref({self.name}, {self.dtype.name}, shape={self.shape})"
 
 
 def _is_value(leaf) -> bool:
     return isinstance(leaf, (Ref, tf.Tensor))
 
 
-def _rank(value) -> int | None:
-    return value.rank if isinstance(value, Ref) else value.shape.rank
+def _piece_shape(value) -> tuple | None:
+    """What a piece's placeholder for ``value`` knows of its shape (see :class:`Ref`)."""
+    if isinstance(value, Ref):
+        return value.shape
+    rank = value.shape.rank
+    return None if rank is None else (None,) * rank
 
 
 def _flatten(nest) -> list:
@@ -99,7 +108,7 @@ def _map(fn: Callable, nest):
 def _signature(args) -> str:
     """What a piece's graph depends on besides its key: the arguments' structure, each value's
     dtype and rank, and each plain leaf itself."""
-    return repr(_map(lambda v: (v.dtype.name, _rank(v)) if _is_value(v) else v, args))
+    return repr(_map(lambda v: (v.dtype.name, _piece_shape(v)) if _is_value(v) else v, args))
 
 
 @dataclass
@@ -121,8 +130,8 @@ def _trace_piece(fn: Callable, args, variables) -> Piece:
         def placeholder(leaf):
             if not _is_value(leaf):
                 return leaf
-            rank = _rank(leaf)
-            value = tf.compat.v1.placeholder(leaf.dtype, None if rank is None else [None] * rank)
+            shape = _piece_shape(leaf)
+            value = tf.compat.v1.placeholder(leaf.dtype, None if shape is None else list(shape))
             placeholders.append(value)
             return value
 
@@ -142,7 +151,7 @@ def _trace_piece(fn: Callable, args, variables) -> Piece:
             return leaf
         if leaf.graph is not graph:
             raise NotSpliceable(f"a piece returns a value from outside its graph: {leaf}")
-        return Ref(leaf.op.name, leaf.value_index, leaf.dtype, leaf.shape.rank)
+        return Ref(leaf.op.name, leaf.value_index, leaf.dtype, _piece_shape(leaf))
 
     return Piece(nodes=list(graph_def.node), inputs=[p.op.name for p in placeholders],
                  captures=[(positions[id(outside)], inside.op.name) for outside, inside in graph.captures],
@@ -217,7 +226,7 @@ class Splicer:
         """A tensor of the graph being traced, as a value of the spliced graph."""
         name = self._placeholder(tensor.dtype, "input")
         self._feeds[name] = tensor
-        return Ref(name, 0, tensor.dtype, tensor.shape.rank)
+        return Ref(name, 0, tensor.dtype, _piece_shape(tensor))
 
     def constant(self, value, dtype) -> Ref:
         """A constant of the spliced graph (so that a piece may take sizes and shapes as inputs,
@@ -228,7 +237,7 @@ class Splicer:
         self._count += 1
         node.attr["dtype"].type = proto.dtype
         node.attr["value"].tensor.CopyFrom(proto)
-        return Ref(node.name, 0, tf.as_dtype(dtype), len(proto.tensor_shape.dim))
+        return Ref(node.name, 0, tf.as_dtype(dtype), tuple(d.size for d in proto.tensor_shape.dim))
 
     def _placeholder(self, dtype, prefix: str, template=None) -> str:
         name = f"{prefix}_{self._count}"
@@ -289,8 +298,8 @@ class Splicer:
                 return leaf
             if leaf.node in renamed:
                 node, index = renamed[leaf.node]
-                return Ref(node, leaf.index if index is None else index, leaf.dtype, leaf.rank)
-            return Ref(prefix + leaf.node, leaf.index, leaf.dtype, leaf.rank)
+                return Ref(node, leaf.index if index is None else index, leaf.dtype, leaf.shape)
+            return Ref(prefix + leaf.node, leaf.index, leaf.dtype, leaf.shape)
 
         return _map(output, piece.outputs)
 

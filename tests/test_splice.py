@@ -251,3 +251,26 @@ def test_a_trainer_whose_step_cannot_be_spliced_is_traced_op_by_op():
     with training._graph_optimizer_off():
         trainer._trace()
     assert not trainer.spliced and trainer.traces >= 1
+
+
+def test_a_spliced_epoch_holds_the_ops_of_the_direct_trace():
+    """The same ops, kind for kind, in the loop body and around it; the spliced graph only adds
+    the placeholders its pieces were fed through (never run)."""
+    import collections
+
+    plan = sampled_plans(load_space("tabular"), 1, seed=3)[0]
+    counts = []
+    for splice_it in (False, True):
+        previous, training.SPLICED_EPOCHS = training.SPLICED_EPOCHS, splice_it
+        try:
+            trainer = training.CompiledTrainer(NetworkProgram(plan), "adam")
+            with training._graph_optimizer_off(), training._single_threaded():
+                graph_def = trainer._wrapped().graph.as_graph_def()
+        finally:
+            training.SPLICED_EPOCHS = previous
+        assert trainer.spliced is splice_it
+        nodes = [list(graph_def.node)] + [list(f.node_def) for f in graph_def.library.function]
+        counts.append([collections.Counter(n.op for n in part if n.op != "Placeholder") for part in nodes])
+    direct, spliced = counts
+    assert sorted(map(sorted, (c.items() for c in spliced))) == sorted(map(sorted, (c.items() for c in direct)))
+    assert sum(c["MatMul"] for c in spliced) > 0
