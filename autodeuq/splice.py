@@ -1,12 +1,11 @@
 """A traced function's graph spliced from pieces traced once, instead of traced op by op.
 
 Tracing a training epoch builds each TensorFlow op through its Python layer (argument checks,
-dtype inference, op-definition lookups, name scopes): about half a millisecond per op on the
-development machine, about 0.2 s for a small network's epoch of ~380 ops, and every network of a
-search has a structure of its own, so nearly every training traced its epoch anew
-(``benchmarks/results/search_speed/notes.md``). Yet an epoch is made of few kinds of pieces, each
-repeated many times: the forward and backward of a ``Dense`` of some activation, an ``Add``, the
-loss, the optimizer's update.
+dtype inference, op-definition lookups, name scopes), the largest part of a small network's fixed
+cost, and every network of a search has a structure of its own, so nearly every training traced
+its epoch anew (``benchmarks/results/training_speed.md``). Yet an epoch is made of few kinds of
+pieces, each repeated many times: the forward and backward of a ``Dense`` of some activation, an
+``Add``, the loss, the optimizer's update.
 
 A :class:`Splicer` builds such a graph from pieces. The code that traces the graph calls
 ``via.call(key, fn, *args)`` for each piece, ``fn`` being the same Python function that would be
@@ -14,15 +13,17 @@ called directly (:data:`DIRECT` does exactly that), with ``args`` nested lists a
 tensors and plain Python values (sizes and shapes that vary from one network to the next are
 better given as ``via.constant(...)``: the piece then serves every value):
 
-* the first call with a given key and given arguments' structure, dtypes and ranks traces ``fn``
-  once, on placeholders of unknown sizes, into a graph of its own (a :class:`Piece`), kept in a
-  module-wide cache; later calls reuse it, whatever the sizes;
+* the first call with a given key and given arguments' structure, dtypes and ranks (a
+  constant's whole shape) traces ``fn`` once, on placeholders of unknown sizes, into a graph of
+  its own (a :class:`Piece`), kept in a module-wide cache; later calls reuse it, whatever the
+  sizes;
 * the pieces' nodes are copied, renamed, into one ``GraphDef``, each piece's placeholders replaced
   by the values that feed them, and :meth:`Splicer.run` imports that ``GraphDef`` into the graph
   being traced in one call, the shapes inferred there from the real inputs.
 
 So the ops are exactly those the direct trace would make, in the same order, with the same
-attributes; only their names differ (the tests compare trainings bit for bit). The stateful ops
+attributes; only their names differ, and the placeholders that fed the pieces remain, never run
+(the tests compare the ops kind for kind, and trainings bit for bit). The stateful ops
 of the spliced graph (variable reads and updates, random draws) run in the order they were
 called: each waits for the one before it (a control edge), as automatic control dependencies
 order a ``tf.function``'s.
@@ -51,7 +52,8 @@ PIECE_CACHE_SIZE = 2048  #: pieces kept module-wide (each a few nodes)
 
 
 class NotSpliceable(Exception):
-    """A piece whose graph cannot be spliced (it holds functions of its own)."""
+    """A piece that cannot be spliced: it holds functions of its own, reads a value it was not
+    given, or needs what a piece cannot carry (a tape of its forward for its backward)."""
 
 
 class Ref:
@@ -107,7 +109,7 @@ def _map(fn: Callable, nest):
 
 def _signature(args) -> str:
     """What a piece's graph depends on besides its key: the arguments' structure, each value's
-    dtype and rank, and each plain leaf itself."""
+    dtype and what a placeholder knows of its shape (:class:`Ref`), and each plain leaf itself."""
     return repr(_map(lambda v: (v.dtype.name, _piece_shape(v)) if _is_value(v) else v, args))
 
 
