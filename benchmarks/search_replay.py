@@ -11,7 +11,8 @@ the entry's id), on the training and validation rows the catalog stored, with th
 budget, single-threaded, in one process (so the pieces of spliced epochs and the trainer cache
 carry over as on a worker). It reports the CPU and wall time of all of them, the medians of the
 fixed parts (as ``benchmarks/search_costs.py``), and how many replays ended at the recorded
-epoch count with the recorded objective: a trainer that changes no number reproduces all of them.
+epoch count with the recorded objective (and those that did not): a trainer that changes no
+number reproduces all of them.
 
 The catalogs are only read. Usage (run it in checkouts of the commits to compare)::
 
@@ -48,16 +49,18 @@ def replay(run_dir, limit: int | None = None) -> dict:
     space, seed = catalog.space, int(meta.get("seed", 0))
     epochs = (meta.get("search") or {}).get("epochs")
     ids = catalog.ids()[:limit]
-    cpu, wall, same, fixed, first = time.process_time(), time.perf_counter(), 0, [], []
+    cpu, wall, differ, fixed, first = time.process_time(), time.perf_counter(), [], [], []
     for entry_id in ids:
         entry = catalog.entry(entry_id)
         result = train(entry["config"], space, dataset, seed=evaluation_seed(seed, entry_id), epochs=epochs)
-        same += result.epochs == entry["epochs"] and result.objective == entry["objective"]
+        if not (result.epochs == entry["epochs"] and result.objective == entry["objective"]):
+            differ.append((entry_id, entry["epochs"], result.epochs, entry["objective"], result.objective))
         timing = result.extra["timing"]
         later = timing["other_epochs"] / (result.epochs - 1) if result.epochs > 1 else 0.0
         first.append(timing["first_epoch"])
         fixed.append(timing["setup"] + timing["first_epoch"] - later + timing["finish"])
-    return {"trainings": len(ids), "reproduced": same, "cpu_s": time.process_time() - cpu,
+    return {"trainings": len(ids), "reproduced": len(ids) - len(differ), "differ": differ,
+            "cpu_s": time.process_time() - cpu,
             "wall_s": time.perf_counter() - wall, "fixed_ms": 1000 * statistics.median(fixed),
             "first_epoch_ms": 1000 * statistics.median(first)}
 
@@ -74,6 +77,9 @@ def main(argv=None) -> int:
         r = replay(run_dir, args.limit)
         print(f"| {Path(run_dir).name} | {r['trainings']} | {r['reproduced']} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} "
               f"| {r['fixed_ms']:.0f} | {r['first_epoch_ms']:.0f} |")
+        for entry_id, epochs, got_epochs, objective, got in r["differ"]:
+            print(f"  entry {entry_id}: recorded {epochs} epochs, objective {objective!r}; "
+                  f"replayed {got_epochs} epochs, objective {got!r}")
     return 0
 
 
