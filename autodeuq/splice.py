@@ -213,9 +213,7 @@ DIRECT = Direct()
 
 class Splicer:
     """Builds one graph from pieces (see the module's docstring): :meth:`input` the tensors that
-    feed it, :meth:`call` each piece, then :meth:`run` to import it into the current graph.
-
-    """
+    feed it, :meth:`call` each piece, then :meth:`run` to import it into the current graph."""
 
     def __init__(self):
         self.graph_def = graph_pb2.GraphDef()

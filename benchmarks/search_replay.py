@@ -30,6 +30,9 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from search_costs import fixed_parts  # noqa: E402
 
 from autodeuq.train import configure_threads  # noqa: E402  (before TensorFlow runs anything)
 
@@ -55,10 +58,8 @@ def replay(run_dir, limit: int | None = None) -> dict:
         result = train(entry["config"], space, dataset, seed=evaluation_seed(seed, entry_id), epochs=epochs)
         if not (result.epochs == entry["epochs"] and result.objective == entry["objective"]):
             differ.append((entry_id, entry["epochs"], result.epochs, entry["objective"], result.objective))
-        timing = result.extra["timing"]
-        later = timing["other_epochs"] / (result.epochs - 1) if result.epochs > 1 else 0.0
-        first.append(timing["first_epoch"])
-        fixed.append(timing["setup"] + timing["first_epoch"] - later + timing["finish"])
+        first.append(result.extra["timing"]["first_epoch"])
+        fixed.append(fixed_parts(result.extra["timing"], result.epochs)["fixed"])
     return {"trainings": len(ids), "reproduced": len(ids) - len(differ), "differ": differ,
             "cpu_s": time.process_time() - cpu,
             "wall_s": time.perf_counter() - wall, "fixed_ms": 1000 * statistics.median(fixed),
