@@ -483,7 +483,7 @@ class CompiledTrainer:
         via = self._via(splice)
         *outputs, _ = self.program.forward(self._weights(via, via.input(params)), via.input(x_valid),
                                            self._state(via, None if state is None else via.input(state)), via=via)
-        val_loss, kept = via.run(via.call(("validation", self.loss.__qualname__), _validation, self.loss,
+        val_loss, kept = via.run(via.call(("validation",), _validation, self.loss,
                                           via.input(y_valid), outputs))
         # one tensor for both losses: one transfer to the host per epoch
         losses = tf.stack([total / tf.cast(n, tf.float32), val_loss])
@@ -501,8 +501,8 @@ class CompiledTrainer:
         """One training step on the batch ``(x, y)``: its mean loss (the parameters and state updated)."""
         *outputs, saved = self.program.forward(self._weights(via, params), x, self._state(via, state),
                                                training=True, rng=self.generator, via=via)
-        loss, d_outputs = via.call(("loss", self.loss.__qualname__), self.loss.value_and_gradients, y, outputs)
-        grad = via.call(("flat_gradient", type(self).__qualname__, tuple(len(s) for s in self.shapes)),
+        loss, d_outputs = via.call(("loss",), self.loss.value_and_gradients, y, outputs)
+        grad = via.call(("flat_gradient", tuple(len(s) for s in self.shapes)),
                         self._flat_gradient,
                         self.program.backward(saved, *d_outputs, via=via))
         via.call(("update", self.optimizer.name), lambda g: self.optimizer.apply(g, self.params), grad,
