@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -182,6 +183,27 @@ class Op:
         return f"{type(self).__name__}({self.name!r} <- {list(self.inputs)}{', ' if args else ''}{args})"
 
 
+def glorot_uniform(shape: tuple[int, int]) -> np.ndarray:
+    """A float32 matrix drawn as Keras' ``GlorotUniform()`` draws it, the same numbers, in two
+    TensorFlow ops where Keras runs about ten eagerly (their dispatch was most of a small
+    network's initial weights' time: ``benchmarks/results/training_speed.md``).
+
+    Keras (3) makes the initializer's seed ``s`` from Python's generator, and draws
+    ``minval + u * (maxval - minval)`` in float32, ``u`` TensorFlow's stateless uniform draw for
+    the seed ``[s, 0]`` and ``maxval = -minval = sqrt(3 / max(1, (fan_in + fan_out) / 2))``; the
+    product and the sum are computed here by NumPy in float32, rounded as TensorFlow rounds them.
+    The tests compare the result with a Keras layer's kernel, bit for bit.
+    """
+    seed = keras.initializers.GlorotUniform().seed  # drawn from Python's generator, as Keras draws it
+    fan_in, fan_out = shape
+    maxval = np.float32(math.sqrt(3.0 / max(1.0, (fan_in + fan_out) / 2.0)))
+    minval = -maxval
+    key, counter, alg = tf.raw_ops.StatelessRandomGetKeyCounterAlg(seed=tf.constant([seed, 0], tf.int32))
+    unit = tf.raw_ops.StatelessRandomUniformV2(shape=tf.constant(shape, tf.int32), key=key, counter=counter,
+                                               alg=alg, dtype=tf.float32).numpy()
+    return unit * (maxval - minval) + minval
+
+
 class Dense(Op):
     """``activation(x @ kernel + bias)``: Keras' ``Dense(units, activation)``."""
 
@@ -208,8 +230,7 @@ class Dense(Op):
         # Keras' Dense: a Glorot-uniform kernel whose seed is drawn when the layer is made (from
         # the generator keras.utils.set_random_seed seeds), and a zero bias
         kernel_shape, bias_shape = self.weight_shapes(widths)
-        kernel = keras.initializers.GlorotUniform()(kernel_shape, dtype="float32")
-        return [np.asarray(kernel, np.float32), np.zeros(bias_shape, np.float32)]
+        return [glorot_uniform(kernel_shape), np.zeros(bias_shape, np.float32)]
 
     def forward(self, weights, inputs):
         kernel, bias = weights

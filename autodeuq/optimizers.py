@@ -187,7 +187,7 @@ class FlatOptimizer:
         if size is not None:
             self.size = int(size)
         for slot, init in self.rule.slots.items():
-            self.slots[slot].assign(tf.fill([self.size], np.float32(init)))
+            self.slots[slot].assign(np.full(self.size, init, np.float32))
         for scalar, init in self.rule.scalars.items():
             self.scalars[scalar].assign(float(init))
         self.iterations.assign(0)

@@ -338,16 +338,75 @@ class EpochBookkeeper:
 _EPOCH_SIGNATURE = [tf.TensorSpec([None, None], tf.float32)] * 4 + [tf.TensorSpec([], tf.int32)]
 
 
+class TrainerVariables:
+    """The variables that one thread's trainings run on, of any length: the flat parameter vector
+    and its best-epoch copy, the flat state vector (batch normalization's moving statistics) and
+    its best-epoch copy, the shuffle generator (also that of random ops such as dropout), and one
+    :class:`~autodeuq.optimizers.FlatOptimizer` per optimizer.
+
+    Every :class:`CompiledTrainer` of a thread reads and writes these (:func:`thread_variables`),
+    and :meth:`CompiledTrainer.reset` sets all of them at the start of each training, so a new
+    trainer creates no variable (creating them was a sizeable part of a small training's fixed
+    cost: ``benchmarks/results/training_speed.md``). A thread runs one training at a time, and the
+    trainer cache holds a thread's trainers for that thread only.
+    """
+
+    def __init__(self):
+        any_length = tf.TensorShape([None])
+
+        def vector(name):
+            return tf.Variable(tf.zeros([0]), trainable=False, name=name, shape=any_length)
+
+        self.params, self.best_params = vector("params"), vector("best_params")
+        self.state, self.best_state = vector("state"), vector("best_state")
+        self.generator = tf.random.Generator.from_seed(0)
+        self._optimizers: dict[str, FlatOptimizer] = {}
+
+    def optimizer(self, name: str) -> FlatOptimizer:
+        """The optimizer ``name``'s variables (made at the first call)."""
+        if name not in self._optimizers:
+            self._optimizers[name] = FlatOptimizer(name, 0)
+        return self._optimizers[name]
+
+
+def reset_generator(generator: tf.random.Generator, seed: int):
+    """``generator.reset_from_seed(seed)``, in one op for a seed in ``[0, 2**63)``.
+
+    TensorFlow makes a generator's state from an integer seed by chopping it into 64-bit words,
+    lowest first, as many as the state holds: ``[seed, 0, ...]`` for such a seed. Its
+    ``create_rng_state`` does so in about ten eager ops; the tests compare the two states.
+    """
+    seed = int(seed)
+    if not 0 <= seed < 2**63:
+        generator.reset_from_seed(seed)
+        return
+    state = np.zeros(generator.state.shape, np.int64)
+    state[0] = seed
+    generator.state.assign(state)
+
+
+_THREAD = threading.local()
+
+
+def thread_variables() -> TrainerVariables:
+    """The calling thread's :class:`TrainerVariables` (made at its first call, eagerly)."""
+    variables = getattr(_THREAD, "variables", None)
+    if variables is None:
+        with tf.init_scope():
+            variables = _THREAD.variables = TrainerVariables()
+    return variables
+
+
 class CompiledTrainer:
     """A traced whole-epoch training function for one network structure and optimizer.
 
-    It owns the flat parameter vector, its best-epoch copy, the optimizer (a
-    :class:`~autodeuq.optimizers.FlatOptimizer`), the shuffle generator (also that of random ops
-    such as dropout) and, when the network's ops have state (batch normalization's moving
-    statistics), a flat state vector and its best-epoch copy; the network enters only as a
+    It runs on its thread's :class:`TrainerVariables` (the flat parameter vector, its best-epoch
+    copy, the optimizer's variables, the shuffle generator and, when the network's ops have state,
+    a flat state vector and its best-epoch copy); the network enters only as a
     :class:`~autodeuq.plan.NetworkProgram` (plain ops, with its backward pass written out), so no
     Keras model is kept. :meth:`reset` loads a new training's initial weights, state, learning
-    rate and seed, so one trace serves several trainings.
+    rate and seed, so one trace serves several trainings; the variables hold a training's values
+    from its :meth:`reset` until the thread's next trainer is reset.
 
     Parameters
     ----------
@@ -364,17 +423,15 @@ class CompiledTrainer:
         self.loss = loss
         self.shapes = [tuple(int(d) for d in s) for s in program.weight_shapes]
         self.sizes = [int(np.prod(s)) for s in self.shapes]
-        size = int(sum(self.sizes))
-        self.params = tf.Variable(tf.zeros([size], tf.float32), trainable=False, name="params")
-        self.best_params = tf.Variable(tf.zeros([size], tf.float32), trainable=False, name="best_params")
+        self.size = int(sum(self.sizes))
         self.state_sizes = [int(np.prod(s)) for s in program.state_shapes]
+        shared = thread_variables()
+        self.params, self.best_params = shared.params, shared.best_params
         self.state = self.best_state = None
         if self.state_sizes:
-            state_size = int(sum(self.state_sizes))
-            self.state = tf.Variable(tf.zeros([state_size], tf.float32), trainable=False, name="state")
-            self.best_state = tf.Variable(tf.zeros([state_size], tf.float32), trainable=False, name="best_state")
-        self.optimizer = FlatOptimizer(optimizer_name, size)
-        self.generator = tf.random.Generator.from_seed(0)
+            self.state, self.best_state = shared.state, shared.best_state
+        self.optimizer = shared.optimizer(optimizer_name)
+        self.generator = shared.generator
         self.traces = 0  # Python-side count of traces of the epoch function
         self.spliced = False  # whether its last trace was spliced from pieces (see _trace)
         self._concrete_epoch = None
@@ -531,8 +588,8 @@ class CompiledTrainer:
             flat = np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in initial_state])
             self.state.assign(flat)
             self.best_state.assign(flat)
-        self.optimizer.reset(learning_rate)
-        self.generator.reset_from_seed(int(seed))
+        self.optimizer.reset(learning_rate, self.size)
+        reset_generator(self.generator, seed)
 
     def set_learning_rate(self, lr: float):
         self.optimizer.set_learning_rate(lr)
@@ -562,7 +619,7 @@ _CACHE_LOCK = threading.Lock()
 def _checkout_trainer(plan, optimizer_name):
     """A cached trainer for this plan and optimizer (removed from the cache while in use), or a
     new one; with the cache key."""
-    key = json.dumps([plan.key, optimizer_name])
+    key = json.dumps([plan.key, optimizer_name, threading.get_ident()])  # a thread's own variables
     with _CACHE_LOCK:
         trainer = _CACHE.pop(key, None)
     if trainer is not None:

@@ -213,7 +213,10 @@ def test_batch_norm_statistics_are_trained_saved_and_loaded(tmp_path):
     mean, var = predict(saved, data.x_valid)
     np.testing.assert_allclose(mean, result.valid_mean, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(var, result.valid_var, rtol=1e-5, atol=1e-5)
-    # a second training of the same plan reuses the compiled epoch from fresh statistics
+    # a second training of the same plan reuses the compiled epoch from fresh statistics, also
+    # after a network of other widths trained on the thread's state variables in between
+    other = cell(space, 8, "relu", [0], batch_norm=True) + cell(space, 16, "tanh", [1, 0], batch_norm=True)
+    assert train(config(other), space, data, seed=1, epochs=2).ok
     again = train(config(arch), space, data, seed=0, epochs=8)
     assert again.extra["reused_trace"] and again.history == result.history
 

@@ -336,6 +336,50 @@ def test_a_loop_that_runs_functions_of_its_own_falls_back_to_the_default_executo
     np.testing.assert_array_equal(losses[0], losses[1])
 
 
+def test_trainers_share_their_threads_variables_and_keep_their_numbers(space, data):
+    """A thread's trainers run on one set of variables (:class:`TrainerVariables`), reset at each
+    training: a trainer reused after another network of another size trained on them (its
+    parameter vector and its optimizer's slots; batch normalization's state in
+    ``test_stateful_ops``) trains as it did first. Another thread has variables of its own, and trains to the same numbers."""
+    import threading
+
+    wide = config(space, optimizer="adam", lr=0.01, batch_size=16,
+                  arch=[dense(space, 16, "relu"), 0, dense(space, 8, "tanh"), 1, 1])
+    narrow = config(space, optimizer="adam", lr=0.02, batch_size=8, arch=[dense(space, 8, "relu"), 0, 0, 1, 1])
+    clear_trainer_cache()
+    first = train(wide, space, data, seed=3, epochs=3)
+    other = train(narrow, space, data, seed=4, epochs=3)
+    again = train(wide, space, data, seed=3, epochs=3)
+    assert first.ok and other.ok and again.extra["reused_trace"]
+    assert again.history == first.history and again.model_bytes == first.model_bytes
+    trainers = list(train_mod._CACHE.values())
+    assert len(trainers) == 2 and trainers[0].params is trainers[1].params
+    assert trainers[0].optimizer is trainers[1].optimizer is train_mod.thread_variables().optimizer("adam")
+    assert trainers[0].params.shape.as_list() == [None]
+
+    elsewhere = {}
+
+    def in_a_thread():
+        elsewhere["result"] = train(wide, space, data, seed=3, epochs=3)
+        elsewhere["variables"] = train_mod.thread_variables()
+
+    thread = threading.Thread(target=in_a_thread)
+    thread.start()
+    thread.join()
+    assert elsewhere["variables"] is not train_mod.thread_variables()
+    assert elsewhere["result"].history == first.history and not elsewhere["result"].extra["reused_trace"]
+    clear_trainer_cache()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7, 2**32 - 1, 2**62 + 5])
+def test_a_generator_reset_in_one_op_has_tensorflows_state(seed):
+    expected, got = tf.random.Generator.from_seed(0), tf.random.Generator.from_seed(0)
+    expected.reset_from_seed(seed)
+    train_mod.reset_generator(got, seed)
+    np.testing.assert_array_equal(got.state.numpy(), expected.state.numpy())
+    np.testing.assert_array_equal(got.uniform([5]).numpy(), expected.uniform([5]).numpy())
+
+
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
 def test_reused_trainer_equals_a_fresh_one(space, data, optimizer):
     """Optimizer state (moments, accumulators, iteration counts) is reset between trainings."""
