@@ -35,18 +35,31 @@ variable at the same position of that call's list, so one piece serves every tra
 variables. A piece that captures anything else, or whose graph holds functions of its own (a
 ``tf.cond``, a ``tf.while_loop``), cannot be spliced: :class:`NotSpliceable` is raised, and the
 caller traces directly instead.
+
+A loop is spliced too: ``via.loop(condition, body, loop_vars, invariants)`` (``tf.while_loop``
+for :data:`DIRECT`) builds the condition and the body from pieces, each with a splicer of its own,
+writes them as the two functions of a ``While`` node (``FunctionDef`` s: the pieces' nodes, their
+placeholders the functions' arguments), and puts that node in the enclosing graph. So a whole
+epoch, its training loop included, is imported in one call, and the ops of the loop's functions
+never become Python objects (importing is otherwise about as costly per op as tracing once the
+pieces exist). The functions are registered with TensorFlow's runtime as ``tf.while_loop``
+registers its own, for as long as a function of the graph holds them.
 """
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2
+from tensorflow.core.framework import function_pb2, graph_pb2
+from tensorflow.core.function.polymorphism import function_type
+from tensorflow.python.eager.polymorphic_function import atomic_function
 from tensorflow.python.framework import func_graph, op_def_registry
+from tensorflow.python.ops import control_flow_util_v2
 
 PIECE_CACHE_SIZE = 2048  #: pieces kept module-wide (each a few nodes)
 
@@ -188,6 +201,29 @@ def _source(reference: str, renamed: dict, prefix: str) -> str:
     return ("^" if control else "") + prefix + node + (f":{index}" if index else "")
 
 
+@functools.cache
+def _output_args(op_type: str) -> tuple:
+    """The output arguments of an op type: ``(name, number_attr, type_list_attr)`` each."""
+    return tuple((arg.name, arg.number_attr, arg.type_list_attr) for arg in op_def_registry.get(op_type).output_arg)
+
+
+def _output_names(node) -> list[str]:
+    """A node's outputs as a function body names them (``argument:index``), in output order."""
+    names = []
+    for name, number_attr, type_list_attr in _output_args(node.op):
+        if number_attr:
+            count = node.attr[number_attr].i
+        elif type_list_attr:
+            count = len(node.attr[type_list_attr].list.type)
+        else:
+            count = 1
+        names += [f"{name}:{k}" for k in range(count)]
+    return names
+
+
+_FUNCTION_IDS = itertools.count()
+
+
 class Direct:
     """Calls each piece's function directly (the ordinary trace); :data:`DIRECT` is the one instance."""
 
@@ -202,6 +238,17 @@ class Direct:
     @staticmethod
     def call(key, fn: Callable, *args, variables=()):
         return fn(*args)
+
+    @staticmethod
+    def loop(condition: Callable, body: Callable, loop_vars, invariants=()):
+        """``tf.while_loop`` of ``condition(via, *values)`` and ``body(via, *values)`` (the new
+        ``loop_vars``), ``values`` being the loop variables then the ``invariants``: the loop
+        variables' final values."""
+        count = len(loop_vars)
+        outputs = tf.while_loop(lambda *values: condition(DIRECT, *values),
+                                lambda *values: [*body(DIRECT, *values), *values[count:]],
+                                [*loop_vars, *invariants])
+        return list(outputs[:count])
 
     @staticmethod
     def run(values):
@@ -221,6 +268,8 @@ class Splicer:
         self._captures: dict[int, tuple[Any, str]] = {}  # id of a variable's handle -> (it, its placeholder)
         self._last_stateful = None
         self._count = 0
+        self._loops: list[str] = []  # its While nodes
+        self._functions: list = []  # their functions (FunctionDefs)
 
     def input(self, tensor) -> Ref:
         """A tensor of the graph being traced, as a value of the spliced graph."""
@@ -310,12 +359,109 @@ class Splicer:
         renamed: dict[str, tuple[str, int | None]] = {
             name: (value.node, value.index) for name, value in zip(piece.inputs, values)}
         for position, inside in piece.captures:
-            handle = variables[position].handle
-            if id(handle) not in self._captures:
-                template = next(node for node in piece.nodes if node.name == inside)
-                self._captures[id(handle)] = (handle, self._placeholder(handle.dtype, "variable", template))
-            renamed[inside] = (self._captures[id(handle)][1], None)
+            template = next(node for node in piece.nodes if node.name == inside)
+            renamed[inside] = (self._variable(variables[position].handle, template), None)
         return renamed
+
+    def _variable(self, handle, template) -> str:
+        """The placeholder node of the spliced graph that stands for a variable's ``handle`` (made
+        at its first use, from ``template``, the placeholder of a piece that captured it)."""
+        if id(handle) not in self._captures:
+            self._captures[id(handle)] = (handle, self._placeholder(handle.dtype, "variable", template))
+        return self._captures[id(handle)][1]
+
+    def _argument(self, value: Ref) -> Ref:
+        """A value of an enclosing spliced graph, as an argument of this one (a function body)."""
+        return Ref(self._placeholder(value.dtype, "argument"), 0, value.dtype, value.shape)
+
+    def loop(self, condition: Callable, body: Callable, loop_vars, invariants=()):
+        """A ``While`` of the spliced graph, as :meth:`Direct.loop` builds with ``tf.while_loop``:
+        the final values of the loop variables (``loop_vars``, values of this graph, as
+        ``invariants``).
+
+        ``condition`` and ``body`` are called once, each with a splicer of its own and the loop's
+        values as its arguments; their pieces become the ``While``'s two functions, which take the
+        loop variables, the invariants and the variables the body's pieces named (the body hands
+        the invariants and those variables on unchanged, as ``tf.while_loop`` does with what a
+        loop captures). The stateful ops of the body run in call order, each iteration after the
+        last (the function's control output), and the ``While`` itself in its place among this
+        graph's stateful ops.
+        """
+        values = [*loop_vars, *invariants]
+        inner = Splicer()
+        arguments = [inner._argument(v) for v in values]
+        new = list(body(inner, *arguments))
+        captured = list(inner._captures.values())  # (a variable's handle, its placeholder), in first use
+        templates = {node.name: node for node in inner.graph_def.node}
+        passed = [Ref(name, 0, handle.dtype, ()) for handle, name in captured]
+        body_def = inner._function("body", arguments + passed, new + arguments[len(loop_vars):] + passed)
+
+        test = Splicer()
+        test_arguments = [test._argument(v) for v in values]
+        test_variables = [Ref(test._placeholder(handle.dtype, "variable", templates[name]), 0, handle.dtype, ())
+                          for handle, name in captured]
+        condition_def = test._function("condition", test_arguments + test_variables,
+                                       [condition(test, *test_arguments)])
+
+        inputs = [v.name for v in values] + [self._variable(handle, templates[name]) for handle, name in captured]
+        dtypes = [v.dtype for v in values] + [handle.dtype for handle, _ in captured]
+        node = self.graph_def.node.add()
+        node.op, node.name = "While", f"loop_{self._count}"
+        self._count += 1
+        node.input.extend(inputs)
+        node.attr["T"].list.type.extend(d.as_datatype_enum for d in dtypes)
+        node.attr["cond"].func.name = condition_def.signature.name
+        node.attr["body"].func.name = body_def.signature.name
+        node.attr["parallel_iterations"].i = 10  # tf.while_loop's default
+        node.attr["_num_original_outputs"].i = len(inputs)
+        for value in values + passed:
+            shape = node.attr["output_shapes"].list.shape.add()
+            if value.shape is None:
+                shape.unknown_rank = True
+            for size in value.shape or ():
+                shape.dim.add(size=-1 if size is None else size)
+        if self._last_stateful is not None:
+            node.input.append("^" + self._last_stateful)
+        self._last_stateful = node.name
+        self._functions += [body_def, condition_def]
+        self._loops.append(node.name)
+        return [Ref(node.name, k, v.dtype, v.shape) for k, v in enumerate(loop_vars)]
+
+    def _function(self, role: str, arguments: list[Ref], outputs: list[Ref]):
+        """This spliced graph as a function (a ``FunctionDef``, named uniquely in the process) of
+        its placeholders ``arguments``, returning ``outputs``."""
+        function = function_pb2.FunctionDef()
+        function.signature.name = f"autodeuq_spliced_{role}_{next(_FUNCTION_IDS)}"
+        names = {argument.node for argument in arguments}
+        nodes = {node.name: node for node in self.graph_def.node}
+
+        def reference(source: str) -> str:
+            if source.startswith("^"):
+                return source
+            node, _, index = source.partition(":")
+            if node in names:
+                return node
+            return f"{node}:{_output_names(nodes[node])[int(index or 0)]}"
+
+        for argument in arguments:
+            function.signature.input_arg.add(name=argument.node, type=argument.dtype.as_datatype_enum)
+        for node in self.graph_def.node:
+            if node.name in names:
+                continue
+            if node.op == "Placeholder":
+                raise NotSpliceable(f"a function's piece reads a value that is not its argument: {node.name}")
+            copy = function.node_def.add()
+            copy.CopyFrom(node)
+            del copy.input[:]
+            copy.input.extend(reference(source) for source in node.input)
+        for k, value in enumerate(outputs):
+            function.signature.output_arg.add(name=f"output_{k}", type=value.dtype.as_datatype_enum)
+            function.ret[f"output_{k}"] = reference(value.name)
+        if self._last_stateful is not None:  # the chain's last op: every stateful op runs
+            function.signature.is_stateful = True
+            function.signature.control_output.append("stateful")
+            function.control_ret["stateful"] = self._last_stateful
+        return function
 
     def run(self, values):
         """Import the spliced graph into the current graph (in one call); ``values`` (a nest of
@@ -325,8 +471,15 @@ class Splicer:
                  for name, t in self._feeds.items()}
         for outside, name in self._captures.values():
             feeds[f"{name}:0"] = graph.capture(outside)
+        for definition in self._functions:
+            # registered with the runtime and the graph as tf.while_loop registers its functions:
+            # kept while a function of the graph is, then removed from the runtime
+            graph._add_function_recursive(atomic_function.from_function_def(definition, function_type.FunctionType([])))
         wanted = [leaf.name for leaf in _flatten(values) if isinstance(leaf, Ref)]
-        imported = iter(tf.graph_util.import_graph_def(self.graph_def, input_map=feeds, return_elements=wanted,
-                                                       name="spliced"))
-        return _map(lambda leaf: next(imported) if isinstance(leaf, Ref) else leaf, values)
+        imported = iter(tf.graph_util.import_graph_def(self.graph_def, input_map=feeds,
+                                                       return_elements=wanted + self._loops, name="spliced"))
+        values = _map(lambda leaf: next(imported) if isinstance(leaf, Ref) else leaf, values)
+        for loop in imported:  # lowered to v1 control flow or not, as tf.while_loop decides in this context
+            control_flow_util_v2.maybe_set_lowering_attr(loop)
+        return values
 

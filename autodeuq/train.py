@@ -20,7 +20,7 @@ Choices that keep tracing cheap and rare:
   kept in a small LRU cache (:data:`TRAINER_CACHE_SIZE`). A later training with the same key
   (e.g. a search over training hyperparameters with a fixed architecture) reuses it after
   resetting the weights, the optimizer state and the shuffle generator: no retrace.
-* The epoch is an explicit ``tf.while_loop`` traced without AutoGraph, its biases are slices
+* The epoch is an explicit ``While`` loop traced without AutoGraph, its biases are slices
   of the vector used as they are (no reshape), and it is called as a concrete function that
   returns both losses in one tensor: fewer ops to trace, instantiate and run at every step, and
   one transfer to the host per epoch. None of this changes a number (the tests compare runs).
@@ -202,6 +202,24 @@ def _batch(i, batch_size, n, x, y):
 def _total(total, loss, start, stop):
     """The sum of the losses so far, the batch's mean ``loss`` counted once per row."""
     return total + loss * tf.cast(stop - start, tf.float32)
+
+
+def _next(i):
+    return i + 1
+
+
+def _more_batches(via, i, total, batch_size, n, x, y):
+    """The loop's condition: batch ``i`` holds rows (of ``n``, in batches of ``batch_size``)."""
+    return via.call(("more_batches",), _more, i, batch_size, n)
+
+
+def _more(i, batch_size, n):
+    return i < (n + batch_size - 1) // batch_size
+
+
+def _losses(total, n, val_loss):
+    """The epoch's mean training loss and its validation loss, in one tensor."""
+    return tf.stack([total / tf.cast(n, tf.float32), val_loss])
 
 
 def _validation(loss, y, outputs):
@@ -519,33 +537,35 @@ class CompiledTrainer:
         return self.params.read_value(), None if self.state is None else self.state.read_value()
 
     def _epoch(self, x, y, x_valid, y_valid, batch_size, splice=False):
-        # Written as an explicit tf.while_loop and traced without AutoGraph, which would only
-        # rewrite this one loop and costs tracing time at every new plan.
+        # Written as an explicit loop and traced without AutoGraph, which would only rewrite this
+        # one loop and costs tracing time at every new plan. Spliced, the whole epoch (the loop's
+        # body and condition as its functions) is imported in one call.
         via = self._via(splice)
-        n, x, y = via.run(via.call(("shuffle",), self._shuffled, via.input(x), via.input(y),
-                                      variables=[self.generator.state]))
-
-        def step(i, total):
-            via = self._via(splice)
-            start, stop, x_batch, y_batch = via.call(("batch",), _batch, via.input(i), via.input(batch_size),
-                                                     via.input(n), via.input(x), via.input(y))
-            params, state = self._read(via)
-            loss = self._step(via, params, state, x_batch, y_batch)
-            return i + 1, via.run(via.call(("total",), _total, via.input(total), loss, start, stop))
-
-        _, total = tf.while_loop(lambda i, _: i < (n + batch_size - 1) // batch_size, step,
-                                 (tf.constant(0), tf.constant(0.0)))
-        with tf.control_dependencies([total]):  # the loop's writes before these reads (see _trace)
-            params, state = self._read_values()
-        via = self._via(splice)
-        *outputs, _ = self.program.forward(self._weights(via, via.input(params)), via.input(x_valid),
-                                           self._state(via, None if state is None else via.input(state)), via=via)
-        val_loss, kept = via.run(via.call(("validation",), _validation, self.loss,
-                                          via.input(y_valid), outputs))
+        n, x, y = via.call(("shuffle",), self._shuffled, via.input(x), via.input(y),
+                           variables=[self.generator.state])
+        zero, no_loss = via.constant(0, tf.int32), via.constant(0.0, tf.float32)
+        _, total = via.loop(_more_batches, self._batch_step, [zero, no_loss], [via.input(batch_size), n, x, y])
+        if splice:
+            params, state = self._read(via)  # after the loop: the splicer orders the stateful ops
+        else:
+            with tf.control_dependencies([total]):  # the loop's writes before these reads (see _trace)
+                params, state = self._read_values()
+        *outputs, _ = self.program.forward(self._weights(via, params), via.input(x_valid), self._state(via, state),
+                                           via=via)
+        val_loss, kept = via.call(("validation",), _validation, self.loss, via.input(y_valid), outputs)
         # one tensor for both losses: one transfer to the host per epoch
-        losses = tf.stack([total / tf.cast(n, tf.float32), val_loss])
+        losses = via.call(("losses",), _losses, total, n, val_loss)
+        losses, kept = via.run((losses, kept))
         self.traces += 1  # counted once built (a spliced attempt that fails is not a trace)
         return losses, kept
+
+    def _batch_step(self, via, i, total, batch_size, n, x, y):
+        """The loop's body: the training step on batch ``i``; ``(i + 1, total)``, ``total`` the
+        sum of the batches' losses weighted by their sizes."""
+        start, stop, x_batch, y_batch = via.call(("batch",), _batch, i, batch_size, n, x, y)
+        params, state = self._read(via)
+        loss = self._step(via, params, state, x_batch, y_batch)
+        return via.call(("next",), _next, i), via.call(("total",), _total, total, loss, start, stop)
 
     @tf.autograph.experimental.do_not_convert
     def _shuffled(self, x, y):

@@ -203,6 +203,52 @@ def sampled_plans(space, count, n_features=5, n_targets=1, n_classes=None, seed=
             for _ in range(count)]
 
 
+def _less(i, limit):
+    return i < limit
+
+
+def _plus_one(i):
+    return i + 1
+
+
+def _add_square(total, x, i):
+    return total + tf.reduce_sum(x) * tf.cast(i * i, tf.float32)
+
+
+@pytest.mark.parametrize("single_threaded", [False, True])
+def test_a_spliced_loop_computes_what_tf_while_loop_computes(single_threaded):
+    """A ``While`` spliced from pieces (its condition and body functions of the graph, a variable
+    updated in its body, an invariant handed on) gives ``tf.while_loop``'s numbers and variable
+    updates, lowered to v1 control flow for the default executor and kept functional for the
+    single-threaded one, as ``tf.while_loop`` decides."""
+    counter = tf.Variable(0.0)
+
+    def condition(via, i, total, limit, x):
+        return via.call(("less",), _less, i, limit)
+
+    def body(via, i, total, limit, x):
+        via.call(("bump",), lambda: counter.assign_add(1.0), variables=[counter])
+        return via.call(("next",), _plus_one, i), via.call(("add",), _add_square, total, x, i)
+
+    def loop(via, limit, x):
+        start = [via.constant(0, tf.int32), via.constant(0.0, tf.float32)]
+        return via.run(via.loop(condition, body, start, [via.input(limit), via.input(x)]))
+
+    signature = [tf.TensorSpec([], tf.int32), tf.TensorSpec([None], tf.float32)]
+    executor = training._single_threaded if single_threaded else training.contextlib.nullcontext
+    results = []
+    for via_of in (Splicer, lambda: DIRECT):
+        with executor():
+            function = tf.function(lambda limit, x: loop(via_of(), limit, x), input_signature=signature,
+                                   autograph=False).get_concrete_function()
+            counter.assign(0.0)
+            i, total = function(tf.constant(5), tf.constant([0.5, 1.0]))
+        (while_op,) = [op for op in function.graph.get_operations() if op.type == "While"]
+        assert while_op.node_def.attr["_lower_using_switch_merge"].b is not single_threaded  # False if absent
+        results.append((int(i), float(total), float(counter.numpy())))
+    assert results[0] == results[1] == (5, 1.5 * (1 + 4 + 9 + 16), 5.0)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_spliced_epochs_of_the_tabular_space_equal_the_direct_trace(seed):
     for plan in sampled_plans(load_space("tabular"), 2, seed=seed):
@@ -254,8 +300,10 @@ def test_a_trainer_whose_step_cannot_be_spliced_is_traced_op_by_op():
 
 
 def test_a_spliced_epoch_holds_the_ops_of_the_direct_trace():
-    """The same ops, kind for kind, in the loop body and around it; the spliced graph only adds
-    the placeholders its pieces were fed through (never run)."""
+    """The same ops, kind for kind, in the loop body, its condition and around them; the spliced
+    graph only adds the placeholders its pieces were fed through (never run), and lacks
+    ``tf.while_loop``'s own loop counter (two constants around the loop, an addition and its
+    constant in the body)."""
     import collections
 
     plan = sampled_plans(load_space("tabular"), 1, seed=3)[0]
@@ -272,5 +320,11 @@ def test_a_spliced_epoch_holds_the_ops_of_the_direct_trace():
         nodes = [list(graph_def.node)] + [list(f.node_def) for f in graph_def.library.function]
         counts.append([collections.Counter(n.op for n in part if n.op != "Placeholder") for part in nodes])
     direct, spliced = counts
+    counter = [collections.Counter(Const=2), collections.Counter(AddV2=1, Const=1)]  # around, in the body
+    assert direct[0] - spliced[0] == counter[0]
+    body = max(range(1, len(direct)), key=lambda k: direct[k]["MatMul"])
+    assert all(direct[body][kind] >= count for kind, count in counter[1].items())
+    direct[0] -= counter[0]
+    direct[body] -= counter[1]
     assert sorted(map(sorted, (c.items() for c in spliced))) == sorted(map(sorted, (c.items() for c in direct)))
     assert sum(c["MatMul"] for c in spliced) > 0

@@ -340,7 +340,8 @@ def test_trainers_share_their_threads_variables_and_keep_their_numbers(space, da
     """A thread's trainers run on one set of variables (:class:`TrainerVariables`), reset at each
     training: a trainer reused after another network of another size trained on them (its
     parameter vector and its optimizer's slots; batch normalization's state in
-    ``test_stateful_ops``) trains as it did first. Another thread has variables of its own, and trains to the same numbers."""
+    ``test_stateful_ops``) trains as it did first. Another thread has variables of its own, and
+    trains to the same numbers."""
     import threading
 
     wide = config(space, optimizer="adam", lr=0.01, batch_size=16,
