@@ -22,8 +22,9 @@ better given as ``via.constant(...)``: the piece then serves every value):
   being traced in one call, the shapes inferred there from the real inputs.
 
 So the ops are exactly those the direct trace would make, in the same order, with the same
-attributes; only their names differ, and the placeholders that fed the pieces remain, never run
-(the tests compare the ops kind for kind, and trainings bit for bit). The stateful ops
+attributes; only their names differ, equal constants are one node (fewer nodes to import and
+instantiate), and the placeholders that fed the pieces remain, never run (the tests compare the
+ops kind for kind, and trainings bit for bit). The stateful ops
 of the spliced graph (variable reads and updates, random draws) run in the order they were
 called: each waits for the one before it (a control edge), as automatic control dependencies
 order a ``tf.function``'s.
@@ -55,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.core.framework import function_pb2, graph_pb2
+from tensorflow.core.framework import function_pb2, graph_pb2, node_def_pb2
 from tensorflow.core.function.polymorphism import function_type
 from tensorflow.python.eager.polymorphic_function import atomic_function
 from tensorflow.python.framework import func_graph, op_def_registry
@@ -135,6 +136,18 @@ class Piece:
     captures: list[tuple[int, str]]  #: (the position of a captured variable, its placeholder node)
     outputs: Any  #: fn's result, each output tensor as a :class:`Ref` of the piece's graph
     versions: Any  #: the GraphDef's version stamps
+    constants: dict[str, bytes]  #: its constants without inputs: {node: what makes one equal to another}
+
+
+def _constant_key(node) -> bytes | None:
+    """What makes a constant node without inputs equal to another (all but its name); None for
+    any other node."""
+    if node.op != "Const" or node.input:
+        return None
+    unnamed = node_def_pb2.NodeDef()
+    unnamed.CopyFrom(node)
+    unnamed.name = ""
+    return unnamed.SerializeToString(deterministic=True)
 
 
 def _trace_piece(fn: Callable, args, variables) -> Piece:
@@ -168,9 +181,10 @@ def _trace_piece(fn: Callable, args, variables) -> Piece:
             raise NotSpliceable(f"a piece returns a value from outside its graph: {leaf}")
         return Ref(leaf.op.name, leaf.value_index, leaf.dtype, _piece_shape(leaf))
 
+    constants = {node.name: key for node in graph_def.node if (key := _constant_key(node)) is not None}
     return Piece(nodes=list(graph_def.node), inputs=[p.op.name for p in placeholders],
                  captures=[(positions[id(outside)], inside.op.name) for outside, inside in graph.captures],
-                 outputs=_map(output, result), versions=graph_def.versions)
+                 outputs=_map(output, result), versions=graph_def.versions, constants=constants)
 
 
 _PIECES: dict = {}
@@ -270,6 +284,7 @@ class Splicer:
         self._count = 0
         self._loops: list[str] = []  # its While nodes
         self._functions: list = []  # their functions (FunctionDefs)
+        self._constants: dict[bytes, str] = {}  # a constant (see _constant_key) -> its node
 
     def input(self, tensor) -> Ref:
         """A tensor of the graph being traced, as a value of the spliced graph."""
@@ -281,12 +296,15 @@ class Splicer:
         """A constant of the spliced graph (so that a piece may take sizes and shapes as inputs,
         and serve every value of them)."""
         proto = tf.make_tensor_proto(value, dtype)
-        node = self.graph_def.node.add()
-        node.op, node.name = "Const", f"constant_{self._count}"
-        self._count += 1
+        node = node_def_pb2.NodeDef(op="Const")
         node.attr["dtype"].type = proto.dtype
         node.attr["value"].tensor.CopyFrom(proto)
-        return Ref(node.name, 0, tf.as_dtype(dtype), tuple(d.size for d in proto.tensor_shape.dim))
+        key = _constant_key(node)
+        if key not in self._constants:
+            self._constants[key] = node.name = f"constant_{self._count}"
+            self._count += 1
+            self.graph_def.node.append(node)
+        return Ref(self._constants[key], 0, tf.as_dtype(dtype), tuple(d.size for d in proto.tensor_shape.dim))
 
     def _placeholder(self, dtype, prefix: str, template=None) -> str:
         name = f"{prefix}_{self._count}"
@@ -332,6 +350,12 @@ class Splicer:
         for node in piece.nodes:
             if node.name in renamed:
                 continue
+            constant = piece.constants.get(node.name)
+            if constant is not None:  # one node per distinct constant of the spliced graph
+                if constant in self._constants:
+                    renamed[node.name] = (self._constants[constant], None)
+                    continue
+                self._constants[constant] = prefix + node.name
             copy = self.graph_def.node.add()
             copy.CopyFrom(node)
             copy.name = prefix + node.name
