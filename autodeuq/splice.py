@@ -40,11 +40,14 @@ caller traces directly instead.
 A loop is spliced too: ``via.loop(condition, body, loop_vars, invariants)`` (``tf.while_loop``
 for :data:`DIRECT`) builds the condition and the body from pieces, each with a splicer of its own,
 writes them as the two functions of a ``While`` node (``FunctionDef`` s: the pieces' nodes, their
-placeholders the functions' arguments), and puts that node in the enclosing graph. So a whole
-epoch, its training loop included, is imported in one call, and the ops of the loop's functions
-never become Python objects (importing is otherwise about as costly per op as tracing once the
-pieces exist). The functions are registered with TensorFlow's runtime as ``tf.while_loop``
-registers its own, for as long as a function of the graph holds them.
+placeholders the functions' arguments), and puts that node in the enclosing graph.
+
+And a spliced graph need not be imported at all: :meth:`Splicer.function` makes it a function
+of TensorFlow's runtime (a :class:`SplicedFunction`), its arguments made by
+:meth:`Splicer.argument`, called eagerly like a concrete function. Its ops, and its loops', then
+never become Python objects: importing costs about as much per op as tracing once the pieces
+exist. Its functions are registered with the runtime as ``tf.while_loop`` registers its own,
+and removed with it. The trainer's epochs are such functions.
 """
 from __future__ import annotations
 
@@ -58,6 +61,7 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.core.framework import function_pb2, graph_pb2, node_def_pb2
 from tensorflow.core.function.polymorphism import function_type
+from tensorflow.python.eager import context
 from tensorflow.python.eager.polymorphic_function import atomic_function
 from tensorflow.python.framework import func_graph, op_def_registry
 from tensorflow.python.ops import control_flow_util_v2
@@ -238,6 +242,39 @@ def _output_names(node) -> list[str]:
 _FUNCTION_IDS = itertools.count()
 
 
+def _lowered() -> bool:
+    """Whether ``tf.while_loop`` would lower a loop built now to v1 control flow (Switch and Merge
+    ops) when its graph is run: unless the functions of this context run under the
+    single-threaded executor, which cannot run them (``control_flow_util_v2``)."""
+    return (not control_flow_util_v2._DISABLE_LOWER_USING_SWITCH_MERGE
+            and context.context().function_call_options.executor_type != "SINGLE_THREADED_EXECUTOR")
+
+
+class SplicedFunction:
+    """A spliced graph as a function of TensorFlow's runtime (:meth:`Splicer.function`): called
+    with tensors for its arguments, it runs, as a concrete function does, under the executor
+    of the caller's context, and returns its outputs' tensors.
+
+    No graph is built in Python for it: its ``FunctionDef`` (:attr:`definition`, the pieces' nodes)
+    and those of its loops are registered with the runtime as ``tf.while_loop`` registers its
+    functions, for as long as this object lives. The variables its pieces named are passed to
+    it at each call (their handles, its last arguments). Its stateful ops run in call order, all
+    of them (the chain's last op is the function's control output).
+    """
+
+    def __init__(self, definition, loops: list, handles: list):
+        self.definition = definition
+        self.library = [definition, *loops]  #: its FunctionDef, then those of its loops
+        no_type = function_type.FunctionType([])  # called by name, never through a FunctionType
+        self._registered = [atomic_function.from_function_def(f, no_type) for f in reversed(self.library)]
+        self._name = definition.signature.name.encode()
+        self._handles = list(handles)
+        self._outputs = len(definition.signature.output_arg)
+
+    def __call__(self, *tensors):
+        return context.context().call_function(self._name, [*tensors, *self._handles], self._outputs)
+
+
 class Direct:
     """Calls each piece's function directly (the ordinary trace); :data:`DIRECT` is the one instance."""
 
@@ -282,12 +319,15 @@ class Splicer:
         self._captures: dict[int, tuple[Any, str]] = {}  # id of a variable's handle -> (it, its placeholder)
         self._last_stateful = None
         self._count = 0
-        self._loops: list[str] = []  # its While nodes
         self._functions: list = []  # their functions (FunctionDefs)
         self._constants: dict[bytes, str] = {}  # a constant (see _constant_key) -> its node
+        self._arguments: list[Ref] = []  # its arguments, as a function's (see argument)
 
     def input(self, tensor) -> Ref:
-        """A tensor of the graph being traced, as a value of the spliced graph."""
+        """A tensor of the graph being traced, as a value of the spliced graph (a value of the
+        spliced graph, such as an :meth:`argument`, as it is)."""
+        if isinstance(tensor, Ref):
+            return tensor
         name = self._placeholder(tensor.dtype, "input")
         self._feeds[name] = tensor
         return Ref(name, 0, tensor.dtype, _piece_shape(tensor))
@@ -350,12 +390,10 @@ class Splicer:
         for node in piece.nodes:
             if node.name in renamed:
                 continue
-            constant = piece.constants.get(node.name)
-            if constant is not None:  # one node per distinct constant of the spliced graph
-                if constant in self._constants:
-                    renamed[node.name] = (self._constants[constant], None)
-                    continue
-                self._constants[constant] = prefix + node.name
+            equal = self._equal_constant(piece.constants.get(node.name), prefix + node.name)
+            if equal is not None:  # one node per distinct constant of the spliced graph
+                renamed[node.name] = (equal, None)
+                continue
             copy = self.graph_def.node.add()
             copy.CopyFrom(node)
             copy.name = prefix + node.name
@@ -375,6 +413,15 @@ class Splicer:
             return Ref(prefix + leaf.node, leaf.index, leaf.dtype, leaf.shape)
 
         return _map(output, piece.outputs)
+
+    def _equal_constant(self, key: bytes | None, name: str) -> str | None:
+        """The node of the spliced graph holding the constant ``key`` (:func:`_constant_key`) if
+        there is one; otherwise None, and the node ``name`` about to be copied becomes it (None
+        too for any node that is no such constant: ``key`` None)."""
+        if key is None or key in self._constants:
+            return None if key is None else self._constants[key]
+        self._constants[key] = name
+        return None
 
     def _feeds_of(self, piece: Piece, values: list, variables) -> dict:
         """What replaces each placeholder of ``piece``: ``{its node: (node, index)}``, the index
@@ -396,7 +443,23 @@ class Splicer:
 
     def _argument(self, value: Ref) -> Ref:
         """A value of an enclosing spliced graph, as an argument of this one (a function body)."""
-        return Ref(self._placeholder(value.dtype, "argument"), 0, value.dtype, value.shape)
+        argument = Ref(self._placeholder(value.dtype, "argument"), 0, value.dtype, value.shape)
+        self._arguments.append(argument)
+        return argument
+
+    def argument(self, spec: tf.TensorSpec) -> Ref:
+        """An argument of the function :meth:`function` makes of this graph: a tensor of
+        ``spec``'s dtype and rank."""
+        rank = spec.shape.rank
+        return self._argument(Ref("", 0, spec.dtype, None if rank is None else (None,) * rank))
+
+    def function(self, outputs: list) -> SplicedFunction:
+        """This graph as a function of TensorFlow's runtime, returning ``outputs`` (values of this
+        graph): see :class:`SplicedFunction`."""
+        captured = list(self._captures.values())
+        variables = [Ref(name, 0, handle.dtype, ()) for handle, name in captured]
+        definition = self._function("function", self._arguments + variables, list(outputs))
+        return SplicedFunction(definition, self._functions, [handle for handle, _ in captured])
 
     def loop(self, condition: Callable, body: Callable, loop_vars, invariants=()):
         """A ``While`` of the spliced graph, as :meth:`Direct.loop` builds with ``tf.while_loop``:
@@ -438,6 +501,8 @@ class Splicer:
         node.attr["body"].func.name = body_def.signature.name
         node.attr["parallel_iterations"].i = 10  # tf.while_loop's default
         node.attr["_num_original_outputs"].i = len(inputs)
+        if _lowered():
+            node.attr["_lower_using_switch_merge"].b = True
         for value in values + passed:
             shape = node.attr["output_shapes"].list.shape.add()
             if value.shape is None:
@@ -448,7 +513,6 @@ class Splicer:
             node.input.append("^" + self._last_stateful)
         self._last_stateful = node.name
         self._functions += [body_def, condition_def]
-        self._loops.append(node.name)
         return [Ref(node.name, k, v.dtype, v.shape) for k, v in enumerate(loop_vars)]
 
     def _function(self, role: str, arguments: list[Ref], outputs: list[Ref]):
@@ -500,10 +564,7 @@ class Splicer:
             # kept while a function of the graph is, then removed from the runtime
             graph._add_function_recursive(atomic_function.from_function_def(definition, function_type.FunctionType([])))
         wanted = [leaf.name for leaf in _flatten(values) if isinstance(leaf, Ref)]
-        imported = iter(tf.graph_util.import_graph_def(self.graph_def, input_map=feeds,
-                                                       return_elements=wanted + self._loops, name="spliced"))
-        values = _map(lambda leaf: next(imported) if isinstance(leaf, Ref) else leaf, values)
-        for loop in imported:  # lowered to v1 control flow or not, as tf.while_loop decides in this context
-            control_flow_util_v2.maybe_set_lowering_attr(loop)
-        return values
+        imported = iter(tf.graph_util.import_graph_def(self.graph_def, input_map=feeds, return_elements=wanted,
+                                                       name="spliced"))
+        return _map(lambda leaf: next(imported) if isinstance(leaf, Ref) else leaf, values)
 

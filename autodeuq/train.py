@@ -68,7 +68,7 @@ from .optimizers import FlatOptimizer
 from .plan import NetworkPlan, NetworkProgram
 from .result import Status, TrainResult, worker_name
 from .space import SpaceError
-from .splice import DIRECT, NotSpliceable, Splicer
+from .splice import DIRECT, NotSpliceable, SplicedFunction, Splicer
 
 TRAINER_CACHE_SIZE = 4  # compiled epochs kept for reuse (each holds its graph and parameter vectors)
 FULL_GC_EVERY = 20  # trainings between full garbage collections
@@ -469,10 +469,11 @@ class CompiledTrainer:
         where :func:`_single_threaded_wanted`, unless the traced loop body runs functions of its
         own (then it is traced again for the default executor; see :data:`NESTED_FUNCTION_OPS`).
 
-        The epoch's graph is spliced from pieces traced once per process (:mod:`autodeuq.splice`)
-        where :data:`SPLICED_EPOCHS` and the network's program allows it; otherwise, or when a
-        piece cannot be spliced, it is traced op by op. The numbers are the same (the tests
-        compare runs bit for bit).
+        The epoch is spliced from pieces traced once per process (:mod:`autodeuq.splice`) into a
+        function of TensorFlow's runtime (no graph is built in Python) where
+        :data:`SPLICED_EPOCHS` and the network's program allows it; otherwise, or when a piece
+        cannot be spliced, it is traced op by op. The numbers are the same (the tests compare runs
+        bit for bit).
 
         For the single-threaded executor the epoch's graph is built without TensorFlow's
         automatic control dependencies (:meth:`_wrapped`; what they cost a trace is in
@@ -501,20 +502,20 @@ class CompiledTrainer:
         return build(False)
 
     def _traced(self):
-        """A fresh trace of :meth:`_epoch` (under the executor of the caller's context)."""
-        return self._spliced_first(lambda splice: tf.function(
-            functools.partial(self._epoch, splice=splice), input_signature=_EPOCH_SIGNATURE,
-            autograph=False).get_concrete_function())
+        """A fresh trace of :meth:`_epoch` (for the executor of the caller's context)."""
+        return self._spliced_first(lambda splice: self._spliced() if splice else tf.function(
+            self._epoch, input_signature=_EPOCH_SIGNATURE, autograph=False).get_concrete_function())
 
     def _wrapped(self):
         """A fresh graph of :meth:`_epoch` without automatic control dependencies (see :meth:`_trace`)."""
-        return self._spliced_first(lambda splice: tf.compat.v1.wrap_function(
-            functools.partial(self._epoch, splice=splice), signature=_EPOCH_SIGNATURE))
+        return self._spliced_first(lambda splice: self._spliced() if splice else tf.compat.v1.wrap_function(
+            self._epoch, signature=_EPOCH_SIGNATURE))
 
-    @staticmethod
-    def _via(splice: bool):
-        """How the pieces of one graph are traced: spliced, or directly."""
-        return Splicer() if splice else DIRECT
+    def _spliced(self) -> SplicedFunction:
+        """:meth:`_epoch` spliced from pieces, as a function of TensorFlow's runtime (its stateful
+        ops ordered by the splicer, as :meth:`_wrapped`'s by the executor; see :meth:`_trace`)."""
+        via = Splicer()
+        return via.function(self._epoch(*(via.argument(spec) for spec in _EPOCH_SIGNATURE), via=via))
 
     def _weights(self, via, flat):
         """The flat parameter vector ``flat`` as the program's list of weights."""
@@ -536,16 +537,15 @@ class CompiledTrainer:
     def _read_values(self):
         return self.params.read_value(), None if self.state is None else self.state.read_value()
 
-    def _epoch(self, x, y, x_valid, y_valid, batch_size, splice=False):
+    def _epoch(self, x, y, x_valid, y_valid, batch_size, via=DIRECT):
         # Written as an explicit loop and traced without AutoGraph, which would only rewrite this
-        # one loop and costs tracing time at every new plan. Spliced, the whole epoch (the loop's
-        # body and condition as its functions) is imported in one call.
-        via = self._via(splice)
+        # one loop and costs tracing time at every new plan. Spliced, the whole epoch is one
+        # function of the runtime, the loop's body and condition its own (see _spliced).
         n, x, y = via.call(("shuffle",), self._shuffled, via.input(x), via.input(y),
                            variables=[self.generator.state])
         zero, no_loss = via.constant(0, tf.int32), via.constant(0.0, tf.float32)
         _, total = via.loop(_more_batches, self._batch_step, [zero, no_loss], [via.input(batch_size), n, x, y])
-        if splice:
+        if via is not DIRECT:
             params, state = self._read(via)  # after the loop: the splicer orders the stateful ops
         else:
             with tf.control_dependencies([total]):  # the loop's writes before these reads (see _trace)
@@ -555,7 +555,6 @@ class CompiledTrainer:
         val_loss, kept = via.call(("validation",), _validation, self.loss, via.input(y_valid), outputs)
         # one tensor for both losses: one transfer to the host per epoch
         losses = via.call(("losses",), _losses, total, n, val_loss)
-        losses, kept = via.run((losses, kept))
         self.traces += 1  # counted once built (a spliced attempt that fails is not a trace)
         return losses, kept
 
@@ -994,10 +993,11 @@ def _single_threaded():
     return tf.experimental.function_executor_type("SINGLE_THREADED_EXECUTOR")
 
 
-def _runs_nested_functions(concrete) -> bool:
-    """Whether a traced epoch's loop (a function of its graph's library) runs functions of its own."""
-    return any(node.op in NESTED_FUNCTION_OPS for function in concrete.graph.as_graph_def().library.function
-               for node in function.node_def)
+def _runs_nested_functions(epoch) -> bool:
+    """Whether a traced epoch's loop (a function of its graph's library, or of a spliced epoch's)
+    runs functions of its own."""
+    loops = epoch.library[1:] if isinstance(epoch, SplicedFunction) else epoch.graph.as_graph_def().library.function
+    return any(node.op in NESTED_FUNCTION_OPS for function in loops for node in function.node_def)
 
 
 @functools.cache

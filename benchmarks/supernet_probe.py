@@ -42,6 +42,7 @@ import tensorflow as tf  # noqa: E402
 
 from autodeuq import activations, ops, plan  # noqa: E402
 from autodeuq.optimizers import FlatOptimizer  # noqa: E402
+from autodeuq.splice import DIRECT  # noqa: E402
 from autodeuq.train import CompiledTrainer, GaussianLoss  # noqa: E402
 
 _ORDER = tuple(activations.ACTIVATIONS)  # activation index -> name
@@ -313,9 +314,9 @@ class SupernetTrainer(CompiledTrainer):
     def load(self, space, arch) -> None:
         self.shapes = self.program.load(space, arch)
 
-    def _epoch(self, x, y, x_valid, y_valid, batch_size, splice=False):
+    def _epoch(self, x, y, x_valid, y_valid, batch_size, via=DIRECT):
         self.program.read_layout()
-        return super()._epoch(x, y, x_valid, y_valid, batch_size, splice)
+        return super()._epoch(x, y, x_valid, y_valid, batch_size, via)
 
     @tf.autograph.experimental.do_not_convert
     def _weights(self, via, flat):

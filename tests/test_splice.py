@@ -215,6 +215,30 @@ def _add_square(total, x, i):
     return total + tf.reduce_sum(x) * tf.cast(i * i, tf.float32)
 
 
+def test_a_spliced_epochs_functions_are_registered_while_its_trainer_lives():
+    """The spliced epoch's function and its loop's are TensorFlow runtime functions for as long as
+    the trainer holds them, then removed (a search makes thousands)."""
+    import gc
+
+    from tensorflow.python.eager import context
+
+    plan = sampled_plans(load_space("tabular"), 1, seed=5)[0]
+    trainer = training.CompiledTrainer(NetworkProgram(plan), "adam")
+    weights, _ = plan.initial_values()
+    trainer.reset(weights, 1e-2, 0)
+    tensors = [tf.constant(np.ones((8, plan.n_features), np.float32)), tf.constant(np.ones((8, 1), np.float32)),
+               tf.constant(np.ones((4, plan.n_features), np.float32)), tf.constant(np.ones((4, 1), np.float32)),
+               tf.constant(4)]
+    with training._graph_optimizer_off():
+        losses, _ = trainer.run_epoch(*tensors)
+    assert trainer.spliced and np.all(np.isfinite(losses.numpy()))
+    names = [f.signature.name for f in trainer._concrete_epoch.library]
+    assert len(names) == 3 and all(context.context().has_function(name) for name in names)
+    del trainer
+    gc.collect()
+    assert not any(context.context().has_function(name) for name in names)
+
+
 @pytest.mark.parametrize("single_threaded", [False, True])
 def test_a_spliced_loop_computes_what_tf_while_loop_computes(single_threaded):
     """A ``While`` spliced from pieces (its condition and body functions of the graph, a variable
@@ -312,11 +336,15 @@ def test_a_spliced_epoch_holds_the_ops_of_the_direct_trace():
         try:
             trainer = training.CompiledTrainer(NetworkProgram(plan), "adam")
             with training._graph_optimizer_off(), training._single_threaded():
-                graph_def = trainer._wrapped().graph.as_graph_def()
+                epoch = trainer._wrapped()
         finally:
             training.SPLICED_EPOCHS = previous
         assert trainer.spliced is splice_it
-        nodes = [list(graph_def.node)] + [list(f.node_def) for f in graph_def.library.function]
+        if splice_it:  # the epoch's function, then its loop's
+            nodes = [list(f.node_def) for f in epoch.library]
+        else:
+            graph_def = epoch.graph.as_graph_def()
+            nodes = [list(graph_def.node)] + [list(f.node_def) for f in graph_def.library.function]
         counts.append([collections.Counter(n.op for n in part if n.op != "Placeholder") for part in nodes])
         if splice_it:
             for part in nodes:

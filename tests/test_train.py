@@ -263,8 +263,11 @@ def test_reproducible_and_seed_sensitive(space, data):
 
 
 def _loop_lowered(trainer) -> bool:
-    (loop,) = [op for op in trainer._concrete_epoch.graph.get_operations() if op.type in ("While", "StatelessWhile")]
-    return loop.node_def.attr["_lower_using_switch_merge"].b  # False where the attribute is absent
+    epoch = trainer._concrete_epoch
+    nodes = (epoch.definition.node_def if isinstance(epoch, train_mod.SplicedFunction)
+             else [op.node_def for op in epoch.graph.get_operations()])
+    (loop,) = [node for node in nodes if node.op in ("While", "StatelessWhile")]
+    return loop.attr["_lower_using_switch_merge"].b  # False where the attribute is absent
 
 
 def test_the_single_threaded_executor_keeps_the_numbers_and_the_loop_functional(space, data, monkeypatch):
