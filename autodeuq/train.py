@@ -33,16 +33,16 @@ file is written from the plan and the kept weights (:func:`autodeuq.keras_file.n
 building the model and saving it through Keras was a large part of a small network's fixed cost
 (``benchmarks/results/training_speed.md``).
 
-Long-lived workers: each training resets Keras' session state; the objects alive after the first
-training's imports are moved out of the garbage collector's sight (``gc.freeze``), and full
-collections run every :data:`FULL_GC_EVERY` trainings, so that collecting the cyclic garbage of
-old models does not rescan TensorFlow's own objects each time (a full collection is several
-times cheaper frozen). Keras' ``swish`` (``tf.nn.silu``, a ``tf.custom_gradient`` that pins every traced
+Long-lived workers: Keras' session state and TensorFlow's cache of eager kernels are reset, and
+garbage is collected fully, every :data:`FULL_GC_EVERY` trainings (:func:`_clear_state`); the
+objects alive after the first training's imports are moved out of the garbage collector's sight
+(``gc.freeze``), so that collecting the cyclic garbage of old trainings does not rescan
+TensorFlow's own objects each time (a full collection is several times cheaper frozen). Keras' ``swish`` (``tf.nn.silu``, a ``tf.custom_gradient`` that pins every traced
 graph forever in TF 2.21) is replaced by :func:`autodeuq.layers.swish`. The collection times and
 the memory held over 200 trainings are in ``benchmarks/results/training_speed.md``.
 
-One training runs at a time per process (Keras' global seed and session state, and the Grappler
-switch of :func:`_graph_optimizer_off`, are per process).
+One training runs at a time per process (the global generators it seeds, Keras' session state,
+and the Grappler switch of :func:`_graph_optimizer_off`, are per process).
 """
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ import functools
 import gc
 import json
 import math
+import random
 import threading
 import time
 import warnings
@@ -680,27 +681,44 @@ _trainings_since_gc = -1  # -1: nothing frozen yet
 
 
 def _clear_state():
-    """Reset Keras' global state; collect garbage fully only every FULL_GC_EVERY trainings.
+    """Every :data:`FULL_GC_EVERY` trainings: reset Keras' global state and TensorFlow's cache of
+    eager kernels (``keras.backend.clear_session``), and collect garbage fully.
 
-    A full ``gc.collect()`` costs more than many whole trainings once TensorFlow is imported
-    (``benchmarks/results/training_speed.md``), so the cyclic garbage of old models is collected
-    in batches, and the objects that exist before the first training (modules, TensorFlow's
-    registries) are frozen once, so
-    that collections, the automatic ones included, skip them.
+    Both are done in batches. A full ``gc.collect()`` costs more than many whole trainings once
+    TensorFlow is imported (``benchmarks/results/training_speed.md``), so the cyclic garbage of
+    old trainings is collected every so many, and the objects that exist before the first
+    training (modules, TensorFlow's registries) are frozen once, so that collections, the
+    automatic ones included, skip them. And emptying the kernel cache makes the next training
+    build the kernel of each eager op it runs again (resetting the variables, drawing the initial
+    weights), a sizeable part of its fixed cost; a training builds no Keras model, so the cache
+    and Keras' state only need letting go of what trainings gone left there.
     """
     global _trainings_since_gc
-    keras.backend.clear_session(free_memory=False)
     if _trainings_since_gc < 0:
         gc.freeze()
         _trainings_since_gc = 0
     _trainings_since_gc += 1
     if _trainings_since_gc >= FULL_GC_EVERY:
+        keras.backend.clear_session(free_memory=False)
         gc.collect()
         _trainings_since_gc = 0
 
 
+def _seed_generators(seed: int):
+    """Seed Python's and NumPy's global generators, as ``keras.utils.set_random_seed(seed)`` does:
+    a network's initial weights are drawn from seeds that Python's generator gives
+    (:meth:`~autodeuq.plan.NetworkPlan.initial_values`, as Keras' layers draw them).
+
+    Not TensorFlow's global seed, which ``keras.utils.set_random_seed`` sets too: nothing in a
+    training draws from it (the shuffles and dropout draw from the trainer's own generator), and
+    setting it empties TensorFlow's cache of eager kernels (see :func:`_clear_state`).
+    """
+    random.seed(seed)
+    np.random.seed(seed)
+
+
 def _seed32(seed) -> int:
-    """A non-negative seed as one ``keras.utils.set_random_seed`` accepts (below 2**32)."""
+    """A non-negative seed as ``numpy.random.seed`` accepts one (below 2**32)."""
     seed = int(seed)
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
@@ -724,10 +742,10 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,  
     dataset : Dataset
         Original-unit arrays and the training-split ``scaler``.
     seed : int
-        Seeds the initial weights and the per-epoch shuffles (reproducible on CPU). Through
-        ``keras.utils.set_random_seed`` this also reseeds Python's, NumPy's and TensorFlow's
-        global generators. Any non-negative integer; one of 2**32 or more is first reduced to
-        32 bits with ``numpy.random.SeedSequence``.
+        Seeds the initial weights and the per-epoch shuffles (reproducible on CPU). This also
+        reseeds Python's and NumPy's global generators (:func:`_seed_generators`; TensorFlow's
+        global seed is left as it is). Any non-negative integer; one of 2**32 or more is first
+        reduced to 32 bits with ``numpy.random.SeedSequence``.
     epochs : int, optional
         Epoch budget; ``space.epochs`` when omitted (or 0).
     threads : int, optional
@@ -795,7 +813,7 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,  
 
         seed = _seed32(seed)
         _clear_state()
-        keras.utils.set_random_seed(seed)
+        _seed_generators(seed)
         plan = NetworkPlan.from_arch(space, arch, n_features, n_targets, n_classes)
         initial_weights, initial_state = plan.initial_values()  # the Keras model's, without building it
         n_params = plan.n_params
