@@ -37,9 +37,10 @@ Long-lived workers: Keras' session state and TensorFlow's cache of eager kernels
 garbage is collected fully, every :data:`FULL_GC_EVERY` trainings (:func:`_clear_state`); the
 objects alive after the first training's imports are moved out of the garbage collector's sight
 (``gc.freeze``), so that collecting the cyclic garbage of old trainings does not rescan
-TensorFlow's own objects each time (a full collection is several times cheaper frozen). Keras' ``swish`` (``tf.nn.silu``, a ``tf.custom_gradient`` that pins every traced
-graph forever in TF 2.21) is replaced by :func:`autodeuq.layers.swish`. The collection times and
-the memory held over 200 trainings are in ``benchmarks/results/training_speed.md``.
+TensorFlow's own objects each time (a full collection is several times cheaper frozen). Keras'
+``swish`` (``tf.nn.silu``, a ``tf.custom_gradient`` that pins every traced graph forever in TF
+2.21) is replaced by :func:`autodeuq.layers.swish`. The collection times and the memory held over
+200 trainings are in ``benchmarks/results/training_speed.md``.
 
 One training runs at a time per process (the global generators it seeds, Keras' session state,
 and the Grappler switch of :func:`_graph_optimizer_off`, are per process).
