@@ -115,8 +115,9 @@ def _core_model(plan, weights, state):
     widths = plan.widths()
     for op, weight_shapes, state_shapes in plan.op_shapes():
         k, m = len(weight_shapes), len(state_shapes)
-        graph.add(op.name, [type(op).__name__, op.config()], op.layer, list(op.inputs), widths[op.name],
-                  weights[:k] + state[:m], list_input=len(op.inputs) > 1)
+        graph.add(op.name, op.piece_key(), op.layer, list(op.inputs), widths[op.name],
+                  weights[:k] + state[:m], list_input=len(op.inputs) > 1,
+                  shapes={key: op.config()[key] for key in op.SHAPES_ONLY})
         weights, state = weights[k:], state[m:]
     return graph.model(CORE_NAME)
 
@@ -148,10 +149,14 @@ class _Graph:
         self.variables[self._path(class_name)] = (name, [])
         self.last = name
 
-    def add(self, name: str, key: list, make, inputs: list[str], width: int | None = None, arrays=(),
-            list_input: bool = False):
-        """Add the layer ``make()`` would make (``key``: what it is made from), named ``name``."""
+    def add(self, name: str, key, make, inputs: list[str], width: int | None = None, arrays=(),
+            list_input: bool = False, shapes: dict | None = None):
+        """Add the layer ``make()`` would make, named ``name``: ``key`` (JSON-serializable) is
+        what it is made from but for ``shapes``, the entries of its configuration that only fix
+        shapes (:attr:`autodeuq.ops.Op.SHAPES_ONLY`, of the same names in the layer's), so that
+        one entry serves every value of them."""
         entry, built, class_name = _entry(name, key, make)
+        entry["config"].update(shapes or {})
         shapes = [[None, self.widths[i]] for i in inputs]
         if not built:  # Keras records the input shape a layer was built for
             entry["build_config"] = {"input_shape": shapes if list_input else shapes[0]}
@@ -185,10 +190,10 @@ _ENTRIES: dict[str, tuple[dict, bool, str]] = {}
 _ENTRIES_LOCK = threading.Lock()
 
 
-def _entry(name: str, key: list, make) -> tuple[dict, bool, str]:
+def _entry(name: str, key, make) -> tuple[dict, bool, str]:
     """The serialized layer that ``make()`` makes, named ``name``; whether the new layer is built
     already (then Keras records no build shape); its class name."""
-    cache_key = json.dumps(key)
+    cache_key = key if isinstance(key, str) else json.dumps(key)
     with _ENTRIES_LOCK:
         hit = _ENTRIES.get(cache_key)
     if hit is None:

@@ -75,8 +75,9 @@ class Op:
     """
 
     #: the entries of :meth:`config` that only fix the shapes of its weights and output (a
-    #: ``Dense``'s units): the forward and backward traced for one value serve every value
-    #: (:mod:`autodeuq.splice`)
+    #: ``Dense``'s units), named as in its Keras layer's configuration: the forward and backward
+    #: traced for one value serve every value (:mod:`autodeuq.splice`), as does the layer's
+    #: serialized configuration in a written file (:mod:`autodeuq.keras_file`)
     SHAPES_ONLY: tuple[str, ...] = ()
 
     def __init__(self, name: str, inputs: Sequence[str]):

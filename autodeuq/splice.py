@@ -246,7 +246,7 @@ def _lowered() -> bool:
     """Whether ``tf.while_loop`` would lower a loop built now to v1 control flow (Switch and Merge
     ops) when its graph is run: unless the functions of this context run under the
     single-threaded executor, which cannot run them (``control_flow_util_v2``)."""
-    return (not control_flow_util_v2._DISABLE_LOWER_USING_SWITCH_MERGE
+    return (not getattr(control_flow_util_v2, "_DISABLE_LOWER_USING_SWITCH_MERGE", False)
             and context.context().function_call_options.executor_type != "SINGLE_THREADED_EXECUTOR")
 
 
