@@ -229,7 +229,7 @@ class Dense(Op):
 
     def initial_weights(self, widths):
         # Keras' Dense: a Glorot-uniform kernel whose seed is drawn when the layer is made (from
-        # the generator keras.utils.set_random_seed seeds), and a zero bias
+        # Python's generator, which keras.utils.set_random_seed and a training seed), and a zero bias
         kernel_shape, bias_shape = self.weight_shapes(widths)
         return [glorot_uniform(kernel_shape), np.zeros(bias_shape, np.float32)]
 

@@ -512,7 +512,7 @@ class Splicer:
         if self._last_stateful is not None:
             node.input.append("^" + self._last_stateful)
         self._last_stateful = node.name
-        self._functions += [body_def, condition_def]
+        self._functions += [body_def, condition_def, *inner._functions, *test._functions]  # theirs: nested loops
         return [Ref(node.name, k, v.dtype, v.shape) for k, v in enumerate(loop_vars)]
 
     def _function(self, role: str, arguments: list[Ref], outputs: list[Ref]):

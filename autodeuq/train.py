@@ -72,7 +72,7 @@ from .result import Status, TrainResult, worker_name
 from .space import SpaceError
 from .splice import DIRECT, NotSpliceable, SplicedFunction, Splicer
 
-TRAINER_CACHE_SIZE = 4  # compiled epochs kept for reuse (each holds its graph and parameter vectors)
+TRAINER_CACHE_SIZE = 4  # compiled epochs kept for reuse (each holds its traced epoch; the variables are shared)
 FULL_GC_EVERY = 20  # trainings between full garbage collections
 GRAPPLER_IN_TRAINING = False  # see _graph_optimizer_off
 SINGLE_THREADED_EPOCHS = True  # see _single_threaded_wanted
