@@ -117,7 +117,7 @@ def _core_model(plan, weights, state):
         k, m = len(weight_shapes), len(state_shapes)
         graph.add(op.name, op.piece_key(), op.layer, list(op.inputs), widths[op.name],
                   weights[:k] + state[:m], list_input=len(op.inputs) > 1,
-                  shapes={key: op.config()[key] for key in op.SHAPES_ONLY})
+                  shape_entries={key: op.config()[key] for key in op.SHAPES_ONLY})
         weights, state = weights[k:], state[m:]
     return graph.model(CORE_NAME)
 
@@ -150,13 +150,13 @@ class _Graph:
         self.last = name
 
     def add(self, name: str, key, make, inputs: list[str], width: int | None = None, arrays=(),
-            list_input: bool = False, shapes: dict | None = None):
+            list_input: bool = False, shape_entries: dict | None = None):
         """Add the layer ``make()`` would make, named ``name``: ``key`` (JSON-serializable) is
-        what it is made from but for ``shapes``, the entries of its configuration that only fix
+        what it is made from but for ``shape_entries``, the entries of its configuration that only fix
         shapes (:attr:`autodeuq.ops.Op.SHAPES_ONLY`, of the same names in the layer's), so that
         one entry serves every value of them."""
         entry, built, class_name = _entry(name, key, make)
-        entry["config"].update(shapes or {})
+        entry["config"].update(shape_entries or {})
         shapes = [[None, self.widths[i]] for i in inputs]
         if not built:  # Keras records the input shape a layer was built for
             entry["build_config"] = {"input_shape": shapes if list_input else shapes[0]}

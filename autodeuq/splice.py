@@ -250,6 +250,13 @@ def _lowered() -> bool:
             and context.context().function_call_options.executor_type != "SINGLE_THREADED_EXECUTOR")
 
 
+def _registered(definition):
+    """A ``FunctionDef`` registered with TensorFlow's runtime as ``tf.while_loop`` registers its
+    functions: an ``AtomicFunction`` that removes it from the runtime once no one holds it."""
+    no_type = function_type.FunctionType([])  # called by name, never through a FunctionType
+    return atomic_function.from_function_def(definition, no_type)
+
+
 class SplicedFunction:
     """A spliced graph as a function of TensorFlow's runtime (:meth:`Splicer.function`): called
     with tensors for its arguments, it runs, as a concrete function does, under the executor
@@ -265,8 +272,7 @@ class SplicedFunction:
     def __init__(self, definition, loops: list, handles: list):
         self.definition = definition
         self.library = [definition, *loops]  #: its FunctionDef, then those of its loops
-        no_type = function_type.FunctionType([])  # called by name, never through a FunctionType
-        self._registered = [atomic_function.from_function_def(f, no_type) for f in reversed(self.library)]
+        self._registered = [_registered(f) for f in reversed(self.library)]
         self._name = definition.signature.name.encode()
         self._handles = list(handles)
         self._outputs = len(definition.signature.output_arg)
@@ -339,12 +345,12 @@ class Splicer:
         node = node_def_pb2.NodeDef(op="Const")
         node.attr["dtype"].type = proto.dtype
         node.attr["value"].tensor.CopyFrom(proto)
-        key = _constant_key(node)
-        if key not in self._constants:
-            self._constants[key] = node.name = f"constant_{self._count}"
+        node.name = f"constant_{self._count}"
+        equal = self._equal_constant(_constant_key(node), node.name)
+        if equal is None:
             self._count += 1
             self.graph_def.node.append(node)
-        return Ref(self._constants[key], 0, tf.as_dtype(dtype), tuple(d.size for d in proto.tensor_shape.dim))
+        return Ref(equal or node.name, 0, tf.as_dtype(dtype), tuple(d.size for d in proto.tensor_shape.dim))
 
     def _placeholder(self, dtype, prefix: str, template=None) -> str:
         name = f"{prefix}_{self._count}"
@@ -456,10 +462,12 @@ class Splicer:
     def function(self, outputs: list) -> SplicedFunction:
         """This graph as a function of TensorFlow's runtime, returning ``outputs`` (values of this
         graph): see :class:`SplicedFunction`."""
-        captured = list(self._captures.values())
-        variables = [Ref(name, 0, handle.dtype, ()) for handle, name in captured]
-        definition = self._function("function", self._arguments + variables, list(outputs))
-        return SplicedFunction(definition, self._functions, [handle for handle, _ in captured])
+        definition = self._function("function", self._arguments + self._captured(), list(outputs))
+        return SplicedFunction(definition, self._functions, [handle for handle, _ in self._captures.values()])
+
+    def _captured(self) -> list[Ref]:
+        """The placeholders of the variables its pieces named, in first use, as values."""
+        return [Ref(name, 0, handle.dtype, ()) for handle, name in self._captures.values()]
 
     def loop(self, condition: Callable, body: Callable, loop_vars, invariants=()):
         """A ``While`` of the spliced graph, as :meth:`Direct.loop` builds with ``tf.while_loop``:
@@ -480,7 +488,7 @@ class Splicer:
         new = list(body(inner, *arguments))
         captured = list(inner._captures.values())  # (a variable's handle, its placeholder), in first use
         templates = {node.name: node for node in inner.graph_def.node}
-        passed = [Ref(name, 0, handle.dtype, ()) for handle, name in captured]
+        passed = inner._captured()
         body_def = inner._function("body", arguments + passed, new + arguments[len(loop_vars):] + passed)
 
         test = Splicer()
@@ -559,10 +567,8 @@ class Splicer:
                  for name, t in self._feeds.items()}
         for outside, name in self._captures.values():
             feeds[f"{name}:0"] = graph.capture(outside)
-        for definition in self._functions:
-            # registered with the runtime and the graph as tf.while_loop registers its functions:
-            # kept while a function of the graph is, then removed from the runtime
-            graph._add_function_recursive(atomic_function.from_function_def(definition, function_type.FunctionType([])))
+        for definition in self._functions:  # kept while a function of the graph holds them
+            graph._add_function_recursive(_registered(definition))
         wanted = [leaf.name for leaf in _flatten(values) if isinstance(leaf, Ref)]
         imported = iter(tf.graph_util.import_graph_def(self.graph_def, input_map=feeds, return_elements=wanted,
                                                        name="spliced"))
