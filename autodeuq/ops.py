@@ -35,6 +35,7 @@ every training step (``benchmarks/results/training_speed.md``).
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -184,6 +185,37 @@ class Op:
         return f"{type(self).__name__}({self.name!r} <- {list(self.inputs)}{', ' if args else ''}{args})"
 
 
+@functools.cache
+def _onednn_matmuls() -> bool:
+    """Whether TensorFlow runs a CPU-only process's matrix products through oneDNN (its
+    ``TF_ENABLE_ONEDNN_OPTS``, which it turns on by default on CPUs with AVX-512 VNNI, BF16 or AMX)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled()) and not tf.config.list_physical_devices("GPU")
+
+
+def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False):
+    """``tf.matmul(a, b, transpose_a, transpose_b)`` of two matrices, as TensorFlow would run it
+    in a ``tf.function`` of this process.
+
+    Where TensorFlow uses oneDNN (:func:`_onednn_matmuls`), its graph rewrite turns each
+    ``MatMul`` of a graph it runs into oneDNN's ``_MklMatMul``, but not inside the functions of a
+    functional ``While`` run by the single-threaded executor, which the trainer's epoch loops
+    are: their steps ran Eigen's product instead, slower at small batches and rounded otherwise
+    than a Keras ``fit`` or a ``tf.function`` of the same network
+    (``benchmarks/results/training_speed.md``). So in a graph the op is made as that rewrite
+    makes it (for float32, what oneDNN's kernel takes here); eagerly, ``tf.matmul`` runs. A
+    ``tf.GradientTape`` does not record it in a graph: the ops' backward is written out.
+    """
+    if tf.executing_eagerly() or a.dtype != tf.float32 or not _onednn_matmuls():
+        return tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+    graph = tf.compat.v1.get_default_graph()
+    attrs = {"transpose_a": tf.compat.v1.AttrValue(b=transpose_a),
+             "transpose_b": tf.compat.v1.AttrValue(b=transpose_b),
+             "_kernel": tf.compat.v1.AttrValue(s=b"MklNameChangeOp")}  # the kernel's label, as the rewrite sets it
+    return graph.create_op("_MklMatMul", [a, b], [a.dtype], name="MatMul", attrs=attrs).outputs[0]
+
+
 def glorot_uniform(shape: tuple[int, int]) -> np.ndarray:
     """A float32 matrix drawn as Keras' ``GlorotUniform()`` draws it, the same numbers, in two
     TensorFlow ops where Keras runs about ten eagerly (their dispatch was most of a small
@@ -235,16 +267,16 @@ class Dense(Op):
 
     def forward(self, weights, inputs):
         kernel, bias = weights
-        z = tf.nn.bias_add(tf.matmul(inputs[0], kernel), bias)
+        z = tf.nn.bias_add(matmul(inputs[0], kernel), bias)
         a = self.activation.forward(z)
         return a, (z, a)
 
     def backward(self, weights, inputs, saved, d_output, need_inputs):
         z, a = saved
         dz = self.activation.gradient(d_output, z, a)
-        d_kernel = tf.matmul(inputs[0], dz, transpose_a=True)
+        d_kernel = matmul(inputs[0], dz, transpose_a=True)
         d_bias = tf.raw_ops.BiasAddGrad(out_backprop=dz)
-        d_input = tf.matmul(dz, weights[0], transpose_b=True) if need_inputs[0] else None
+        d_input = matmul(dz, weights[0], transpose_b=True) if need_inputs[0] else None
         return [d_input], [d_kernel, d_bias]
 
 

@@ -410,3 +410,26 @@ def test_keras_load_model_in_safe_mode(scaled_model, tmp_path):
     np.testing.assert_allclose(np.asarray(loaded(x)), np.asarray(model(x)), rtol=1e-6)
     assert {type(layer).__name__ for layer in loaded.layers} >= {"Standardize", "Unstandardize"}
     assert not any(type(layer).__name__ == "Lambda" for layer in loaded.layers)
+
+
+@pytest.mark.parametrize("transpose_a, transpose_b", [(False, False), (True, False), (False, True)])
+def test_the_programs_matmul_is_the_one_tensorflow_runs_in_a_function(transpose_a, transpose_b):
+    """``ops.matmul`` in a graph: oneDNN's ``_MklMatMul`` exactly where TensorFlow's rewrite would
+    make one (float32, oneDNN on, no GPU), the numbers of ``tf.matmul`` in a ``tf.function`` (which
+    that rewrite reaches) bit for bit; eagerly, ``tf.matmul``'s."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    a = tf.constant(rng.normal(size=(13, 7) if transpose_a else (7, 13)), tf.float32)
+    b = tf.constant(rng.normal(size=(5, 13) if transpose_b else (13, 5)), tf.float32)
+
+    def product(fn):
+        return tf.function(lambda a, b: fn(a, b, transpose_a=transpose_a, transpose_b=transpose_b), autograph=False)
+
+    ours = product(ops.matmul)
+    np.testing.assert_array_equal(ours(a, b), product(tf.matmul)(a, b))
+    kinds = {op.type for op in ours.get_concrete_function(a, b).graph.get_operations()}
+    assert ("_MklMatMul" in kinds) is ops._onednn_matmuls()
+    assert ("MatMul" in kinds) is not ops._onednn_matmuls()
+    np.testing.assert_array_equal(ops.matmul(a, b, transpose_a, transpose_b),
+                                  tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b))
