@@ -186,12 +186,18 @@ class Op:
 
 
 @functools.cache
+def gpu_visible() -> bool:
+    """Whether TensorFlow sees a GPU in this process."""
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+@functools.cache
 def _onednn_matmuls() -> bool:
     """Whether TensorFlow runs a CPU-only process's matrix products through oneDNN (its
     ``TF_ENABLE_ONEDNN_OPTS``, which it turns on by default on CPUs with AVX-512 VNNI, BF16 or AMX)."""
     from tensorflow.python.util import _pywrap_util_port
 
-    return bool(_pywrap_util_port.IsMklEnabled()) and not tf.config.list_physical_devices("GPU")
+    return bool(_pywrap_util_port.IsMklEnabled()) and not gpu_visible()
 
 
 def matmul(a, b, transpose_a: bool = False, transpose_b: bool = False):

@@ -48,7 +48,6 @@ and the Grappler switch of :func:`_graph_optimizer_off`, are per process).
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import json
 import math
@@ -66,6 +65,7 @@ import tensorflow as tf
 from .keras_file import network_bytes
 from .metrics import LOG_2PI
 from .model import split_output
+from .ops import gpu_visible
 from .optimizers import FlatOptimizer
 from .plan import NetworkPlan, NetworkProgram
 from .result import Status, TrainResult, worker_name
@@ -1005,7 +1005,7 @@ def _single_threaded_wanted() -> bool:
     the single-threaded one does not run asynchronous kernels, which a function split between host
     and device uses to pass tensors (and it was never tried on a GPU).
     """
-    return SINGLE_THREADED_EPOCHS and not _gpu_visible()
+    return SINGLE_THREADED_EPOCHS and not gpu_visible()
 
 
 def _single_threaded():
@@ -1017,11 +1017,6 @@ def _runs_nested_functions(epoch) -> bool:
     runs functions of its own."""
     loops = epoch.library[1:] if isinstance(epoch, SplicedFunction) else epoch.graph.as_graph_def().library.function
     return any(node.op in NESTED_FUNCTION_OPS for function in loops for node in function.node_def)
-
-
-@functools.cache
-def _gpu_visible() -> bool:
-    return bool(tf.config.list_physical_devices("GPU"))
 
 
 def _outputs(model: keras.Model, x, batch_size: int) -> np.ndarray:

@@ -287,7 +287,7 @@ def test_the_single_threaded_executor_keeps_the_numbers_and_the_loop_functional(
     runs = {}
     for single, gpu in ((False, False), (True, False), (True, True)):
         monkeypatch.setattr(training, "SINGLE_THREADED_EPOCHS", single)
-        monkeypatch.setattr(training, "_gpu_visible", lambda gpu=gpu: gpu)  # a GPU: the default executor
+        monkeypatch.setattr(training, "gpu_visible", lambda gpu=gpu: gpu)  # a GPU: the default executor
         clear_trainer_cache()
         runs[single, gpu] = train(cfg, space, data, seed=5, epochs=4)
         assert runs[single, gpu].ok and runs[single, gpu].extra["traces"] == 1
