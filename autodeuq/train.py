@@ -10,10 +10,11 @@ bookkeeping of :class:`EpochBookkeeper`, which reproduces Keras' ``ReduceLROnPla
 
 Choices that keep tracing cheap and rare:
 
-* All trainable parameters live in one flat vector, and the epoch runs the network as plain ops
-  on slices of it, with its backward pass written out (:class:`~autodeuq.plan.NetworkProgram`
-  over the network's plan, checked against the Keras model and ``tf.GradientTape`` in the tests). Every optimizer of the
-  space is elementwise, so one fused update of the vector
+* All trainable parameters live in one flat vector (laid out by :mod:`autodeuq.flat`), and the
+  epoch runs the network as plain ops on slices of it, with its backward pass written out
+  (:class:`~autodeuq.plan.NetworkProgram` over the network's plan, checked against the Keras
+  model and ``tf.GradientTape`` in the tests). Every optimizer of the space is elementwise, so
+  one fused update of the vector
   (:class:`~autodeuq.optimizers.FlatOptimizer`) is the same arithmetic as Keras' per-variable
   updates, with far fewer ops to trace and run, and the best-weights snapshot is a single copy.
 * The compiled epoch, built for a (network plan, optimizer) key (:attr:`~autodeuq.plan.NetworkPlan.key`), is
@@ -62,6 +63,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from . import flat as flat_layout
+from .flat import FlatLayout
 from .keras_file import network_bytes
 from .metrics import LOG_2PI
 from .model import split_output
@@ -227,22 +230,6 @@ def _losses(total, n, val_loss):
 def _validation(loss, y, outputs):
     """The validation loss and the outputs kept of it."""
     return loss.value(y, outputs), loss.kept(outputs)
-
-
-def _split_flat(via, flat, sizes, shapes):
-    """A flat vector as pieces of ``sizes``, each of its shape in ``shapes``. The sizes and
-    shapes enter the piece as constants, so that one piece serves every network with weights of
-    the same ranks."""
-    ranks = tuple(len(s) for s in shapes)
-    return via.call(("split",), _split, flat, via.constant(sizes, tf.int32),
-                    [None if len(s) == 1 else via.constant(s, tf.int32) for s in shapes], ranks)
-
-
-@tf.autograph.experimental.do_not_convert
-def _split(flat, sizes, shapes, ranks):
-    # a 1-D piece (a bias) already has its shape: no Reshape op to trace and run every step
-    pieces = tf.split(flat, sizes, num=len(ranks))
-    return [p if rank == 1 else tf.reshape(p, shape) for p, shape, rank in zip(pieces, shapes, ranks)]
 
 
 def loss_of(plan: NetworkPlan):
@@ -441,14 +428,12 @@ class CompiledTrainer:
     def __init__(self, program: NetworkProgram, optimizer_name: str, loss=GaussianLoss):
         self.program = program
         self.loss = loss
-        self.shapes = [tuple(int(d) for d in s) for s in program.weight_shapes]
-        self.sizes = [int(np.prod(s)) for s in self.shapes]
-        self.size = int(sum(self.sizes))
-        self.state_sizes = [int(np.prod(s)) for s in program.state_shapes]
+        self.layout = FlatLayout(program.weight_shapes)
+        self.state_layout = FlatLayout(program.state_shapes)
         shared = thread_variables()
         self.params, self.best_params = shared.params, shared.best_params
         self.state = self.best_state = None
-        if self.state_sizes:
+        if self.state_layout.shapes:
             self.state, self.best_state = shared.state, shared.best_state
         self.optimizer = shared.optimizer(optimizer_name)
         self.generator = shared.generator
@@ -521,11 +506,11 @@ class CompiledTrainer:
 
     def _weights(self, via, flat):
         """The flat parameter vector ``flat`` as the program's list of weights."""
-        return _split_flat(via, flat, self.sizes, self.shapes)
+        return flat_layout.split(via, flat, self.layout)
 
     def _state(self, via, flat):
         """The flat state vector ``flat`` (None without state) as the program's list of state."""
-        return [] if flat is None else _split_flat(via, flat, self.state_sizes, self.program.state_shapes)
+        return [] if flat is None else flat_layout.split(via, flat, self.state_layout)
 
     def _read(self, via):
         """The current parameters and state (None without state)."""
@@ -580,36 +565,34 @@ class CompiledTrainer:
         *outputs, saved = self.program.forward(self._weights(via, params), x, self._state(via, state),
                                                training=True, rng=self.generator, via=via)
         loss, d_outputs = via.call(("loss",), self.loss.value_and_gradients, y, outputs)
-        grad = via.call(("flat_gradient", tuple(len(s) for s in self.shapes)),
-                        self._flat_gradient,
+        grad = via.call(("flat_gradient", *flat_layout.join_key(self.layout)), self._flat_gradient,
                         self.program.backward(saved, *d_outputs, via=via))
         via.call(("update", self.optimizer.name), lambda g: self.optimizer.apply(g, self.params), grad,
                  variables=[self.params, *self.optimizer.variables])
         if self.state is not None:
-            via.call(("new_state",), self._assign_state, self.program.new_state(saved, via=via), variables=[self.state])
+            via.call(("new_state", *flat_layout.join_key(self.state_layout)), self._assign_state,
+                     self.program.new_state(saved, via=via), variables=[self.state])
         return loss
 
     @tf.autograph.experimental.do_not_convert
     def _assign_state(self, values):
-        flat = tf.constant([-1])
-        self.state.assign(tf.concat([tf.reshape(v, flat) for v in values], axis=0))
+        self.state.assign(flat_layout.join(values, self.state_layout))
 
     @tf.autograph.experimental.do_not_convert
     def _flat_gradient(self, grads):
-        """The program's gradients (one per weight) as one vector in the order of the parameters
+        """The program's gradients (one per weight) as one vector laid out as the parameters
         (a trainer holding its weights in another layout overrides it)."""
-        flat = tf.constant([-1])
-        return tf.concat([g if len(s) == 1 else tf.reshape(g, flat) for g, s in zip(grads, self.shapes)], axis=0)
+        return flat_layout.join(grads, self.layout)
 
     def reset(self, initial_weights, learning_rate: float, seed: int, initial_state=()):
-        flat = np.concatenate([np.asarray(w, np.float32).reshape(-1) for w in initial_weights])
+        flat = self.layout.flatten(initial_weights)
         self.params.assign(flat)
         self.best_params.assign(flat)
         if self.state is not None:
-            flat = np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in initial_state])
+            flat = self.state_layout.flatten(initial_state)
             self.state.assign(flat)
             self.best_state.assign(flat)
-        self.optimizer.reset(learning_rate, self.size)
+        self.optimizer.reset(learning_rate, self.layout.size)
         reset_generator(self.generator, seed)
 
     def set_learning_rate(self, lr: float):
@@ -621,16 +604,13 @@ class CompiledTrainer:
             self.best_state.assign(self.state)
 
     def best_weights(self) -> list[np.ndarray]:
-        flat = self.best_params.numpy()
-        return [p.reshape(s) for p, s in zip(np.split(flat, np.cumsum(self.sizes)[:-1]), self.shapes)]
+        return self.layout.unflatten(self.best_params.numpy())
 
     def best_state_values(self) -> list[np.ndarray]:
         """The ops' state at the best epoch, in the order of ``plan.state_variables``."""
         if self.state is None:
             return []
-        flat = self.best_state.numpy()
-        return [p.reshape(s) for p, s in zip(np.split(flat, np.cumsum(self.state_sizes)[:-1]),
-                                             self.program.state_shapes)]
+        return self.state_layout.unflatten(self.best_state.numpy())
 
 
 _CACHE: OrderedDict[str, CompiledTrainer] = OrderedDict()

@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from autodeuq import activations, ops, plan  # noqa: E402
+from autodeuq.flat import FlatLayout  # noqa: E402
 from autodeuq.optimizers import FlatOptimizer  # noqa: E402
 from autodeuq.splice import DIRECT  # noqa: E402
 from autodeuq.train import CompiledTrainer, GaussianLoss  # noqa: E402
@@ -300,7 +301,9 @@ class SupernetTrainer(CompiledTrainer):
         any_length = tf.TensorShape([None])
         self.params = tf.Variable(tf.zeros([0]), trainable=False, name="params", shape=any_length)
         self.best_params = tf.Variable(tf.zeros([0]), trainable=False, name="best_params", shape=any_length)
-        self.state_sizes, self.state, self.best_state = [], None, None
+        self.state, self.best_state = None, None
+        # the supernet lays its parameters out itself (Supernet.pieces), unpadded
+        self.layout = self.state_layout = FlatLayout([])
         self.optimizer = FlatOptimizer(optimizer_name, 0)
         self.generator = tf.random.Generator.from_seed(0)
         self.traces = 0

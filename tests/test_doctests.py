@@ -26,6 +26,7 @@ MODULES = (
     "autodeuq.registry",
     "autodeuq._lazy",
     "autodeuq.labels",
+    "autodeuq.flat",
 )
 
 
