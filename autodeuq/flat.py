@@ -8,7 +8,10 @@ copies the whole vector, once per step (what that costs a large network's traini
 multiple of :data:`ALIGN` entries, a weight whose size is not such a multiple being followed by
 zeros up to the next one: :func:`split` cuts the vector into these padded pieces (no copy) and
 trims the padded ones (a copy of that weight alone: in the search spaces' networks, the output
-layer's bias), and :func:`join` pads the gradients likewise, with zeros.
+layer's bias), and :func:`join` pads the gradients likewise, with zeros. Trimming copies the
+weight, so where more than :data:`MAX_TRIMMED` weights would need it (a space whose widths are
+not multiples of 16), the trimmed copies would add up to about what the split copies, in more
+ops: such a layout is left unpadded, and the split copies the vector as before.
 
 The padding entries are never read as weights, and their gradient is zero, so every optimizer of
 :mod:`autodeuq.optimizers` leaves them at zero. A training's numbers are those of the unpadded
@@ -25,6 +28,7 @@ import numpy as np
 from ._lazy import tf
 
 ALIGN = 16  #: float32 entries in 64 bytes, the alignment TensorFlow asks of a piece it need not copy
+MAX_TRIMMED = 2  #: weights a padded layout may trim (more: the layout is not padded)
 
 
 class FlatLayout:
@@ -37,7 +41,8 @@ class FlatLayout:
     sizes : tuple of int
         Their numbers of entries.
     pads : tuple of int
-        The zeros after each (fewer than :data:`ALIGN`).
+        The zeros after each (fewer than :data:`ALIGN`; none at all where more than
+        :data:`MAX_TRIMMED` weights would need them).
     size : int
         The vector's length, padding included.
 
@@ -53,7 +58,8 @@ class FlatLayout:
     def __init__(self, shapes):
         self.shapes = tuple(tuple(int(d) for d in s) for s in shapes)
         self.sizes = tuple(int(np.prod(s)) for s in self.shapes)
-        self.pads = tuple(-n % ALIGN for n in self.sizes)
+        pads = tuple(-n % ALIGN for n in self.sizes)
+        self.pads = pads if sum(p > 0 for p in pads) <= MAX_TRIMMED else (0,) * len(pads)
         self.size = sum(self.sizes) + sum(self.pads)
 
     @property

@@ -6,13 +6,13 @@ import pytest
 import tensorflow as tf
 
 import autodeuq.train as training
-from autodeuq.flat import ALIGN, FlatLayout, join, split
+from autodeuq.flat import ALIGN, MAX_TRIMMED, FlatLayout, join, split
 from autodeuq.optimizers import OPTIMIZERS
 from autodeuq.plan import NetworkPlan, NetworkProgram
 from autodeuq.space import load_space
 from autodeuq.splice import DIRECT
 
-SHAPES = [(8, 208), (208,), (208, 3), (3,), (5, 7, 2), (1,), (16,)]
+SHAPES = [(8, 208), (208,), (208, 3), (3,), (5, 7, 2), (16,)]  # two weights to trim
 
 
 def arrays(shapes, seed=0):
@@ -52,6 +52,19 @@ class _Memory:
 
 def memory(tensor) -> np.ndarray:
     return np.from_dlpack(_Memory(tensor))
+
+
+def test_a_layout_that_would_trim_most_weights_is_not_padded():
+    """Trimming copies a weight: past MAX_TRIMMED of them, the layout stays unpadded (the split
+    then copies the vector, as it did before padding)."""
+    shapes = [(8, 33), (33,), (33, 17), (17,), (17, 2), (2,)]
+    assert sum(-int(np.prod(s)) % ALIGN > 0 for s in shapes) > MAX_TRIMMED
+    layout = FlatLayout(shapes)
+    assert layout.pads == (0,) * len(shapes) and layout.size == sum(layout.sizes)
+    values = arrays(shapes)
+    np.testing.assert_array_equal(layout.flatten(values), np.concatenate([v.reshape(-1) for v in values]))
+    for piece, value in zip(split(DIRECT, tf.constant(layout.flatten(values)), layout), values):
+        np.testing.assert_array_equal(piece.numpy(), value)
 
 
 def test_splitting_shares_the_vectors_memory_and_trims_the_padded_arrays():
