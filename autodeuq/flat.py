@@ -97,11 +97,10 @@ def split(via, flat, layout: FlatLayout):
 @tf.autograph.experimental.do_not_convert
 def _split(flat, padded_sizes, trimmed_sizes, shapes, ranks):
     pieces = tf.split(flat, padded_sizes, num=len(ranks))
-    start = tf.constant([0])
     arrays = []
     for piece, trimmed, shape, rank in zip(pieces, trimmed_sizes, shapes, ranks):
         if trimmed is not None:
-            piece = tf.slice(piece, start, trimmed)
+            piece = tf.slice(piece, [0], trimmed)
         # a 1-D array (a bias) already has its shape: no Reshape op to trace and run every step
         arrays.append(piece if rank == 1 else tf.reshape(piece, shape))
     return arrays
