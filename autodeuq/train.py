@@ -64,7 +64,6 @@ import numpy as np
 import tensorflow as tf
 
 from . import flat as flat_layout
-from .flat import FlatLayout
 from .keras_file import network_bytes
 from .metrics import LOG_2PI
 from .model import split_output
@@ -428,8 +427,8 @@ class CompiledTrainer:
     def __init__(self, program: NetworkProgram, optimizer_name: str, loss=GaussianLoss):
         self.program = program
         self.loss = loss
-        self.layout = FlatLayout(program.weight_shapes)
-        self.state_layout = FlatLayout(program.state_shapes)
+        self.layout = flat_layout.FlatLayout(program.weight_shapes)
+        self.state_layout = flat_layout.FlatLayout(program.state_shapes)
         shared = thread_variables()
         self.params, self.best_params = shared.params, shared.best_params
         self.state = self.best_state = None
