@@ -470,7 +470,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("cpus_per_eval", "evaluation", None, Real(0, 4096.0),
            "CPUs per evaluation; TensorFlow uses that many threads", metavar="C", default_text="1"),
     Option("gpus_per_eval", "evaluation", None, Real(0, 1024.0, strict=False),
-           "GPUs per evaluation (a fraction shares a GPU)", metavar="G",
+           "GPUs per evaluation (a fraction shares a GPU; 0: the evaluations see no GPU)", metavar="G",
            default_text="1 when the cluster has GPUs, else 0"),
     # ------------------------------------------------------------------ ensemble
     Option("ensemble_size", "ensemble", 5, Integer(1, 1000), "distinct ensemble members (at most)", flag="--size",

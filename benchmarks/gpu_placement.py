@@ -1,8 +1,8 @@
 """Where evaluations run on a machine with real GPUs, and what each one then sees and uses there.
 
 The local Ray instance detects the machine's GPUs itself (none are declared). For each share
-(``--gpus-per-eval`` 1, then 0.25) the script runs as many evaluations as the GPUs hold at that
-share through :class:`~autodeuq.evaluator.ray.RayEvaluator`, the evaluator of every search. The
+(``--gpus-per-eval`` 0, 1, then 0.25) the script runs as many evaluations as the machine holds at
+that share through :class:`~autodeuq.evaluator.ray.RayEvaluator`, the evaluator of every search. The
 evaluations wait for each other twice (barriers of files), so that they hold their devices at
 the same time; each reports:
 
@@ -10,13 +10,15 @@ the same time; each reports:
 - the GPUs its deep-learning framework lists, and the device where a matrix product it computed
   ran, and that product's error against float64;
 - the GPU memory its process holds and how many processes compute on its device at that moment
-  (NVML, which counts every process of the physical device, whatever the framework sees).
+  (NVML, which counts every process of the physical device, whatever the framework sees); with
+  no GPU given, the GPUs on which its process holds memory (none expected).
 
-The framework is TensorFlow where it is installed with GPU support (the evaluator has already
-turned on its memory growth, as in a search), else PyTorch, else JAX (without preallocation): the
-output names the one used.
+The framework is TensorFlow where it is built for GPUs (the evaluator has already turned on its
+memory growth, as in a search), else PyTorch, else TensorFlow for CPUs, else JAX (without
+preallocation): the output names the one used. Its default placement decides where the product
+runs: a GPU where it sees one.
 
-    python benchmarks/gpu_placement.py [--shares 1,0.25] [--out placement.json]
+    python benchmarks/gpu_placement.py [--shares 0,1,0.25] [--out placement.json]
 """
 import argparse
 import json
@@ -36,48 +38,67 @@ SIZE = 2048  # of the square matrices multiplied on the device
 
 
 def framework_probe(a: np.ndarray, b: np.ndarray) -> dict:
-    """The GPUs the first framework found lists, and a product of ``a`` and ``b`` computed on its first."""
+    """The GPUs a framework lists in this process, and where its default placement computes a
+    product of ``a`` and ``b`` (a GPU when it sees one, else the CPU).
+
+    The framework: TensorFlow where it is built for GPUs, else PyTorch, else TensorFlow (for CPUs),
+    else JAX.
+    """
     try:
         import tensorflow as tf
-
-        if tf.config.list_physical_devices("GPU"):
-            with tf.device("/GPU:0"):
-                c = tf.matmul(a, b)
-            return {"framework": f"tensorflow {tf.__version__}",
-                    "devices": [d.name for d in tf.config.list_physical_devices("GPU")],
-                    "product_on": c.device, "product": c.numpy()}
     except ImportError:
-        pass
+        tf = None
+    if tf is not None and tf.test.is_built_with_cuda():
+        return _tensorflow_probe(tf, a, b)
     try:
         import torch
-
-        if torch.cuda.is_available():
-            c = torch.from_numpy(a).cuda() @ torch.from_numpy(b).cuda()
-            return {"framework": f"torch {torch.__version__}",
-                    "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-                    "product_on": str(c.device), "product": c.cpu().numpy()}
     except ImportError:
-        pass
+        torch = None
+    if torch is not None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        c = torch.from_numpy(a).to(device) @ torch.from_numpy(b).to(device)
+        return {"framework": f"torch {torch.__version__}",
+                "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+                "product_on": str(c.device), "product": c.cpu().numpy()}
+    if tf is not None:
+        return _tensorflow_probe(tf, a, b)
     os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # JAX would otherwise take 75 % of the device
-    try:
-        import jax
+    import jax
 
-        jax.devices("gpu")
-    except (ImportError, RuntimeError):
-        raise RuntimeError("none of TensorFlow, PyTorch and JAX sees a GPU in this evaluation") from None
-    c = jax.device_put(a, jax.devices("gpu")[0]) @ jax.device_put(b, jax.devices("gpu")[0])
-    return {"framework": f"jax {jax.__version__}", "devices": [str(d) for d in jax.devices("gpu")],
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    c = jax.device_put(a) @ jax.device_put(b)
+    return {"framework": f"jax {jax.__version__}", "devices": [str(d) for d in gpus],
             "product_on": str(next(iter(c.devices()))), "product": np.asarray(c)}
 
 
-def device_processes(gpu_id: str) -> dict:
-    """NVML's view of a physical GPU: this process's memory there and how many processes compute on it."""
-    import pynvml
+def _tensorflow_probe(tf, a, b) -> dict:
+    c = tf.matmul(a, b)
+    return {"framework": f"tensorflow {tf.__version__}",
+            "devices": [d.name for d in tf.config.list_physical_devices("GPU")],
+            "product_on": c.device, "product": c.numpy()}
 
-    pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(int(gpu_id))
+
+def nvml_view(gpu_ids: list[str]) -> dict:
+    """NVML's view of the physical GPUs, which counts every process whatever the framework sees.
+
+    With GPUs given: this process's memory on the first and how many processes compute on it.
+    Without: the GPUs on which this process holds memory (none, if it was kept off them).
+    """
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as error:  # no NVIDIA driver here (or no NVML binding): nothing to look at
+        return {"nvml": f"unavailable: {error}"}
+    pid = os.getpid()
+    if not gpu_ids:
+        held = [i for i in range(pynvml.nvmlDeviceGetCount())
+                if any(p.pid == pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(
+                    pynvml.nvmlDeviceGetHandleByIndex(i)))]
+        return {"own_gpus": held}
+    handle = pynvml.nvmlDeviceGetHandleByIndex(int(gpu_ids[0]))
     procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-    mine = [p.usedGpuMemory for p in procs if p.pid == os.getpid()]
+    mine = [p.usedGpuMemory for p in procs if p.pid == pid]
     return {"device_name": pynvml.nvmlDeviceGetName(handle), "processes_on_device": len(procs),
             "own_memory_mib": (mine[0] or 0) / 2**20 if mine else None}
 
@@ -104,7 +125,7 @@ def objective(eval_id, config):
     import ray
 
     gpu_ids = [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
-    nvml = device_processes(gpu_ids[0]) if gpu_ids else {}
+    nvml = nvml_view(gpu_ids)
     (first / f"done-{eval_id}").touch()  # hold the device until every evaluation has looked at it
     wait_for(first, 2 * n)
     extra = {"together": together, "seen": os.environ.get("CUDA_VISIBLE_DEVICES"), **seen, **nvml}
@@ -130,11 +151,17 @@ def run_share(share: float) -> dict:
 
 
 def check(out: dict) -> list[str]:
-    """What does not hold of what a share promises (empty: everything holds)."""
+    """What does not hold of what a share promises (empty: everything holds).
+
+    With GPUs: each evaluation sees exactly the GPUs Ray gave it and computes there, and a shared
+    device holds as many processes as evaluations share it. Without (``gpus_per_eval`` 0): none
+    sees a GPU, computes on one, or holds memory on one.
+    """
     problems = []
     share, results = out["gpus_per_eval"], out["results"]
-    per_device = round(1 / share) if share < 1 else 1
-    if len(results) != int(out["cluster"]["GPU"] * per_device):
+    per_device = round(1 / share) if 0 < share < 1 else 1
+    expected = int(out["cluster"]["GPU"] * per_device) if share else out["evaluations"]
+    if len(results) != expected or not results:
         problems.append(f"{len(results)} evaluations for {out['cluster']['GPU']:g} GPUs at {share:g} each")
     for r in results:
         ids = r["placement"]["gpu_ids"]
@@ -144,25 +171,28 @@ def check(out: dict) -> list[str]:
         if not r["together"]:
             problems.append(f"evaluation did not run with the others: {r}")
         visible = r["placement"]["cuda_visible_devices"]
-        if len(ids) != max(1, int(share)) or r["seen"] != visible or r["seen"] != ",".join(ids):
+        if len(ids) != (max(1, int(share)) if share else 0) or r["seen"] != visible or r["seen"] != ",".join(ids):
             problems.append(f"placement and CUDA_VISIBLE_DEVICES disagree: {r}")
         if len(r["devices"]) != len(ids):
             problems.append(f"the framework lists {len(r['devices'])} GPUs, Ray gave {len(ids)}: {r}")
-        if "gpu" not in r["product_on"].lower() and "cuda" not in r["product_on"].lower():
-            problems.append(f"the product ran on {r['product_on']}")
+        on_gpu = "gpu" in r["product_on"].lower() or "cuda" in r["product_on"].lower()
+        if on_gpu != bool(ids):
+            problems.append(f"the product ran on {r['product_on']} with {len(ids)} GPUs given")
         if r["product_rel_error"] > 1e-2:
             problems.append(f"the product is off by {r['product_rel_error']:.2g}")
-        if r.get("processes_on_device") != per_device or not r.get("own_memory_mib"):
+        if ids and (r.get("processes_on_device") != per_device or not r.get("own_memory_mib")):
             problems.append(f"{r.get('processes_on_device')} processes on the device, {per_device} expected: {r}")
+        if not ids and r.get("own_gpus"):
+            problems.append(f"the evaluation holds memory on GPU(s) {r['own_gpus']} with none given")
     ids = [tuple(r["placement"]["gpu_ids"]) for r in results]
-    if len(set(ids)) * per_device != len(ids):
+    if share and len(set(ids)) * per_device != len(ids):
         problems.append(f"devices not shared evenly: {ids}")
     return problems
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shares", default="1,0.25", help="GPUs per evaluation, comma-separated")
+    parser.add_argument("--shares", default="0,1,0.25", help="GPUs per evaluation, comma-separated")
     parser.add_argument("--out", type=Path, help="write the records and checks here (JSON)")
     args = parser.parse_args(argv)
     try:

@@ -23,13 +23,35 @@ def test_one_gpu_each_on_four_devices_holds():
     assert check(run(1, [record(gpu=str(i), processes=1) for i in range(4)], gpus=4)) == []
 
 
+def cpu_record(seen="", devices=0, product_on="/job:localhost/replica:0/task:0/device:CPU:0", own_gpus=()):
+    return {"reason": "probe", "together": True, "seen": seen,
+            "placement": {"node": "n", "gpu_ids": [], "cuda_visible_devices": seen},
+            "framework": "tensorflow", "devices": ["H100"] * devices, "product_on": product_on,
+            "product_rel_error": 1e-7, "own_gpus": list(own_gpus)}
+
+
+def test_no_gpu_each_holds_when_no_evaluation_touches_one():
+    out = {"gpus_per_eval": 0.0, "cluster": {"CPU": 16, "GPU": 1}, "evaluations": 16,
+           "results": [cpu_record() for _ in range(16)]}
+    assert check(out) == []
+    # what Ray 2.60 leaves an evaluation given no GPU on a GPU node: CUDA_VISIBLE_DEVICES unset
+    out["results"][3] = cpu_record(seen=None, devices=1, product_on="cuda:0", own_gpus=[0])
+    out["results"][3]["placement"]["cuda_visible_devices"] = None
+    problems = check(out)
+    assert len(problems) == 4
+    assert "placement and CUDA_VISIBLE_DEVICES disagree" in problems[0]
+    assert "the framework lists 1 GPUs, Ray gave 0" in problems[1]
+    assert problems[2:] == ["the product ran on cuda:0 with 0 GPUs given",
+                            "the evaluation holds memory on GPU(s) [0] with none given"]
+
+
 def test_each_broken_promise_is_named():
     good = run(0.25, [record() for _ in range(4)])
     cases = {
         "did not run with the others": dict(together=False),
         "CUDA_VISIBLE_DEVICES disagree": dict(seen="1"),
         "the framework lists 2 GPUs": dict(devices=2),
-        "the product ran on /job:localhost/device:CPU:0": dict(product_on="/job:localhost/device:CPU:0"),
+        "the product ran on /job:localhost/device:CPU:0 with 1 GPUs": dict(product_on="/job:localhost/device:CPU:0"),
         "the product is off": dict(error=0.5),
         "3 processes on the device, 4 expected": dict(processes=3),
     }

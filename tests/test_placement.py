@@ -5,6 +5,7 @@ No GPU is needed: Ray schedules declared GPUs (``ray.init(num_gpus=...)``) like 
 subprocess of its own, since a process holds one Ray instance and the other tests' has no GPUs.
 """
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -45,12 +46,13 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def run_placement(tmp_path, gpus, per_eval, n=4):
+def run_placement(tmp_path, gpus, per_eval, n=4, env=None):
     script, barrier = tmp_path / "placement.py", tmp_path / "barrier"
     script.write_text(SCRIPT)
     barrier.mkdir()
     proc = subprocess.run([sys.executable, str(script), str(gpus), str(per_eval), str(n), str(barrier)],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env=None if env is None else {**os.environ, **env})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -75,6 +77,18 @@ def test_a_quarter_gpu_each_puts_four_evaluations_on_one_device(tmp_path):
     results = out["results"]
     assert all(r["together"] for r in results)
     assert all(r["placement"]["gpu_ids"] == ["0"] and r["seen"] == "0" for r in results)
+
+
+@pytest.mark.slow
+def test_an_evaluation_given_no_gpu_sees_none_of_the_nodes_gpus(tmp_path):
+    # Ray leaves CUDA_VISIBLE_DEVICES as the worker inherited it for a task given no GPU: on a node
+    # whose GPU 0 is visible, the evaluation's TensorFlow would see it and take its memory.
+    out = run_placement(tmp_path, gpus=1, per_eval=0, n=2, env={"CUDA_VISIBLE_DEVICES": "0"})
+    assert out["slots"] == 2
+    results = out["results"]
+    assert all(r["together"] for r in results)
+    assert all(r["placement"]["gpu_ids"] == [] and r["seen"] == "" for r in results)
+    assert all(r["placement"]["cuda_visible_devices"] == "" for r in results)
 
 
 CLUSTER = textwrap.dedent('''

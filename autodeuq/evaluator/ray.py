@@ -37,6 +37,8 @@ def _run_task(objective, eval_id: int, config: dict, gpus: float, report_start: 
         yield time.time()
     if gpus:
         _enable_gpu_memory_growth()
+    else:
+        _hide_gpus()
     result = guarded(objective, eval_id, config)
     result.extra = {**(result.extra or {}), PLACEMENT: placement()}
     yield result
@@ -50,8 +52,9 @@ def placement() -> dict:
     """Where the calling Ray task runs: its node (id and address) and the GPUs Ray gave it.
 
     ``gpu_ids`` are Ray's ids of the GPUs assigned to the task (empty without GPUs);
-    ``cuda_visible_devices`` is what Ray set for the task's process, so what TensorFlow sees:
-    only those devices, renumbered from 0.
+    ``cuda_visible_devices`` is what the task's process had, so what TensorFlow saw: the devices Ray
+    gave it (renumbered from 0), or an empty string, none, when it was given no GPU
+    (:func:`_hide_gpus`).
     """
     import ray
 
@@ -59,6 +62,18 @@ def placement() -> dict:
     gpus = context.get_accelerator_ids().get("GPU", [])
     return {"node": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(),
             "gpu_ids": [str(g) for g in gpus], "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def _hide_gpus() -> None:
+    """Keep an evaluation that Ray gave no GPU off the node's GPUs.
+
+    Ray (2.60) leaves ``CUDA_VISIBLE_DEVICES`` as the worker inherited it for a task given no GPU
+    (unless ``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1``), so on a GPU node such an evaluation's
+    TensorFlow would see every GPU, reserve their memory and place its ops there, beside the
+    evaluations that were given them. Set before TensorFlow first looks for devices in the worker
+    process (it reads the variable once).
+    """
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
 def _enable_gpu_memory_growth() -> None:
