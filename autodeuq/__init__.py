@@ -11,6 +11,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # ... and so do the lines its native libraries print while it is imported (see autodeuq.quiet).
 _quiet = import_module("autodeuq.quiet")
 _quiet.install()
+# On GPUs, TensorFlow allocates memory as it needs it instead of reserving nearly all of every GPU
+# it sees when it first runs: evaluations that share a GPU, and this process predicting beside
+# them, would otherwise starve each other (read when TensorFlow creates its GPU devices).
+os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 
 __version__ = "0.3.0"
 

@@ -13,8 +13,8 @@ the same time; each reports:
   (NVML, which counts every process of the physical device, whatever the framework sees); with
   no GPU given, the GPUs on which its process holds memory (none expected).
 
-The framework is TensorFlow where it is built for GPUs (the evaluator has already turned on its
-memory growth, as in a search), else PyTorch, else TensorFlow for CPUs, else JAX (without
+The framework is TensorFlow where it is built for GPUs (with memory growth, which importing
+autodeuq asks for, as in a search), else PyTorch, else TensorFlow for CPUs, else JAX (without
 preallocation): the output names the one used. Its default placement decides where the product
 runs: a GPU where it sees one.
 

@@ -35,9 +35,7 @@ def _run_task(objective, eval_id: int, config: dict, gpus: float, report_start: 
     # one, that item would only wake the driver once more per evaluation).
     if report_start:
         yield time.time()
-    if gpus:
-        _enable_gpu_memory_growth()
-    else:
+    if not gpus:
         _hide_gpus()
     result = guarded(objective, eval_id, config)
     result.extra = {**(result.extra or {}), PLACEMENT: placement()}
@@ -74,17 +72,6 @@ def _hide_gpus() -> None:
     process (it reads the variable once).
     """
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
-
-
-def _enable_gpu_memory_growth() -> None:
-    # Several evaluations may share a GPU; without growth the first takes all its memory.
-    try:
-        import tensorflow as tf
-
-        for gpu in tf.config.list_physical_devices("GPU"):
-            tf.config.experimental.set_memory_growth(gpu, True)
-    except (ImportError, RuntimeError, ValueError):
-        pass
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None,
