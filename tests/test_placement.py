@@ -91,6 +91,54 @@ def test_an_evaluation_given_no_gpu_sees_none_of_the_nodes_gpus(tmp_path):
     assert all(r["placement"]["cuda_visible_devices"] == "" for r in results)
 
 
+REUSE = textwrap.dedent('''
+    import json, os, sys, time
+    import ray
+
+    gpus = int(sys.argv[1])
+    ray.init(num_cpus=4, num_gpus=gpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    from autodeuq.evaluator.ray import RayEvaluator
+    from autodeuq.result import TrainResult
+
+    def objective(eval_id, config):
+        time.sleep(0.2 * (eval_id % 3))
+        return TrainResult("failed", reason="planted", extra={"pid": os.getpid(),
+                                                              "seen": os.environ.get("CUDA_VISIBLE_DEVICES")})
+
+    seen = {}
+    with RayEvaluator(objective, gpus_per_eval=1) as evaluator:
+        for batch in range(3):  # Ray hands idle workers other GPUs after a pause
+            for i in range(4):
+                evaluator.submit(4 * batch + i + 1, {})
+            while evaluator.n_running:
+                for _, result in evaluator.wait():
+                    seen.setdefault(result.extra["pid"], []).append(result.extra["seen"])
+            time.sleep(2)
+        fresh = evaluator.fresh_processes
+    print(json.dumps({"fresh": fresh, "seen": list(seen.values())}))
+''')
+
+
+@pytest.mark.slow
+def test_on_a_node_with_several_gpus_no_worker_process_computes_on_two_of_them(tmp_path):
+    # TensorFlow reads CUDA_VISIBLE_DEVICES once per process: a worker process that Ray gave GPU 1,
+    # then GPU 3, would still compute on GPU 1. So each evaluation has a process of its own there.
+    script = tmp_path / "reuse.py"
+    script.write_text(REUSE)
+    outs = []
+    for gpus in (4, 1):
+        proc = subprocess.run([sys.executable, str(script), str(gpus)], capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    several, one = outs
+    assert several["fresh"] and sum(map(len, several["seen"])) == 12
+    assert all(len(ids) == 1 for ids in several["seen"])  # one evaluation per process
+    assert not one["fresh"]  # one GPU per node: workers are reused, always with GPU 0
+    assert sum(map(len, one["seen"])) == 12 and len(one["seen"]) < 12
+    assert {i for ids in one["seen"] for i in ids} == {"0"}
+
+
 CLUSTER = textwrap.dedent('''
     import json, subprocess, sys
     from ray.cluster_utils import Cluster

@@ -74,6 +74,22 @@ def _hide_gpus() -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
+def fresh_processes(gpus_per_eval: float) -> bool:
+    """Whether evaluations given ``gpus_per_eval`` GPUs must each run in a worker process of its own:
+    when they use GPUs and a node of the cluster has several.
+
+    Ray reuses a worker process for later tasks and, once it has been idle, with other GPUs: it
+    sets the new ids in ``CUDA_VISIBLE_DEVICES``, but TensorFlow read the variable when the process
+    first used a GPU and keeps computing there, on a GPU that Ray may have given to another
+    evaluation. With one GPU per node the ids cannot change. A process of its own costs each
+    evaluation a worker start and TensorFlow's import.
+    """
+    import ray
+
+    return bool(gpus_per_eval) and any(
+        node.get("Alive") and node.get("Resources", {}).get("GPU", 0) > 1 for node in ray.nodes())
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None,
              connect_timeout: float = RAY_CONNECT_TIMEOUT) -> None:
     """Start a local Ray instance, or join a cluster; once per process.
@@ -419,7 +435,10 @@ class RayEvaluator(Evaluator):
         self.cluster = {"CPU": total_cpus, "GPU": total_gpus}
         self._objective = objective
         self._put_objective(getattr(objective, "discarder", None))
-        self._remote = ray.remote(_run_task).options(
+        #: Whether each evaluation runs in a worker process of its own (:func:`fresh_processes`).
+        self.fresh_processes = fresh_processes(gpus_per_eval)
+        task = ray.remote(max_calls=1)(_run_task) if self.fresh_processes else ray.remote(_run_task)
+        self._remote = task.options(
             num_cpus=cpus_per_eval, num_gpus=gpus_per_eval, max_retries=0, num_returns="streaming",
         )
         self._running: dict[Any, _Task] = {}  # task's item generator -> what the driver knows of it
