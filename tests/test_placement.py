@@ -183,3 +183,21 @@ def test_a_search_through_an_address_runs_on_several_nodes_and_the_driver_keeps_
     assert sorted(p.name for p in run.iterdir() if not p.name.startswith("catalog.sqlite-")) == sorted(  # -wal, -shm
         ["catalog.lock", "catalog.sqlite", "meta.json", "models", "predictions", "results.csv", "valid_targets.npy"])
     assert sorted(p.name for p in (run / "models").iterdir()) == sorted(f"{i}.keras" for i in frame["id"])
+
+
+def test_a_process_per_evaluation_only_where_a_node_has_more_gpus_than_an_evaluation_takes(monkeypatch):
+    import ray
+
+    from autodeuq.evaluator.ray import fresh_processes
+
+    def nodes(*gpus, dead=()):
+        return lambda: [{"Alive": i not in dead, "Resources": {"CPU": 8.0, **({"GPU": g} if g else {})}}
+                        for i, g in enumerate(gpus)]
+
+    cases = [((8,), 1, True), ((8,), 0.25, True), ((1,), 0.25, False), ((1, 1, 1), 1, False), ((2,), 2, False),
+             ((4,), 2, True), ((0, 4), 0, False), ((1, 4), 1, True)]
+    for gpus, share, expected in cases:
+        monkeypatch.setattr(ray, "nodes", nodes(*gpus))
+        assert fresh_processes(share) is expected, (gpus, share)
+    monkeypatch.setattr(ray, "nodes", nodes(1, 4, dead=(1,)))  # a dead node's GPUs do not count
+    assert fresh_processes(1) is False

@@ -76,18 +76,19 @@ def _hide_gpus() -> None:
 
 def fresh_processes(gpus_per_eval: float) -> bool:
     """Whether evaluations given ``gpus_per_eval`` GPUs must each run in a worker process of its own:
-    when they use GPUs and a node of the cluster has several.
+    when they use GPUs and a node of the cluster has more than one evaluation takes (at least one).
 
     Ray reuses a worker process for later tasks and, once it has been idle, with other GPUs: it
     sets the new ids in ``CUDA_VISIBLE_DEVICES``, but TensorFlow read the variable when the process
     first used a GPU and keeps computing there, on a GPU that Ray may have given to another
-    evaluation. With one GPU per node the ids cannot change. A process of its own costs each
-    evaluation a worker start and TensorFlow's import.
+    evaluation. Where an evaluation takes all of its node's GPUs (one GPU per node, say) the ids
+    cannot change. A process of its own costs each evaluation a worker start and TensorFlow's import.
     """
     import ray
 
+    takes = max(1.0, float(gpus_per_eval))
     return bool(gpus_per_eval) and any(
-        node.get("Alive") and node.get("Resources", {}).get("GPU", 0) > 1 for node in ray.nodes())
+        node.get("Alive") and node.get("Resources", {}).get("GPU", 0) > takes for node in ray.nodes())
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None,
