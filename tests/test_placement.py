@@ -46,15 +46,21 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def run_placement(tmp_path, gpus, per_eval, n=4, env=None):
-    script, barrier = tmp_path / "placement.py", tmp_path / "barrier"
-    script.write_text(SCRIPT)
-    barrier.mkdir()
-    proc = subprocess.run([sys.executable, str(script), str(gpus), str(per_eval), str(n), str(barrier)],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env=None if env is None else {**os.environ, **env})
+def run_script(tmp_path, name, text, *args, env=None, timeout=300):
+    """Run ``text`` as the script ``name`` in a process of its own (its own Ray instance or cluster),
+    ``env`` added to this one's environment; what its last line prints, as JSON."""
+    script = tmp_path / name
+    script.write_text(text)
+    proc = subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=tmp_path, env=None if env is None else {**os.environ, **env})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_placement(tmp_path, gpus, per_eval, n=4, env=None):
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    return run_script(tmp_path, "placement.py", SCRIPT, gpus, per_eval, n, barrier, env=env)
 
 
 @pytest.mark.slow
@@ -123,15 +129,7 @@ REUSE = textwrap.dedent('''
 def test_on_a_node_with_several_gpus_no_worker_process_computes_on_two_of_them(tmp_path):
     # TensorFlow reads CUDA_VISIBLE_DEVICES once per process: a worker process that Ray gave GPU 1,
     # then GPU 3, would still compute on GPU 1. So each evaluation has a process of its own there.
-    script = tmp_path / "reuse.py"
-    script.write_text(REUSE)
-    outs = []
-    for gpus in (4, 1):
-        proc = subprocess.run([sys.executable, str(script), str(gpus)], capture_output=True, text=True, timeout=300,
-                              cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        outs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    several, one = outs
+    several, one = (run_script(tmp_path, "reuse.py", REUSE, gpus) for gpus in (4, 1))
     assert several["fresh"] and sum(map(len, several["seen"])) == 12
     assert all(len(ids) == 1 for ids in several["seen"])  # one evaluation per process
     assert not one["fresh"]  # one GPU per node: workers are reused, always with GPU 0
@@ -164,12 +162,8 @@ def test_a_search_through_an_address_runs_on_several_nodes_and_the_driver_keeps_
 
     from autodeuq.catalog import Catalog
 
-    script, run = tmp_path / "cluster.py", tmp_path / "run"
-    script.write_text(CLUSTER)
-    proc = subprocess.run([sys.executable, str(script), str(run)], capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    run = tmp_path / "run"
+    out = run_script(tmp_path, "cluster.py", CLUSTER, run, timeout=600)
     assert out["rc"] == 0, out["err"]
     assert "2 parallel evaluation(s)" in out["out"] and "6 done" in out["out"]
     frame = pd.read_csv(run / "results.csv")
