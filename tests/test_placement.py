@@ -113,28 +113,82 @@ REUSE = textwrap.dedent('''
 
     seen = {}
     with RayEvaluator(objective, gpus_per_eval=1) as evaluator:
-        for batch in range(3):  # Ray hands idle workers other GPUs after a pause
+        for batch in range(3):  # Ray hands idle task processes other GPUs after a pause
             for i in range(4):
                 evaluator.submit(4 * batch + i + 1, {})
             while evaluator.n_running:
                 for _, result in evaluator.wait():
                     seen.setdefault(result.extra["pid"], []).append(result.extra["seen"])
             time.sleep(2)
-        fresh = evaluator.fresh_processes
-    print(json.dumps({"fresh": fresh, "seen": list(seen.values())}))
+        started = None if evaluator.workers is None else evaluator.workers.started
+    time.sleep(1)
+    print(json.dumps({"started": started, "seen": list(seen.values()),
+                      "free_gpus": ray.available_resources().get("GPU", 0)}))
 ''')
 
 
 @pytest.mark.slow
 def test_on_a_node_with_several_gpus_no_worker_process_computes_on_two_of_them(tmp_path):
-    # TensorFlow reads CUDA_VISIBLE_DEVICES once per process: a worker process that Ray gave GPU 1,
-    # then GPU 3, would still compute on GPU 1. So each evaluation has a process of its own there.
+    # TensorFlow reads CUDA_VISIBLE_DEVICES once per process: a task process that Ray gave GPU 1,
+    # then GPU 3, would still compute on GPU 1. So evaluations run there on workers that keep their GPU.
     several, one = (run_script(tmp_path, "reuse.py", REUSE, gpus) for gpus in (4, 1))
-    assert several["fresh"] and sum(map(len, several["seen"])) == 12
-    assert all(len(ids) == 1 for ids in several["seen"])  # one evaluation per process
-    assert not one["fresh"]  # one GPU per node: workers are reused, always with GPU 0
+    assert several["started"] == 4 and sum(map(len, several["seen"])) == 12
+    assert len(several["seen"]) == 4  # four processes, each kept for three evaluations
+    assert all(len(set(ids)) == 1 for ids in several["seen"])  # each always on its one GPU
+    assert sorted(ids[0] for ids in several["seen"]) == ["0", "1", "2", "3"]
+    assert several["free_gpus"] == 4  # closing the evaluator ended its workers
+    assert one["started"] is None  # one GPU per node: tasks, their processes reused, always with GPU 0
     assert sum(map(len, one["seen"])) == 12 and len(one["seen"]) < 12
     assert {i for ids in one["seen"] for i in ids} == {"0"}
+
+
+FAULTS = textwrap.dedent('''
+    import json, os, time
+    import ray
+
+    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    from autodeuq.evaluator.ray import RayEvaluator
+    from autodeuq.result import TrainResult
+
+    def objective(eval_id, config):
+        if eval_id == 1:
+            time.sleep(60)  # beyond the limit
+        if eval_id == 2:
+            os._exit(1)  # the process dies
+        return TrainResult("failed", reason="planted", extra={"pid": os.getpid()})
+
+    results = {}
+    with RayEvaluator(objective, gpus_per_eval=1, eval_timeout=5) as evaluator:
+        evaluator.submit(1, {})
+        evaluator.submit(2, {})
+        next_id = 3
+        while evaluator.n_running:
+            for eval_id, result in evaluator.wait():
+                results[eval_id] = [result.status, result.reason, (result.extra or {}).get("pid")]
+                if next_id <= 6:
+                    evaluator.submit(next_id, {})
+                    next_id += 1
+        started = evaluator.workers.started
+        time.sleep(1)
+        free_between = ray.available_resources().get("GPU", 0)  # one idle worker holds its GPU
+        evaluator.submit(7, {})  # left running: closing ends it and its worker
+        time.sleep(1)
+    time.sleep(1)
+    print(json.dumps({"results": results, "started": started, "free_between": free_between,
+                      "free_gpus": ray.available_resources().get("GPU", 0)}))
+''')
+
+
+@pytest.mark.slow
+def test_a_worker_that_keeps_its_gpu_is_replaced_when_its_evaluation_times_out_or_crashes(tmp_path):
+    out = run_script(tmp_path, "faults.py", FAULTS)
+    results = out["results"]
+    assert results["1"][0] == "failed" and results["1"][1].startswith("timeout")
+    assert results["2"][0] == "failed" and results["2"][1].startswith("worker process died")
+    assert all(results[str(i)][1] == "planted" for i in range(3, 7))  # the next evaluations ran
+    assert out["started"] == 3  # the crashed worker was replaced for the evaluations that followed
+    assert out["free_between"] == 1  # the timed-out one was ended: only the idle worker holds a GPU
+    assert out["free_gpus"] == 2  # none holds one after the evaluator closed
 
 
 CLUSTER = textwrap.dedent('''
@@ -179,10 +233,10 @@ def test_a_search_through_an_address_runs_on_several_nodes_and_the_driver_keeps_
     assert sorted(p.name for p in (run / "models").iterdir()) == sorted(f"{i}.keras" for i in frame["id"])
 
 
-def test_a_process_per_evaluation_only_where_a_node_has_more_gpus_than_an_evaluation_takes(monkeypatch):
+def test_workers_keep_their_gpus_only_where_a_node_has_more_gpus_than_an_evaluation_takes(monkeypatch):
     import ray
 
-    from autodeuq.evaluator.ray import fresh_processes
+    from autodeuq.evaluator.ray import pinned_workers
 
     def nodes(*gpus, dead=()):
         return lambda: [{"Alive": i not in dead, "Resources": {"CPU": 8.0, **({"GPU": g} if g else {})}}
@@ -192,6 +246,6 @@ def test_a_process_per_evaluation_only_where_a_node_has_more_gpus_than_an_evalua
              ((4,), 2, True), ((0, 4), 0, False), ((1, 4), 1, True)]
     for gpus, share, expected in cases:
         monkeypatch.setattr(ray, "nodes", nodes(*gpus))
-        assert fresh_processes(share) is expected, (gpus, share)
+        assert pinned_workers(share) is expected, (gpus, share)
     monkeypatch.setattr(ray, "nodes", nodes(1, 4, dead=(1,)))  # a dead node's GPUs do not count
-    assert fresh_processes(1) is False
+    assert pinned_workers(1) is False

@@ -1,4 +1,5 @@
-"""Ray evaluator: one Ray task per evaluation, on a local instance or an existing cluster."""
+"""Ray evaluator: one Ray task per evaluation, on a local instance or an existing cluster (or, where
+evaluations need GPUs that a reused task process could confuse, a pool of actors that keep theirs)."""
 from __future__ import annotations
 
 import contextlib
@@ -74,21 +75,70 @@ def _hide_gpus() -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
-def fresh_processes(gpus_per_eval: float) -> bool:
-    """Whether evaluations given ``gpus_per_eval`` GPUs must each run in a worker process of its own:
+def pinned_workers(gpus_per_eval: float) -> bool:
+    """Whether evaluations given ``gpus_per_eval`` GPUs must run on workers that keep their GPUs:
     when they use GPUs and a node of the cluster has more than one evaluation takes (at least one).
 
-    Ray reuses a worker process for later tasks and, once it has been idle, with other GPUs: it
-    sets the new ids in ``CUDA_VISIBLE_DEVICES``, but TensorFlow read the variable when the process
-    first used a GPU and keeps computing there, on a GPU that Ray may have given to another
+    Ray reuses a task's worker process for later tasks and, once it has been idle, with other GPUs:
+    it sets the new ids in ``CUDA_VISIBLE_DEVICES``, but TensorFlow read the variable when the
+    process first used a GPU and keeps computing there, on a GPU that Ray may have given to another
     evaluation. Where an evaluation takes all of its node's GPUs (one GPU per node, say) the ids
-    cannot change. A process of its own costs each evaluation a worker start and TensorFlow's import.
+    cannot change and tasks are kept. Otherwise each evaluation runs on a :class:`PinnedWorker`, a
+    Ray actor that holds the GPUs Ray gave it when it started for as long as it lives.
     """
     import ray
 
     takes = max(1.0, float(gpus_per_eval))
     return bool(gpus_per_eval) and any(
         node.get("Alive") and node.get("Resources", {}).get("GPU", 0) > takes for node in ray.nodes())
+
+
+class PinnedWorker:
+    """A worker process that keeps one set of GPUs: a Ray actor, made by :class:`_WorkerPool`.
+
+    Ray gives an actor its GPUs once, when it starts, and sets ``CUDA_VISIBLE_DEVICES`` before
+    anything in it runs, so TensorFlow in this process only ever sees those; its evaluations one
+    after the other keep the process's imports, traces and GPU context.
+    """
+
+    def run(self, objective, eval_id: int, config: dict, gpus: float, report_start: bool):
+        yield from _run_task(objective, eval_id, config, gpus, report_start)
+
+
+class _WorkerPool:
+    """The evaluator's :class:`PinnedWorker` actors: each runs one evaluation at a time; one is
+    started when an evaluation is submitted and none is idle (the driver keeps at most ``n_slots``
+    evaluations running, so there are at most as many), and ended when its evaluation failed with
+    it, was cancelled, or the evaluator closes."""
+
+    def __init__(self, cpus: float, gpus: float):
+        import ray
+
+        self._actor = ray.remote(PinnedWorker).options(num_cpus=cpus, num_gpus=gpus, max_restarts=0,
+                                                       max_task_retries=0)
+        self._idle: list = []
+        self.started = 0  # actors started so far
+
+    def take(self):
+        if self._idle:
+            return self._idle.pop()
+        self.started += 1
+        return self._actor.remote()
+
+    def release(self, worker) -> None:
+        self._idle.append(worker)
+
+    @staticmethod
+    def end(worker) -> None:
+        import ray
+
+        with contextlib.suppress(Exception):  # already dead, or Ray already gone
+            ray.kill(worker, no_restart=True)
+
+    def close(self) -> None:
+        for worker in self._idle:
+            self.end(worker)
+        self._idle.clear()
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None,
@@ -363,6 +413,7 @@ class _Task:
     eval_id: int
     submitted: float
     started: float | None = None  # on the worker, once the task reported it (under a per-evaluation timeout)
+    worker: Any = None  # the PinnedWorker running it, if any
 
 
 class RayEvaluator(Evaluator):
@@ -436,10 +487,9 @@ class RayEvaluator(Evaluator):
         self.cluster = {"CPU": total_cpus, "GPU": total_gpus}
         self._objective = objective
         self._put_objective(getattr(objective, "discarder", None))
-        #: Whether each evaluation runs in a worker process of its own (:func:`fresh_processes`).
-        self.fresh_processes = fresh_processes(gpus_per_eval)
-        task = ray.remote(max_calls=1)(_run_task) if self.fresh_processes else ray.remote(_run_task)
-        self._remote = task.options(
+        #: The workers that keep their GPUs, where evaluations need them (:func:`pinned_workers`), else None.
+        self.workers = _WorkerPool(cpus_per_eval, gpus_per_eval) if pinned_workers(gpus_per_eval) else None
+        self._remote = ray.remote(_run_task).options(
             num_cpus=cpus_per_eval, num_gpus=gpus_per_eval, max_retries=0, num_returns="streaming",
         )
         self._running: dict[Any, _Task] = {}  # task's item generator -> what the driver knows of it
@@ -465,13 +515,25 @@ class RayEvaluator(Evaluator):
         return len(self._running)
 
     def submit(self, eval_id, config):
-        self._running[self._start(eval_id, config)] = _Task(eval_id, time.time())
+        worker = None if self.workers is None else self.workers.take()
+        self._running[self._start(eval_id, config, worker)] = _Task(eval_id, time.time(), worker=worker)
 
-    def _start(self, eval_id, config):
-        """Start the evaluation on Ray; its generator of items (the start under a per-evaluation
-        timeout, then the result)."""
-        return self._remote.remote(self._objective_ref, eval_id, config, self.gpus_per_eval,
-                                   self.eval_timeout is not None)
+    def _start(self, eval_id, config, worker=None):
+        """Start the evaluation on Ray, as a task or on ``worker``; its generator of items (the start
+        under a per-evaluation timeout, then the result)."""
+        call = self._remote if worker is None else worker.run.options(num_returns="streaming")
+        return call.remote(self._objective_ref, eval_id, config, self.gpus_per_eval, self.eval_timeout is not None)
+
+    def _end(self, task, failed: bool) -> _Task:
+        """Forget a task that ended; its worker, if any, takes the next evaluation, or ends with an
+        evaluation that failed with it (a crash, a cancellation)."""
+        info = self._running.pop(task)
+        if info.worker is not None:
+            if failed:
+                self.workers.end(info.worker)
+            else:
+                self.workers.release(info.worker)
+        return info
 
     def wait(self, timeout=None):
         import ray
@@ -513,7 +575,7 @@ class RayEvaluator(Evaluator):
             except StopIteration:
                 outcomes.append(self._advance(task, None))
             except ray.exceptions.RayError as exc:
-                info = self._running.pop(task)
+                info = self._end(task, failed=True)
                 outcomes.append((info.eval_id, self._failure(info, _reason(exc), time.time())))
             else:
                 refs.append(ref)
@@ -534,18 +596,18 @@ class RayEvaluator(Evaluator):
         info = self._running[task]
         now = time.time()
         if ref is None:
-            del self._running[task]
+            self._end(task, failed=True)
             return info.eval_id, self._failure(info, "the task ended without a result", now)
         try:
             item = ray.get(ref) if item is self._NOT_FETCHED else item
         except ray.exceptions.RayError as exc:
-            del self._running[task]
+            self._end(task, failed=True)
             return info.eval_id, self._failure(info, _reason(exc), now)
         if info.started is None and isinstance(item, float):
             # The worker's clock, kept within what the driver saw (clocks of nodes may differ).
             info.started = min(max(item, info.submitted), now)
             return None
-        del self._running[task]
+        self._end(task, failed=False)
         return info.eval_id, item
 
     @staticmethod
@@ -554,33 +616,35 @@ class RayEvaluator(Evaluator):
         return TrainResult.failure(reason, start_time=start, end_time=now, wall_time=now - start)
 
     def _expire_overdue(self) -> list[tuple[int, TrainResult]]:
-        import ray
-
         if self.eval_timeout is None:
             return []
         now, expired = time.time(), []
         for task, info in list(self._running.items()):
             if info.started is not None and now - info.started >= self.eval_timeout:
-                ray.cancel(task, force=True)
-                del self._running[task]
+                self._cancel(task)
                 reason = f"timeout: cancelled after the per-evaluation limit (eval_timeout) of {self.eval_timeout:g} s"
                 expired.append((info.eval_id, self._failure(info, reason, now)))
         return expired
 
-    def cancel_all(self):
+    def _cancel(self, task) -> None:
+        """Stop a running evaluation: its task, or its worker (Ray cannot force an actor's call to end)."""
         import ray
 
-        ids = []
-        for task, info in list(self._running.items()):
+        if self._end(task, failed=True).worker is None:
             with contextlib.suppress(Exception):  # already finished, or Ray already gone
                 ray.cancel(task, force=True)
-            ids.append(info.eval_id)
-        self._running.clear()
+
+    def cancel_all(self):
+        ids = [info.eval_id for info in self._running.values()]
+        for task in list(self._running):
+            self._cancel(task)
         return ids
 
     def close(self):
-        """Cancel every evaluation still running (they stay resumable in the catalog)."""
+        """Cancel every evaluation still running (they stay resumable in the catalog); end the workers."""
         self.cancel_all()
+        if self.workers is not None:
+            self.workers.close()
 
     def describe(self):
         return {"kind": "ray", "slots": self.n_slots, "cpus_per_eval": self.cpus_per_eval,
@@ -592,10 +656,10 @@ def _reason(exc) -> str:
     import ray
 
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if isinstance(exc, ray.exceptions.WorkerCrashedError):
-        return f"worker process died: {first}"
     if isinstance(exc, ray.exceptions.OutOfMemoryError):
         return f"out of memory: {first}"
+    if isinstance(exc, (ray.exceptions.WorkerCrashedError, ray.exceptions.RayActorError)):  # a task's, a PinnedWorker's
+        return f"worker process died: {first}"
     if isinstance(exc, ray.exceptions.NodeDiedError):
         return f"node lost: {first}"
     if isinstance(exc, ray.exceptions.TaskCancelledError):
