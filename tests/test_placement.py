@@ -171,10 +171,17 @@ FAULTS = textwrap.dedent('''
         started = evaluator.workers.started
         time.sleep(1)
         free_between = ray.available_resources().get("GPU", 0)  # one idle worker holds its GPU
+        for i in range(10, 15):  # more at once than there are GPUs (as the refit submits its members)
+            evaluator.submit(i, {})
+        while evaluator.n_running:
+            for eval_id, result in evaluator.wait():
+                results[eval_id] = [result.status, result.reason, (result.extra or {}).get("pid")]
+        started_after_burst = evaluator.workers.started
         evaluator.submit(7, {})  # left running: closing ends it and its worker
         time.sleep(1)
     time.sleep(1)
     print(json.dumps({"results": results, "started": started, "free_between": free_between,
+                      "started_after_burst": started_after_burst,
                       "free_gpus": ray.available_resources().get("GPU", 0)}))
 ''')
 
@@ -188,6 +195,9 @@ def test_a_worker_that_keeps_its_gpu_is_replaced_when_its_evaluation_times_out_o
     assert all(results[str(i)][1] == "planted" for i in range(3, 7))  # the next evaluations ran
     assert out["started"] == 3  # the crashed worker was replaced for the evaluations that followed
     assert out["free_between"] == 1  # the timed-out one was ended: only the idle worker holds a GPU
+    # five submitted at once on two GPUs: all ran, on no more than two workers at a time
+    assert all(results[str(i)][1] == "planted" for i in range(10, 15))
+    assert out["started_after_burst"] == 4 and len({results[str(i)][2] for i in range(10, 15)}) == 2
     assert out["free_gpus"] == 2  # none holds one after the evaluator closed
 
 

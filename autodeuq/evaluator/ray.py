@@ -2,6 +2,7 @@
 evaluations need GPUs that a reused task process could confuse, a pool of actors that keep theirs)."""
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import signal
@@ -106,32 +107,38 @@ class PinnedWorker:
 
 
 class _WorkerPool:
-    """The evaluator's :class:`PinnedWorker` actors: each runs one evaluation at a time; one is
-    started when an evaluation is submitted and none is idle (the driver keeps at most ``n_slots``
-    evaluations running, so there are at most as many), and ended when its evaluation failed with
-    it, was cancelled, or the evaluator closes."""
+    """The evaluator's :class:`PinnedWorker` actors, at most ``size`` alive: each runs one evaluation
+    at a time; one is started when an evaluation is submitted, none is idle and fewer than ``size``
+    live; one is ended when its evaluation failed with it or was cancelled, and all when the
+    evaluator closes."""
 
-    def __init__(self, cpus: float, gpus: float):
+    def __init__(self, cpus: float, gpus: float, size: int):
         import ray
 
         self._actor = ray.remote(PinnedWorker).options(num_cpus=cpus, num_gpus=gpus, max_restarts=0,
                                                        max_task_retries=0)
+        self.size = size
         self._idle: list = []
         self.started = 0  # actors started so far
+        self.live = 0
 
     def take(self):
+        """An idle worker, a new one, or None when ``size`` are alive and busy."""
         if self._idle:
             return self._idle.pop()
+        if self.live >= self.size:
+            return None
         self.started += 1
+        self.live += 1
         return self._actor.remote()
 
     def release(self, worker) -> None:
         self._idle.append(worker)
 
-    @staticmethod
-    def end(worker) -> None:
+    def end(self, worker) -> None:
         import ray
 
+        self.live -= 1
         with contextlib.suppress(Exception):  # already dead, or Ray already gone
             ray.kill(worker, no_restart=True)
 
@@ -488,7 +495,12 @@ class RayEvaluator(Evaluator):
         self._objective = objective
         self._put_objective(getattr(objective, "discarder", None))
         #: The workers that keep their GPUs, where evaluations need them (:func:`pinned_workers`), else None.
-        self.workers = _WorkerPool(cpus_per_eval, gpus_per_eval) if pinned_workers(gpus_per_eval) else None
+        self.workers = (_WorkerPool(cpus_per_eval, gpus_per_eval, self.n_slots) if pinned_workers(gpus_per_eval)
+                        else None)
+        # Evaluations submitted while every worker is busy, started as workers free up (Ray queues
+        # tasks by itself; an actor started for each would hold its GPUs, waiting, while idle ones
+        # hold the rest).
+        self._queued: collections.deque[tuple[int, dict, float]] = collections.deque()
         self._remote = ray.remote(_run_task).options(
             num_cpus=cpus_per_eval, num_gpus=gpus_per_eval, max_retries=0, num_returns="streaming",
         )
@@ -512,11 +524,20 @@ class RayEvaluator(Evaluator):
 
     @property
     def n_running(self):
-        return len(self._running)
+        return len(self._running) + len(self._queued)
 
     def submit(self, eval_id, config):
-        worker = None if self.workers is None else self.workers.take()
-        self._running[self._start(eval_id, config, worker)] = _Task(eval_id, time.time(), worker=worker)
+        self._queued.append((eval_id, config, time.time()))
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Start the queued evaluations that a worker is free for (all of them without workers)."""
+        while self._queued:
+            worker = None if self.workers is None else self.workers.take()
+            if self.workers is not None and worker is None:
+                return
+            eval_id, config, submitted = self._queued.popleft()
+            self._running[self._start(eval_id, config, worker)] = _Task(eval_id, submitted, worker=worker)
 
     def _start(self, eval_id, config, worker=None):
         """Start the evaluation on Ray, as a task or on ``worker``; its generator of items (the start
@@ -533,6 +554,7 @@ class RayEvaluator(Evaluator):
                 self.workers.end(info.worker)
             else:
                 self.workers.release(info.worker)
+            self._dispatch()
         return info
 
     def wait(self, timeout=None):
@@ -635,7 +657,8 @@ class RayEvaluator(Evaluator):
                 ray.cancel(task, force=True)
 
     def cancel_all(self):
-        ids = [info.eval_id for info in self._running.values()]
+        ids = [info.eval_id for info in self._running.values()] + [queued[0] for queued in self._queued]
+        self._queued.clear()
         for task in list(self._running):
             self._cancel(task)
         return ids
