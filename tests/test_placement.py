@@ -205,15 +205,15 @@ CLUSTER = textwrap.dedent('''
     import json, subprocess, sys
     from ray.cluster_utils import Cluster
 
-    # A head that runs no task and two worker nodes of one CPU each, on this machine.
+    # A head that runs no task and two worker nodes of one CPU (and argv[1] GPUs) each, on this machine;
+    # the autodeuq command of the remaining arguments joins it.
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     for _ in range(2):
-        cluster.add_node(num_cpus=1)
+        cluster.add_node(num_cpus=1, num_gpus=int(sys.argv[1]))
     cluster.wait_for_nodes()
     try:
-        proc = subprocess.run([sys.executable, "-m", "autodeuq", "search", "--dataset", "toy-sine", "--search",
-                               "random", "--max-evals", "6", "--epochs", "3", "--ray-address", cluster.address,
-                               "--run-dir", sys.argv[1], "--no-progress"], capture_output=True, text=True, timeout=400)
+        proc = subprocess.run([sys.executable, "-m", "autodeuq", *sys.argv[2:], "--ray-address", cluster.address,
+                               "--no-progress"], capture_output=True, text=True, timeout=400)
         print(json.dumps({"rc": proc.returncode, "out": proc.stdout, "err": proc.stderr[-3000:]}))
     finally:
         cluster.shutdown()
@@ -227,7 +227,8 @@ def test_a_search_through_an_address_runs_on_several_nodes_and_the_driver_keeps_
     from autodeuq.catalog import Catalog
 
     run = tmp_path / "run"
-    out = run_script(tmp_path, "cluster.py", CLUSTER, run, timeout=600)
+    out = run_script(tmp_path, "cluster.py", CLUSTER, 0, "search", "--dataset", "toy-sine", "--search", "random",
+                     "--max-evals", "6", "--epochs", "3", "--run-dir", run, timeout=600)
     assert out["rc"] == 0, out["err"]
     assert "2 parallel evaluation(s)" in out["out"] and "6 done" in out["out"]
     frame = pd.read_csv(run / "results.csv")
@@ -241,6 +242,21 @@ def test_a_search_through_an_address_runs_on_several_nodes_and_the_driver_keeps_
     assert sorted(p.name for p in run.iterdir() if not p.name.startswith("catalog.sqlite-")) == sorted(  # -wal, -shm
         ["catalog.lock", "catalog.sqlite", "meta.json", "models", "predictions", "results.csv", "valid_targets.npy"])
     assert sorted(p.name for p in (run / "models").iterdir()) == sorted(f"{i}.keras" for i in frame["id"])
+
+
+@pytest.mark.slow
+def test_a_whole_run_on_two_nodes_of_two_gpus_keeps_each_worker_on_one_gpu(tmp_path):
+    import pandas as pd
+
+    run = tmp_path / "run"
+    out = run_script(tmp_path, "cluster.py", CLUSTER, 2, "run", "--dataset", "toy-sine", "--space", "toy",
+                     "--max-evals", "8", "--epochs", "5", "--gpus-per-eval", "1", "--run-dir", run, timeout=600)
+    assert out["rc"] == 0, out["err"]
+    assert "retrained on 400 rows" in out["out"]  # the refit ran on the workers too, and ended
+    frame = pd.read_csv(run / "results.csv")
+    assert (frame["status"] == "done").all() and frame["node"].nunique() == 2
+    per_worker = frame.groupby(["node", "worker"])["gpus"].nunique()
+    assert len(per_worker) == 2 and (per_worker == 1).all()  # one worker per node, always on its one GPU
 
 
 def test_workers_keep_their_gpus_only_where_a_node_has_more_gpus_than_an_evaluation_takes(monkeypatch):
