@@ -31,9 +31,10 @@ Under a time limit a member is refitted only when its estimated retraining time 
 training's seconds per epoch, times the epochs replayed, scaled by the rows) fits in the time
 left; the others keep their original network (``selection["refit"]["out_of_time"]``).
 
-The members' retrainings are independent: with ``evaluator="ray"`` they run as parallel tasks on
-the search's evaluator (the workers of the search that just ended are still up, so nothing
-starts again), with ``"serial"`` one after the other in this process. Each retraining is seeded
+The members' retrainings are independent: with ``evaluator="ray"`` they run in parallel on the
+search's Ray options (as tasks, the worker processes of the search that just ended are still up,
+so nothing starts again; where evaluations run on workers that keep their GPUs, new ones start),
+with ``"serial"`` one after the other in this process. Each retraining is seeded
 by its member, so both retrain the same members for the same epochs and keep the same ones. The
 networks can differ by floating-point rounding, which a training may amplify: a Ray task's
 TensorFlow runs one thread per CPU it is given, as the search's evaluations did, while this
