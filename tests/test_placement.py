@@ -121,8 +121,9 @@ REUSE = textwrap.dedent('''
                     seen.setdefault(result.extra["pid"], []).append(result.extra["seen"])
             time.sleep(2)
         started = None if evaluator.workers is None else evaluator.workers.started
+        runs_on = evaluator.describe()["runs_on"]  # as the run's record says
     time.sleep(1)
-    print(json.dumps({"started": started, "seen": list(seen.values()),
+    print(json.dumps({"started": started, "runs_on": runs_on, "seen": list(seen.values()),
                       "free_gpus": ray.available_resources().get("GPU", 0)}))
 ''')
 
@@ -133,6 +134,7 @@ def test_on_a_node_with_several_gpus_no_worker_process_computes_on_two_of_them(t
     # then GPU 3, would still compute on GPU 1. So evaluations run there on workers that keep their GPU.
     several, one = (run_script(tmp_path, "reuse.py", REUSE, gpus) for gpus in (4, 1))
     assert several["started"] == 4 and sum(map(len, several["seen"])) == 12
+    assert several["runs_on"] == "workers that keep their GPUs" and one["runs_on"] == "tasks"
     assert len(several["seen"]) == 4  # four processes, each kept for three evaluations
     assert all(len(set(ids)) == 1 for ids in several["seen"])  # each always on its one GPU
     assert sorted(ids[0] for ids in several["seen"]) == ["0", "1", "2", "3"]

@@ -671,7 +671,8 @@ class RayEvaluator(Evaluator):
 
     def describe(self):
         return {"kind": "ray", "slots": self.n_slots, "cpus_per_eval": self.cpus_per_eval,
-                "gpus_per_eval": self.gpus_per_eval, "cluster": self.cluster}
+                "gpus_per_eval": self.gpus_per_eval, "cluster": self.cluster,
+                "runs_on": "tasks" if self.workers is None else "workers that keep their GPUs"}
 
 
 def _reason(exc) -> str:
