@@ -97,6 +97,15 @@ def test_an_evaluation_given_no_gpu_sees_none_of_the_nodes_gpus(tmp_path):
     assert all(r["placement"]["cuda_visible_devices"] == "" for r in results)
 
 
+FREE_GPUS = textwrap.dedent('''
+    def free_gpus(expected):
+        """The GPUs free, once they are ``expected`` or after 30 s (Ray frees an ended actor's soon after)."""
+        deadline = time.time() + 30
+        while ray.available_resources().get("GPU", 0) != expected and time.time() < deadline:
+            time.sleep(0.1)
+        return ray.available_resources().get("GPU", 0)
+''')
+
 REUSE = textwrap.dedent('''
     import json, os, sys, time
     import ray
@@ -111,6 +120,7 @@ REUSE = textwrap.dedent('''
         return TrainResult("failed", reason="planted", extra={"pid": os.getpid(),
                                                               "seen": os.environ.get("CUDA_VISIBLE_DEVICES")})
 
+    # FREE_GPUS
     seen = {}
     with RayEvaluator(objective, gpus_per_eval=1) as evaluator:
         for batch in range(3):  # Ray hands idle task processes other GPUs after a pause
@@ -122,10 +132,9 @@ REUSE = textwrap.dedent('''
             time.sleep(2)
         started = None if evaluator.workers is None else evaluator.workers.started
         runs_on = evaluator.describe()["runs_on"]  # as the run's record says
-    time.sleep(1)
     print(json.dumps({"started": started, "runs_on": runs_on, "seen": list(seen.values()),
-                      "free_gpus": ray.available_resources().get("GPU", 0)}))
-''')
+                      "free_gpus": free_gpus(gpus)}))
+''').replace("# FREE_GPUS\n", FREE_GPUS)
 
 
 @pytest.mark.slow
@@ -159,6 +168,7 @@ FAULTS = textwrap.dedent('''
             os._exit(1)  # the process dies
         return TrainResult("failed", reason="planted", extra={"pid": os.getpid()})
 
+    # FREE_GPUS
     results = {}
     with RayEvaluator(objective, gpus_per_eval=1, eval_timeout=5) as evaluator:
         evaluator.submit(1, {})
@@ -171,8 +181,7 @@ FAULTS = textwrap.dedent('''
                     evaluator.submit(next_id, {})
                     next_id += 1
         started = evaluator.workers.started
-        time.sleep(1)
-        free_between = ray.available_resources().get("GPU", 0)  # one idle worker holds its GPU
+        free_between = free_gpus(1)  # one idle worker holds its GPU
         for i in range(10, 15):  # more at once than there are GPUs (as the refit submits its members)
             evaluator.submit(i, {})
         while evaluator.n_running:
@@ -181,11 +190,9 @@ FAULTS = textwrap.dedent('''
         started_after_burst = evaluator.workers.started
         evaluator.submit(7, {})  # left running: closing ends it and its worker
         time.sleep(1)
-    time.sleep(1)
     print(json.dumps({"results": results, "started": started, "free_between": free_between,
-                      "started_after_burst": started_after_burst,
-                      "free_gpus": ray.available_resources().get("GPU", 0)}))
-''')
+                      "started_after_burst": started_after_burst, "free_gpus": free_gpus(2)}))
+''').replace("# FREE_GPUS\n", FREE_GPUS)
 
 
 @pytest.mark.slow
