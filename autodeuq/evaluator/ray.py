@@ -533,9 +533,11 @@ class RayEvaluator(Evaluator):
     def _dispatch(self) -> None:
         """Start the queued evaluations that a worker is free for (all of them without workers)."""
         while self._queued:
-            worker = None if self.workers is None else self.workers.take()
-            if self.workers is not None and worker is None:
-                return
+            worker = None
+            if self.workers is not None:
+                worker = self.workers.take()
+                if worker is None:  # every worker busy
+                    return
             eval_id, config, submitted = self._queued.popleft()
             self._running[self._start(eval_id, config, worker)] = _Task(eval_id, submitted, worker=worker)
 
