@@ -424,7 +424,9 @@ class _Task:
 
 
 class RayEvaluator(Evaluator):
-    """Runs evaluations as Ray tasks with ``cpus_per_eval`` CPUs and ``gpus_per_eval`` GPUs each.
+    """Runs evaluations as Ray tasks with ``cpus_per_eval`` CPUs and ``gpus_per_eval`` GPUs each, or,
+    where a node has more GPUs than one evaluation takes, on :class:`PinnedWorker` actors holding
+    those resources (:func:`pinned_workers`).
 
     Parameters
     ----------
