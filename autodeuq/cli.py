@@ -86,6 +86,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
 
 
+class _Once(argparse.Action):
+    """Store an option's value, refusing a second one (argparse would keep the last silently)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} is given more than once; give it once")
+        setattr(namespace, self.dest, values)
+
+
 GROUP_TITLES = {
     "table": "table columns (--data only, but --valid-fraction; fitted on the training rows, saved with every model)",
     "search": "search", "evaluation": "evaluation", "ensemble": "ensemble",
@@ -127,22 +136,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ensemble_args(p)
     p = sub.add_parser("predict", help="predict with a saved ensemble",
                        description="Predict with a saved ensemble. " + PREDICT_COLUMNS)
-    p.add_argument("--ensemble", required=True, metavar="FILE", help="ensemble manifest (ensemble.json)")
-    p.add_argument("--data", required=True, metavar="FILE", help="table with the model's feature columns")
-    p.add_argument("--out", required=True, metavar="FILE.csv", help="where to write the predictions")
+    p.add_argument("--ensemble", required=True, action=_Once, metavar="FILE", help="ensemble manifest (ensemble.json)")
+    p.add_argument("--data", required=True, action=_Once, metavar="FILE", help="table with the model's feature columns")
+    p.add_argument("--out", required=True, action=_Once, metavar="FILE.csv", help="where to write the predictions")
     p.add_argument("--interval", type=float, action="append", metavar="LEVEL",
                    help="also write the central LEVEL prediction interval of the ensemble's mixture, e.g. 0.9: "
                         "columns <target>_lower_90 and <target>_upper_90; repeat for several levels (default: none)")
-    p.add_argument("--set", type=float, metavar="LEVEL", default=None, dest="set_level",
+    p.add_argument("--set", type=float, metavar="LEVEL", default=None, dest="set_level", action=_Once,
                    help="a classifier's prediction set: also write <target>_set, the most probable classes whose "
                         "probabilities reach LEVEL together, e.g. 0.9 (default: none)")
-    p.add_argument("--id-column", metavar="COL", default=None,
+    p.add_argument("--id-column", metavar="COL", default=None, action=_Once,
                    help="a column of --data to copy, first, into the predictions (default: the --id-column the "
                         "model was fitted with, when the table has it)")
     p = sub.add_parser("export", help="write a saved ensemble as a self-contained folder (no catalog needed)")
-    p.add_argument("--ensemble", required=True, metavar="PATH",
+    p.add_argument("--ensemble", required=True, action=_Once, metavar="PATH",
                    help="ensemble manifest (ensemble.json), or a folder exported before")
-    p.add_argument("--out", required=True, metavar="DIR",
+    p.add_argument("--out", required=True, action=_Once, metavar="DIR",
                    help="folder to write (new, empty, or an earlier export): ensemble.json and members/<id>.keras")
     p = sub.add_parser("run", help="search, then build and score the ensemble (the whole job)")
     _add_data_args(p)
@@ -212,6 +221,7 @@ def cmd_search(args, *, timeout=None, configs=None):
 
     table, config = configs or _configs(args, TableConfig, SearchConfig)
     _check_targets(args)
+    _check_run_dir(config.run_dir)
     dataset = _load_dataset(args, table, config.seed or 0)
     space = load_space(config.space).for_rows(len(dataset.x_train))
     run_dir = Path(config.run_dir or f"runs/{Path(dataset.name).stem}-{config.search}")
@@ -237,15 +247,96 @@ def cmd_search(args, *, timeout=None, configs=None):
     return run_dir
 
 
-def _check_out(path: Path, flag: str) -> None:
-    """Refuse, before any work, an output path that can never be written as a file."""
+def _check_out(path: Path, flag: str, inputs=(), beside=()) -> None:
+    """Refuse, before any work, an output file that cannot or must not be written.
+
+    ``path`` (given as ``flag``) must not be a folder, nor an existing device, FIFO or socket
+    (the write would replace it), nor the same file as one of ``inputs`` (``(flag, path)`` of
+    the files the command reads: same path or, through links, same file); the nearest folder
+    that exists on its way must let a file be created. ``beside``: names of the files written
+    next to it (``metrics.json``), checked alike.
+    """
+    from autodeuq.fileio import refuse_special
+
     if path.is_dir():
         raise CLIError(f"{flag} {path}: is a directory; give a file name")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise CLIError(f"{flag} {path}: {parent} is not a directory")
-            break
+    for target in (path, *(path.parent / name for name in beside)):
+        try:
+            refuse_special(target)
+        except OSError as exc:
+            where = "" if target == path else f" (writes {target.name} beside it): {target}"
+            raise CLIError(f"{flag} {path}{where}: {exc.strerror}") from None
+        for input_flag, given in inputs:
+            if given is not None and _same_file(target, Path(given)):
+                raise CLIError(f"{flag} {path}: is the same file as {input_flag} {given}; writing it would replace "
+                               f"the input: give another output path")
+    _check_writable_folder(_nearest_folder(path, flag), f"{flag} {path}")
+
+
+def _nearest_folder(path: Path, flag: str) -> Path:
+    """The nearest existing folder on the way to ``path`` (where its missing folders will be made)."""
+    folder = next(parent for parent in path.parents if parent.exists() or parent == Path(parent.anchor or "."))
+    if not folder.is_dir():
+        raise CLIError(f"{flag} {path}: {folder} is not a directory")
+    return folder
+
+
+def _check_run_dir(run_dir: str | None) -> None:
+    """Refuse, before any work, a ``--run-dir`` that is not a folder or lies where no folder can
+    be made (``None``: the default under ``runs/``)."""
+    path = Path(run_dir or "runs")
+    if path.exists():
+        if path.is_dir():  # anything else: the catalog's own message, which says what to do
+            _check_writable_folder(path, f"--run-dir {path}")
+        return
+    _check_writable_folder(_nearest_folder(path, "--run-dir"), f"--run-dir {path}")
+
+
+def _inputs(args) -> list[tuple[str, str | None]]:
+    """(flag, path) of the table files a command reads."""
+    return [(flag, getattr(args, flag[2:], None)) for flag in ("--data", "--valid", "--test")]
+
+
+def _say_foreign_catalog(manifest: Path, ensemble) -> None:
+    """One line when a manifest lying in a run directory predicts with another run directory's
+    catalog (a manifest copied or edited by hand, say): the networks are not that folder's."""
+    from autodeuq.catalog.schema import DB_NAME
+
+    run_dir = getattr(ensemble, "run_dir", None)
+    folder = manifest.parent.resolve()
+    if run_dir is not None and (folder / DB_NAME).exists() and Path(run_dir).resolve() != folder:
+        print(f"autodeuq: note: {manifest} predicts with the networks of the catalog in {run_dir}, not with the "
+              f"catalog beside it", file=sys.stderr)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file: the same absolute path, or the same inode (links)."""
+    import os
+
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def _check_writable_folder(folder: Path, what: str) -> None:
+    """Create and remove a probe file in ``folder``: a folder where no file can be made (read-only,
+    ``/proc``, no permission) fails here, before any work, instead of after the search."""
+    import os
+    import secrets
+
+    from autodeuq.fileio import TEMP_SUFFIX, os_reason
+
+    probe = folder / f".autodeuq-probe.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError as exc:
+        raise CLIError(f"{what}: cannot create a file in {folder}: {os_reason(exc)}") from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
 
 
 def _os_error(exc: OSError) -> CLIError:
@@ -264,7 +355,7 @@ def cmd_ensemble(args, run_dir=None, deadline=None, config=None, search=None):
     config = config or _configs(args, EnsembleConfig)[0]
     run_dir = Path(run_dir or args.run_dir)
     out = Path(args.out) if args.out else run_dir / "ensemble.json"
-    _check_out(out, "--out")
+    _check_out(out, "--out", inputs=_inputs(args), beside=("metrics.json",))
     with warnings.catch_warnings(record=True) as caught:  # shown after the report's lines
         try:
             report = build_and_report(run_dir, config, test_file=getattr(args, "test", None), manifest=out,
@@ -279,14 +370,20 @@ def cmd_ensemble(args, run_dir=None, deadline=None, config=None, search=None):
     if report.ensemble.calibration is not None:
         why = (report.ensemble.selection or {}).get("calibration", "recalibrated")
         if report.ensemble.scale is None:
-            print(f"{why}; members' logits / temperature {report.ensemble.temperature:.3g}")
+            print(f"{why}; members' logits / temperature {factor_text(report.ensemble.temperature)}")
         else:
-            scale = ", ".join(f"{c:.3g}" for c in report.ensemble.scale)
+            scale = ", ".join(factor_text(c) for c in report.ensemble.scale)
             print(f"{why}; predictive std x {scale} (per target)")
     print(f"ensemble: {report.ensemble}")
     print(f"wrote {out}, {out.parent / 'metrics.json'}")
     for plot in report.plots:
         print(f"wrote {plot}")
+
+
+def factor_text(value: float) -> str:
+    """A recalibration factor to 3 significant digits, trailing zeros kept: 0.99975 is "1.00", not "1"
+    (which reads as "left unchanged")."""
+    return format(float(value), "#.3g")
 
 
 def _interval_levels(levels) -> list[tuple[float, str]]:
@@ -336,16 +433,20 @@ def cmd_predict(args):
         except ParameterError as exc:
             raise CLIError(f"--set {exc.requirement}, got {args.set_level}") from None
     out = Path(args.out)
-    _check_out(out, "--out")
+    manifest = Path(args.ensemble) / "ensemble.json" if Path(args.ensemble).is_dir() else Path(args.ensemble)
+    _check_out(out, "--out", inputs=[*_inputs(args), ("--ensemble", manifest)])
     try:
         ensemble = load_ensemble(args.ensemble)
+        _say_foreign_catalog(manifest, ensemble)
         classifier = getattr(ensemble, "labels", None) is not None
         if classifier and levels:
             raise CLIError("--interval: a classifier has no intervals; its prediction sets are --set LEVEL")
         if not classifier and args.set_level is not None:
             raise CLIError("--set: prediction sets are a classifier's; a regression ensemble has --interval LEVEL")
         # Columns are matched by name; target columns, when present, are ignored.
-        x = read_table(args.data)
+        x = read_table(args.data, targets=False)
+        if Path(args.data).suffix.lower() == ".npz" and x.shape[1] == len(ensemble.columns):
+            x.columns = ensemble.columns  # an array's columns are the model's features, in order
         ids, features = _split_id_column(x, ensemble, args.id_column, str(args.data))
         # The mixture once, for the moments and the intervals alike.
         # Rows with unseen categories: an UnseenCategoryWarning, one line on stderr like every AutoDEUQWarning.
@@ -453,8 +554,10 @@ def cmd_run(args):
 
     started = time.monotonic()
     table, search, ensemble = _configs(args, TableConfig, SearchConfig, EnsembleConfig)  # all before the search
+    # Every output location before any work: the run directory, the manifest and metrics.json.
+    _check_run_dir(search.run_dir)
     if args.out:
-        _check_out(Path(args.out), "--out")
+        _check_out(Path(args.out), "--out", inputs=_inputs(args), beside=("metrics.json",))
     # --timeout bounds the whole run: the search stops early enough for the ensemble step, whose
     # refit retrains only the members that fit in what is left.
     run_dir = cmd_search(args, timeout=search_timeout(search.timeout), configs=(table, search))

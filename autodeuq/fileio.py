@@ -17,6 +17,7 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 from pathlib import Path
 
 from .errors import AutoDEUQError
@@ -84,6 +85,25 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def refuse_special(path: str | Path) -> None:
+    """Raise ``OSError`` (naming ``path``) when ``path`` exists and is neither a regular file nor a
+    symbolic link: a device, a FIFO, a socket or a folder is never replaced by a file (a rename
+    over ``/dev/full`` run as root would replace the device; over a FIFO, its reader would get
+    nothing)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # nothing there to replace
+        return
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    kind = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO",
+            stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(mode), "not a regular file")
+    raise OSError(errno.EEXIST, f"exists and is {kind}, not a regular file; refusing to replace it "
+                                f"(give the path of a regular file)", str(path))
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -133,18 +153,26 @@ def replace_files(files) -> None:
     """:func:`replace_file` for several ``(path, data)`` at once: each file written and fsynced,
     renamed, then each folder fsynced once (not once per file). Each file is replaced atomically;
     when one fails, the ones before it may already be replaced."""
+    files = list(files)
+    for path, _ in files:
+        refuse_special(path)
     temps = []
+    path = None
     try:
         for path, data in files:
             temps.append((_write_temp(path, data), path))
         for tmp, path in temps:
             _publish(tmp, path)
         for folder in dict.fromkeys(path.parent for _, path in temps):
+            path = folder
             _fsync_dir(folder)
-    except BaseException:
+    except BaseException as exc:
         for tmp, _ in temps:
             with contextlib.suppress(OSError):  # gone already when its rename succeeded
                 tmp.unlink()
+        if isinstance(exc, OSError) and exc.filename is None and path is not None:
+            # os.write and os.fsync name no file: "No space left on device" alone does not say where
+            raise OSError(exc.errno, os_reason(exc), str(path)) from None
         raise
 
 
