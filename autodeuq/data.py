@@ -184,8 +184,11 @@ class Dataset:
 
 
 # --------------------------------------------------------------------------- reading files
-def read_table(path: str | Path):
-    """Read a CSV, Parquet or ``.npz`` file into a pandas DataFrame."""
+def read_table(path: str | Path, targets: bool = True):
+    """Read a CSV, Parquet or ``.npz`` file into a pandas DataFrame.
+
+    ``targets``: whether an ``.npz`` file must hold the array ``y`` beside ``X`` (a table to
+    predict from needs only ``X``)."""
     import pandas as pd
 
     path = Path(path)
@@ -196,7 +199,7 @@ def read_table(path: str | Path):
     suffix = path.suffix.lower()
     try:
         if suffix == ".npz":
-            return _npz_frame(path)
+            return _npz_frame(path, targets)
         if suffix in (".parquet", ".pq"):
             frame = pd.read_parquet(path)
             header = [str(c) for c in frame.columns]
@@ -233,15 +236,18 @@ def _check_unique_names(columns, source: str) -> None:
         raise DataError(f"{source}: duplicate column name(s): {shown}; every column needs its own name")
 
 
-def _npz_frame(path: Path):
+def _npz_frame(path: Path, targets: bool = True):
     import pandas as pd
 
     try:
         with np.load(path, allow_pickle=False) as npz:
-            missing = [k for k in ("X", "y") if k not in npz.files]
+            wanted = ("X", "y") if targets else ("X",)
+            missing = [k for k in wanted if k not in npz.files]
             if missing:
-                raise DataError(f"{path}: .npz must hold arrays 'X' and 'y'; missing {missing} (has {npz.files})")
-            x, y = npz["X"], npz["y"]
+                raise DataError(f"{path}: .npz must hold arrays {' and '.join(map(repr, wanted))}; missing {missing} "
+                                f"(has {npz.files})")
+            x = npz["X"]
+            y = npz["y"] if "y" in npz.files else np.empty((len(x), 0))
     except DataError:
         raise
     except Exception as exc:  # noqa: BLE001

@@ -468,6 +468,31 @@ def coverage(means, variances, weights, y, level):
     return np.mean(_pit_distance(means, variances, weights, y) <= level, axis=0)
 
 
+def gaussian_coverage(y, mean, var, level):
+    """Fraction of observations inside ``mean ± z std``, the central ``level`` interval of the
+    moment-matched Gaussian (``z = 1.645`` for 0.9): the interval most users and peers report.
+
+    Parameters
+    ----------
+    y, mean, var : array_like, shape (n, T)
+        Observations, predictive mean and total predictive variance.
+    level : float
+        Nominal coverage, in (0, 1).
+
+    Returns
+    -------
+    ndarray, shape (T,)
+
+    Examples
+    --------
+    >>> gaussian_coverage(np.array([[0.0], [1.0], [3.0]]), np.zeros((3, 1)), np.ones((3, 1)), 0.9)
+    array([0.66666667])
+    """
+    y, mean, var = _check_gaussian(y, mean, var)
+    z = ndtri(0.5 + check_level(level) / 2)
+    return np.mean(np.abs(y - mean) <= z * np.sqrt(var), axis=0)
+
+
 def calibration_curve(means, variances, weights, y, levels=None):
     """Observed against expected coverage of central intervals.
 
@@ -544,7 +569,9 @@ def evaluate(means, variances, weights, y):
     -------
     dict
         Keys ``nll``, ``nll_gaussian`` (NLL of the moment-matched Gaussian), ``rmse``,
-        ``mae``, ``crps``, ``coverage_50``, ``coverage_90``, ``coverage_95``,
+        ``mae``, ``crps``, ``coverage_50``, ``coverage_90``, ``coverage_95`` (central intervals of
+        the mixture, from its quantiles), ``coverage_gaussian_50``, ``coverage_gaussian_90``,
+        ``coverage_gaussian_95`` (mean ± z std of the moment-matched Gaussian, e.g. z = 1.645 for 0.9),
         ``miscalibration_area``, ``sharpness``; each value is
         ``{"per_target": [float, ...], "mean": float}`` with plain Python floats.
 
@@ -566,6 +593,9 @@ def evaluate(means, variances, weights, y):
         "coverage_50": coverage(means, variances, weights, y, 0.50),
         "coverage_90": coverage(means, variances, weights, y, 0.90),
         "coverage_95": coverage(means, variances, weights, y, 0.95),
+        "coverage_gaussian_50": gaussian_coverage(y, mean, total, 0.50),
+        "coverage_gaussian_90": gaussian_coverage(y, mean, total, 0.90),
+        "coverage_gaussian_95": gaussian_coverage(y, mean, total, 0.95),
         "miscalibration_area": miscalibration_area(means, variances, weights, y),
         "sharpness": sharpness(total),
     }

@@ -353,7 +353,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("id_column", "table", None, Text(), "a row identifier: not a feature; 'autodeuq predict' copies it into "
            "its output", metavar="COL"),
     Option("drop_missing_target", "table", False, Boolean(), "leave out the rows whose target is missing (of the "
-           "training and validation rows), and say how many, instead of refusing the table"),
+           "training, validation and test tables: a test row without a target cannot be scored), and say how many "
+           "per table, instead of refusing the table"),
     Option("task", "table", "auto", OneOf(labels.TASKS),
            "what the target is: auto (classification for a target of text, booleans or categories, regression for "
            "numbers; the run's first line says which and why), regression, classification (one target column "

@@ -18,8 +18,8 @@ from autodeuq.ensemble.classifier import ClassifierEnsemble
 from autodeuq.fileio import atomic_write, refuse_linked_folders
 from autodeuq.result import Status
 
-TABLE_METRICS = ("nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_95",
-                 "miscalibration_area", "sharpness")
+TABLE_METRICS = ("nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_gaussian_90",
+                 "coverage_95", "miscalibration_area", "sharpness")
 CLASSIFICATION_TABLE_METRICS = ("log_loss", "accuracy", "balanced_accuracy", "brier", "ece",
                                 "auroc_misclassified_total_entropy", "auroc_misclassified_epistemic_mi")
 #: The uncertainties of a classifier's prediction that metrics.json scores for flagging misclassified rows.

@@ -212,7 +212,8 @@ def test_evaluate_is_consistent_and_json_serializable():
     scores = metrics.evaluate(means, variances, weights, y)
     assert set(scores) == {
         "nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90",
-        "coverage_95", "miscalibration_area", "sharpness",
+        "coverage_95", "coverage_gaussian_50", "coverage_gaussian_90", "coverage_gaussian_95",
+        "miscalibration_area", "sharpness",
     }  # fmt: skip
     json.dumps(scores)
     for value in scores.values():

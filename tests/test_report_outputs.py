@@ -306,7 +306,7 @@ def test_a_refit_that_would_overrun_the_time_limit_keeps_the_original_networks(r
     with pytest.warns(refit_module.RefitTimeWarning, match=f"no time left under the time limit \\({slow}\\)"):
         partly, line = refit_module.refit_selected(ens, x, y, True, deadline=time.monotonic() + 3600)
     assert partly.selection["refit"]["out_of_time"] == [slow] and slow not in partly.refitted_ids
-    assert f"{slow} (no time left under the time limit)" in line
+    assert f"no time left to retrain member(s) {slow}" in line
 
 
 def test_predictions_trace_once_per_ensemble_without_retracing_warnings(reported):

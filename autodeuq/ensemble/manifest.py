@@ -221,12 +221,37 @@ def _load_self_contained(path: Path, manifest: dict) -> Ensemble:
         models[entry_id] = _member_file(path, k, member, name, "model file", "the ensemble folder")
     selection, calibration = _selection_and_calibration(path, manifest)
     labels = _manifest_labels(path, manifest.get("labels"), targets)
+    if labels is None:
+        _check_target_count(path, models, targets)
     source = ExportedMembers(folder, models, features, targets, standardization, preprocessor, labels)
     try:
         return ensemble_class("regression" if labels is None else "classification")(
             source, ids, weights, selection=selection, calibration=calibration)
     except ValueError as exc:
         raise ManifestError(f"{path}: {exc}") from None
+
+
+def _check_target_count(path: Path, models: dict[int, bytes], targets: list[str]) -> None:
+    """Refuse a regression manifest whose ``targets`` do not match its members' Gaussian heads
+    (an edited manifest): found here, before any network is built, not after the prediction."""
+    for entry_id, data in models.items():
+        heads = [layer.get("config", {}).get("n_targets") for layer in _layers(checked_keras_config(data, str(path)))
+                 if layer.get("class_name") == "GaussianHead"]
+        if heads and heads[0] != len(targets):
+            raise ManifestError(f"{path}: 'targets' names {len(targets)} target(s) {targets}, but member {entry_id} "
+                                f"predicts {heads[0]}: the manifest does not match its members")
+
+
+def _layers(config):
+    """Every layer record (a dict with ``class_name`` and ``config``) in a Keras config, depth first."""
+    if isinstance(config, dict):
+        if "class_name" in config and isinstance(config.get("config"), dict):
+            yield config
+        for value in config.values():
+            yield from _layers(value)
+    elif isinstance(config, list):
+        for value in config:
+            yield from _layers(value)
 
 
 def _manifest_labels(path: Path, recorded, targets: list[str]):

@@ -437,10 +437,11 @@ class Ensemble:
 
     def _member_outputs(self, x, *, source: str = "X", encoded: bool = False) -> np.ndarray:
         """Every member's network output on ``x`` (checked finite), shape (n_members, n, outputs)."""
-        import tensorflow as tf
-
+        # The table is checked before anything heavy is imported or loaded (TensorFlow, the members).
         x = encode_inputs(x, self.feature_names, target_names=self.target_names, preprocessor=self.preprocessor,
                           standardization=self.source.standardization, source=source, encoded=encoded)
+        import tensorflow as tf
+
         if self._predict_fn is None:
             # One graph runs all members on the same batch, so TensorFlow executes them together.
             # Traced once per ensemble, for any number of rows (the signature's batch size is None).

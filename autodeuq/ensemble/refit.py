@@ -93,7 +93,7 @@ def should_refit(refit, n_rows: int) -> tuple[bool, str]:
     if data.is_small(n_rows):
         return True, f"refit: {n_rows} training and validation rows (auto: at most {limit})"
     return False, (f"not refitted: {n_rows} training and validation rows, more than the {limit} up to which "
-                   f"refitting is on by default (ask for it to refit anyway)")
+                   f"refitting is on by default (refit=True, --refit on the command line, refits anyway)")
 
 
 def check_refit(refit) -> None:
@@ -334,13 +334,15 @@ def refit_selected(ensemble: Ensemble, x, y, when="auto", *, deadline: float | N
         refitted = refit(ensemble, x, y, threads=threads, deadline=deadline, evaluator=evaluator,
                          evaluator_options=evaluator_options)
         info = refitted.selection["refit"]
-        kept = [f"{i} (its retraining failed: it fits the rows clearly worse)" for i in info["kept_original"]]
-        kept += [f"{i} (no time left under the time limit)" for i in info["out_of_time"]]
         at_once = f", {info['parallel']} at a time" if info.get("parallel", 1) > 1 else ""
         line = (f"{why}; {len(info['epochs'])} of {len(ensemble.member_ids)} member(s) retrained on {info['rows']} "
                 f"rows in {info['seconds']:.1f} s{at_once}")
-        if kept:
-            line += f"; kept their original network: {', '.join(kept)}"
+        if info["kept_original"]:  # a safeguard that worked, not an error: one clause for all of them
+            line += (f"; the search's network kept for member(s) {', '.join(map(str, info['kept_original']))}, whose "
+                     f"retrained network fitted the rows clearly worse (--no-refit / refit=False keeps every "
+                     f"member's)")
+        if info["out_of_time"]:
+            line += f"; no time left to retrain member(s) {', '.join(map(str, info['out_of_time']))}"
         if info["out_of_time"]:
             warnings.warn(f"{len(info['out_of_time'])} ensemble member(s) not refitted: no time left under the time "
                           f"limit ({', '.join(map(str, info['out_of_time']))})", RefitTimeWarning, stacklevel=2)
