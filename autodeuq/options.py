@@ -433,9 +433,11 @@ OPTIONS: tuple[Option, ...] = (
            "there. iepoch: every evaluation of the search trains {iepoch_epochs} epochs, then the "
            "{iepoch_top_k} best configurations are trained to the full budget"),
     Option("discard_budget", "search", 600.0, Real(0, _TEN_YEARS),
-           "seconds of search above which {early_discarding} auto turns successive halving on: the time so far "
-           "plus the median training time for each evaluation left, divided among the workers, projected once "
-           "two rounds of trainings (at least 4) have finished and again after each later one", metavar="S",
+           "seconds of search above which {early_discarding} auto turns successive halving on: the trainings' "
+           "seconds so far plus their median for each evaluation left, divided among the workers, projected once "
+           "two rounds of trainings (at least 4) have finished and again after each later one. The seconds are "
+           "modelled from each training's epochs, steps, batch size and parameters on a reference machine, never "
+           "timed, so the decision does not depend on the machine's load", metavar="S",
            applies=lambda v: v["early_discarding"] == "auto"),
     Option("sha_min_epochs", "search", "auto", Integer(1, 10**5, auto=True),
            f"first rung of successive halving; auto: 3 up to {SMALL_DATA_ROWS} training + validation rows, else 1 "

@@ -250,7 +250,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
         if on_start is not None:
             on_start(runner)
         scheduler = (Scheduler(by_cost=DiscardByCost(rule, budget_s=c.discard_budget,
-                                                     after=decide_after(runner.n_slots)))
+                                                     after=decide_after(runner.n_slots), rows=len(dataset.x_train)))
                      if policy == "cost" else Scheduler(rule))
         return run_search(space, dataset, runner, run_dir, search=c.search, search_options=search_options,
                           max_evals=c.max_evals, seed=seed, new_run=c.new_run, progress=c.progress, log=log,

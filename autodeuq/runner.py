@@ -474,6 +474,8 @@ class _SearchSession:
         self.verdicts: dict[int, str | None] = {}  # failure reason the catalog will record (None: done)
         self.session_reasons: list[str | None] = []  # the same, for each result recorded by this call
         self.durations: list[float] = []  # wall seconds of the evaluations finished in this call
+        # (epochs, batch size, parameters) of the same: what early discarding's decision is modelled from
+        self.trainings: list[tuple[int, int, int]] = []
         # Entry id of each configuration told to the searcher (the last one of equal configurations):
         # where a mutated child's parent is found.
         self.entries: dict[tuple, int] = dict(entries or {})
@@ -570,9 +572,8 @@ class _SearchSession:
             self.busy += max(0.0, result.end_time - max(result.start_time, self.started))
         self.progress(len(batch))
         if self.scheduler is not None:
-            line = self.scheduler.after_record(self.evaluator, self.writer, self.durations,
-                                               remaining=self.max_evals - self.writer.n_finished,
-                                               elapsed=time.time() - self.started)
+            line = self.scheduler.after_record(self.evaluator, self.writer, self.trainings,
+                                               remaining=self.max_evals - self.writer.n_finished)
             if line is not None and self.log is not None:
                 self.log(line)
 
@@ -600,6 +601,7 @@ class _SearchSession:
             self.verdicts[i] = _recorded_reason(self.writer, r)
             if r.end_time > r.start_time > 0:
                 self.durations.append(r.end_time - r.start_time)
+            self.trainings.append((int(r.epochs), int(self.configs[i]["hp"]["batch_size"]), int(r.n_params)))
         self.searcher.tell([(self.configs[i], None if self.verdicts[i] else objective_of(r)) for i, r in finished])
         self.entries.update((config_key(self.configs[i]), i) for i, _ in finished)
         self.unrecorded.extend(finished)

@@ -8,15 +8,19 @@ evaluator's handle (the rule itself in-process, a Ray actor on Ray); it teaches 
 catalog's histories; and after each recorded result it lets the scheduler change the rule.
 
 With ``early_discarding="auto"``, a search starts without discarding. Once its first trainings
-have finished, the driver projects the time of the whole search on the workers at hand (the time
-spent so far, plus the median training time for each evaluation left, divided among the
-workers), and projects it again after every later result while the search runs without
-discarding. When a projection exceeds the budget (``discard_budget``, seconds), asynchronous
-successive halving (:class:`autodeuq.discard.SuccessiveHalving`) rules the trainings submitted
-from then on; its rungs first learn what the finished trainings reported at them. The first
-decision and a later switch are recorded in the catalog. A resumed search keeps successive
-halving once it is on; one that ran without decides again from its own trainings (resumed to a
-larger budget, it may cost more than the search that decided).
+have finished, the driver projects the time of the whole search on the workers at hand (the
+modelled seconds of the trainings so far, plus their median for each evaluation left, divided
+among the workers), and projects it again after every later result while the search runs without
+discarding. A training's seconds are modelled from what it did, never timed
+(:func:`training_cost`: its epochs, steps, batch size and parameters, at rates measured once on a
+reference machine), so the same command and seed decide the same on an idle and on a loaded
+machine, on a fast one and on a slow one; the decision records the measure it used. When a
+projection exceeds the budget (``discard_budget``, modelled seconds), asynchronous successive
+halving (:class:`autodeuq.discard.SuccessiveHalving`) rules the trainings submitted from then on;
+its rungs first learn what the finished trainings reported at them. The first decision and a
+later switch are recorded in the catalog. A resumed search keeps successive halving once it is
+on; one that ran without decides again from its own trainings (resumed to a larger budget, it
+may cost more than the search that decided).
 
 A table is not judged by its row count: a search of a large table on many workers can be cheap,
 one of a few thousand rows with wide networks on two cores is not.
@@ -27,7 +31,33 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DiscardByCost", "Scheduler", "decide_after"]
+__all__ = ["DiscardByCost", "Scheduler", "decide_after", "training_cost"]
+
+#: The reference machine's seconds per training step, per example x parameter of a step and per
+#: epoch (a 2-core AMD EPYC, one thread per training; fitted on the 72 trainings of three searches,
+#: docs/decisions/early-discarding.md). A rate of the machine, not of its load: the projection is
+#: in these seconds whatever the machine is doing.
+STEP_SECONDS = 1.24e-4
+SAMPLE_PARAM_SECONDS = 1.19e-10
+EPOCH_SECONDS = 4.7e-3
+#: What the decision records as its measure.
+MEASURE = "modelled seconds (epochs, steps, batch size and parameters; not timed)"
+
+
+def training_cost(epochs: int, rows: int, batch_size: int, n_params: int) -> float:
+    """The modelled seconds of a training of ``epochs`` epochs over ``rows`` training rows in
+    batches of ``batch_size``, of a network of ``n_params`` parameters, on the reference machine.
+
+    >>> round(training_cost(10, 1000, 32, 10_000), 3)   # 320 steps of 32 x 10,000 products
+    0.099
+    >>> training_cost(0, 1000, 32, 10_000)  # a training that failed before its first epoch
+    0.0
+    """
+    if epochs <= 0:
+        return 0.0
+    steps = epochs * -(-int(rows) // max(int(batch_size), 1))
+    return (epochs * EPOCH_SECONDS
+            + steps * (STEP_SECONDS + min(int(batch_size), int(rows)) * n_params * SAMPLE_PARAM_SECONDS))
 
 
 def _median(ordered: list) -> float:
@@ -47,8 +77,9 @@ def decide_after(slots: int) -> int:
 @dataclass
 class DiscardByCost:
     """The decision of ``early_discarding="auto"``: ``rule`` (the successive halving to turn on)
-    when the search is projected to take more than ``budget_s`` seconds, first decided after
-    ``after`` finished trainings, then reviewed after each later one while the rule is off.
+    when the search is projected to take more than ``budget_s`` modelled seconds
+    (:func:`training_cost`, over ``rows`` training rows), first decided after ``after`` finished
+    trainings, then reviewed after each later one while the rule is off.
 
     ``decision`` is None until then, then what :meth:`decide` found last (recorded in the catalog).
     """
@@ -56,36 +87,33 @@ class DiscardByCost:
     rule: Any
     budget_s: float
     after: int
+    rows: int
     decision: dict | None = field(default=None)
-    _sorted: list = field(default_factory=list, repr=False)  # the durations seen, sorted: the median in O(n)
+    _costs: list = field(default_factory=list, repr=False)  # the modelled seconds seen, in order
+    _sorted: list = field(default_factory=list, repr=False)  # the same, sorted: the median in O(n)
 
-    def decide(self, durations, remaining: int, slots: int, elapsed: float) -> bool | None:
+    def decide(self, trainings, remaining: int, slots: int) -> bool | None:
         """Whether the rule is to be on: True when a projection first exceeds the budget, False at
         the first decision when it does not; None while fewer than ``after`` trainings have
-        finished (``durations``: their wall seconds, in the order they finished), when nothing
-        changed, and once the rule is on. ``remaining``: evaluations left to run, ``slots``:
-        workers, ``elapsed``: seconds the search has run.
+        finished, when nothing changed, and once the rule is on. ``trainings``: ``(epochs,
+        batch_size, n_params)`` of each finished training, in the order they finished;
+        ``remaining``: evaluations left to run; ``slots``: workers.
 
-        >>> cost = DiscardByCost(rule=None, budget_s=600.0, after=2)
-        >>> cost.decide([10.0], remaining=98, slots=2, elapsed=12.0) is None
+        >>> cost = DiscardByCost(rule=None, budget_s=600.0, after=2, rows=1000)
+        >>> cost.decide([(100, 32, 100_000)], remaining=98, slots=2) is None
         True
-        >>> cost.decide([10.0, 30.0], remaining=98, slots=2, elapsed=32.0)  # 32 + 20 * 98 / 2 = 1012 s
-        True
-        >>> cost.decision["projected_s"], cost.decide([1.0] * 3, 1, 2, 1.0)
-        (1012.0, None)
-        >>> cost = DiscardByCost(rule=None, budget_s=600.0, after=2)
-        >>> cost.decide([1.0, 1.0], remaining=98, slots=2, elapsed=2.0)  # 2 + 1 * 98 / 2 = 51 s
+        >>> cost.decide([(100, 32, 100_000)] * 2, remaining=98, slots=2)  # 2.09 s each: (2 + 98) * 2.09 / 2
         False
-        >>> cost.decide([1.0, 1.0, 30.0], remaining=97, slots=2, elapsed=40.0) is None  # median 1 s: 88.5 s
+        >>> cost.decision["projected_s"], cost.decision["measure"].split(" (")[0]
+        (104.3, 'modelled seconds')
+        >>> cost.decide([(100, 32, 100_000)] * 2 + [(200, 1, 100_000)] * 3, remaining=95, slots=2)
         True
-        >>> cost.decide([1.0, 1.0, 30.0, 30.0, 30.0], remaining=95, slots=2, elapsed=100.0)  # 100 + 30 * 95 / 2
-        True
-        >>> cost.decision
-        {'policy': 'sha', 'projected_s': 1525.0, 'budget_s': 600.0, 'after_trainings': 5}
+        >>> cost.line()[:67]
+        'successive halving turned on: the search was projected to take 1380'
         """
         if self.decision is not None and self.decision["policy"] == "sha":
             return None
-        projected = self.projection(durations, remaining, slots, elapsed)
+        projected = self.projection(trainings, remaining, slots)
         if projected is None:
             return None
         on = projected > self.budget_s
@@ -93,19 +121,22 @@ class DiscardByCost:
             return None  # still within the budget
         first = self.decision is None
         self.decision = {"policy": "sha" if on else "none", "projected_s": round(projected, 1),
-                         "budget_s": float(self.budget_s), "after_trainings": len(self._sorted)}
+                         "budget_s": float(self.budget_s), "after_trainings": len(self._sorted), "measure": MEASURE}
         return True if on else (False if first else None)
 
-    def projection(self, durations, remaining: int, slots: int, elapsed: float) -> float | None:
-        """The whole search's projected seconds (arguments as :meth:`decide`'s): ``elapsed`` plus
-        the median of ``durations`` for each evaluation left, divided among the ``slots``; None
-        while fewer than ``after`` trainings have finished. ``durations`` only grows between
-        calls: the ones not seen before are added to a sorted copy."""
-        for d in durations[len(self._sorted):]:
-            bisect.insort(self._sorted, float(d))
+    def projection(self, trainings, remaining: int, slots: int) -> float | None:
+        """The whole search's projected seconds (arguments as :meth:`decide`'s): the modelled
+        seconds of the finished trainings, plus their median for each evaluation left, divided
+        among the ``slots``; None while fewer than ``after`` trainings have finished.
+        ``trainings`` only grows between calls: the ones not seen before are added."""
+        for epochs, batch_size, n_params in trainings[len(self._costs):]:
+            cost = training_cost(epochs, self.rows, batch_size, n_params)
+            self._costs.append(cost)
+            bisect.insort(self._sorted, cost)
         if len(self._sorted) < self.after:
             return None
-        return float(elapsed) + _median(self._sorted) * max(int(remaining), 0) / max(int(slots), 1)
+        slots = max(int(slots), 1)
+        return (sum(self._costs) + _median(self._sorted) * max(int(remaining), 0)) / slots
 
     def line(self) -> str:
         """What was decided, for the user."""
@@ -149,14 +180,16 @@ class Scheduler:
         if writer.n_finished:
             _replay(evaluator, writer)
 
-    def after_record(self, evaluator, writer, durations, remaining: int, elapsed: float) -> str | None:
+    def after_record(self, evaluator, writer, trainings, remaining: int) -> str | None:
         """Take or review the decision of ``auto`` once it can be taken: turn successive halving on
         for the trainings ``evaluator`` starts next when the search is projected over budget, and
-        record each decision in the catalog; the line saying so, or None when nothing changed."""
+        record each decision in the catalog; the line saying so, or None when nothing changed.
+        ``trainings``: ``(epochs, batch_size, n_params)`` of each training finished so far
+        (:meth:`DiscardByCost.decide`)."""
         cost = self.by_cost
         if cost is None:
             return None
-        on = cost.decide(durations, remaining=remaining, slots=evaluator.n_slots, elapsed=elapsed)
+        on = cost.decide(trainings, remaining=remaining, slots=evaluator.n_slots)
         if on is None:
             return None
         if on:

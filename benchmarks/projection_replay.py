@@ -2,8 +2,9 @@
 
 For each catalog, the finished trainings are fed in the order they ended to the driver's own
 decision (:class:`autodeuq.scheduler.DiscardByCost`, the budget and the number of workers given
-here), with the time each ended since the first was submitted as the search's elapsed time. Per
-catalog, the script prints:
+here), which projects from each training's modelled seconds (its epochs, steps, batch size and
+parameters); the time each ended since the first was submitted is shown beside. Per catalog, the
+script prints:
 
 - the search's time (the last end, from the first submission) and how many trainings it
   discarded;
@@ -32,31 +33,35 @@ from autodeuq.catalog import Catalog  # noqa: E402
 from autodeuq.scheduler import DiscardByCost, decide_after  # noqa: E402
 
 
-def finished_trainings(frame) -> list[tuple[float, float, str]]:
-    """``(seconds since the first submission when it ended, its wall seconds, status)`` of each
-    finished training, in the order they ended."""
+def finished_trainings(frame) -> list[tuple]:
+    """``(seconds since the first submission when it ended, its wall seconds, status, epochs,
+    batch size, parameters)`` of each finished training, in the order they ended."""
     frame = frame[frame["end_time"].notna() & (frame["end_time"] > 0)]
     start = float(frame["submit_time"].min())
-    rows = sorted(zip(frame["end_time"].astype(float) - start, frame["wall_time"].astype(float), frame["status"]))
-    return [(float(e), float(w), str(s)) for e, w, s in rows]
+    rows = sorted(zip(frame["end_time"].astype(float) - start, frame["wall_time"].astype(float), frame["status"],
+                      frame["epochs"].fillna(0).astype(int), frame["batch_size"].fillna(1).astype(int),
+                      frame["n_params"].fillna(0).astype(int)))
+    return [(float(e), float(w), str(s), int(ep), int(b), int(p)) for e, w, s, ep, b, p in rows]
 
 
-def replay(trainings, max_evals: int, budget_s: float, workers: int) -> dict:
-    """The decisions that ``DiscardByCost`` takes on ``trainings`` (:func:`finished_trainings`):
-    ``first`` (the first decision), ``switch`` (the decision that turned successive halving on,
-    or None) and ``largest_s`` (the largest projection while it was off)."""
-    cost = DiscardByCost(rule=None, budget_s=budget_s, after=decide_after(workers))
-    durations, first, switch, largest = [], None, None, 0.0
-    for ended, seconds, _ in trainings:
-        durations.append(seconds)
-        on = cost.decide(durations, remaining=max_evals - len(durations), slots=workers, elapsed=ended)
+def replay(trainings, max_evals: int, budget_s: float, workers: int, rows: int) -> dict:
+    """The decisions that ``DiscardByCost`` takes on ``trainings`` (:func:`finished_trainings`) of a
+    search over ``rows`` training rows: ``first`` (the first decision), ``switch`` (the decision that
+    turned successive halving on, with the search's timed seconds then, or None) and ``largest_s``
+    (the largest projection while it was off). The decisions use the modelled seconds of the
+    trainings (:func:`autodeuq.scheduler.training_cost`), never the timed ones."""
+    cost = DiscardByCost(rule=None, budget_s=budget_s, after=decide_after(workers), rows=rows)
+    done, first, switch, largest = [], None, None, 0.0
+    for ended, _, _, epochs, batch_size, n_params in trainings:
+        done.append((epochs, batch_size, n_params))
+        on = cost.decide(done, remaining=max_evals - len(done), slots=workers)
         if cost.decision is not None and first is None:
             first = dict(cost.decision)
         if on:
             switch = {**cost.decision, "elapsed_s": round(ended, 1)}
             break
         if cost.decision is not None:
-            largest = max(largest, cost.projection(durations, max_evals - len(durations), workers, ended))
+            largest = max(largest, cost.projection(done, max_evals - len(done), workers))
     return {"first": first, "switch": switch, "largest_s": largest}
 
 
@@ -72,9 +77,11 @@ def main(argv=None) -> int:
           "| passed the budget after |")
     print("|---|---|---|---|---|---|---|")
     for run_dir in args.run_dirs:
-        trainings = finished_trainings(Catalog(run_dir).to_dataframe())
-        discarded = sum(status == "discarded" for _, _, status in trainings)
-        found = replay(trainings, args.max_evals, args.budget, args.workers)
+        with Catalog(run_dir) as catalog:
+            trainings = finished_trainings(catalog.to_dataframe())
+            rows = (catalog.row_counts() or (0, 0))[0]
+        discarded = sum(t[2] == "discarded" for t in trainings)
+        found = replay(trainings, args.max_evals, args.budget, args.workers, rows)
         first, switch = found["first"], found["switch"]
         if first is None:
             print(f"| {run_dir.name} | {trainings[-1][0] if trainings else 0:.0f} | {discarded} | – | too few "

@@ -1,5 +1,6 @@
 """Early discarding in a search: catalog entries, shared rung records (serial and Ray), resume."""
 import copy
+import os
 import time
 
 import numpy as np
@@ -170,11 +171,48 @@ def test_auto_discards_when_the_first_trainings_project_a_search_over_its_budget
         fill(tmp_path / "cheap", 12, early_discarding="none")
 
 
+def test_auto_decides_the_same_on_an_idle_and_on_a_loaded_machine(tmp_path, setup):
+    # The same command and seed: the same projection and decision, with two processes busy on
+    # every core or not; what the decision was modelled from is recorded with it.
+    import subprocess
+    import sys
+
+    from autodeuq import pipeline
+    from autodeuq.scheduler import MEASURE
+
+    space, data = setup
+
+    def decision(run):
+        config = configure(SearchConfig, search="random", max_evals=5, epochs=4, evaluator="serial", progress=False,
+                           seed=3)
+        pipeline.fill_catalog(space, data, run, config)
+        return Catalog(run).meta["search"]["discarding_decision"]
+
+    idle = decision(tmp_path / "idle")
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        loaded = decision(tmp_path / "loaded")
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert idle == loaded and idle["measure"] == MEASURE and idle["after_trainings"] == 4
+    assert idle["projected_s"] > 0
+
+
 def test_auto_turns_discarding_on_later_when_the_trainings_grow_longer():
     # A search projected within its budget at first is projected again after each result: when
     # the trainings the search turns to later take longer, successive halving goes on from then,
     # its rungs learn what was reported, and each decision is recorded.
-    from autodeuq.scheduler import DiscardByCost, Scheduler
+    from autodeuq.scheduler import (
+        EPOCH_SECONDS,
+        MEASURE,
+        SAMPLE_PARAM_SECONDS,
+        STEP_SECONDS,
+        DiscardByCost,
+        Scheduler,
+        training_cost,
+    )
 
     class Evaluator:
         n_slots, discarder = 2, None
@@ -193,33 +231,43 @@ def test_auto_turns_discarding_on_later_when_the_trainings_grow_longer():
             return [([1.0, 0.9, 0.8], 32), ([2.0, 1.9], 32)]
 
     rule = SuccessiveHalving(min_epochs=1, reduction=3)
-    scheduler = Scheduler(by_cost=DiscardByCost(rule, budget_s=100.0, after=4))
+    # 1,000 rows in batches of 10 (100 steps an epoch) of a 10,000-parameter network: 1 epoch is
+    # 100 x (STEP + 10 x 10,000 x SAMPLE_PARAM) + EPOCH modelled seconds.
+    scheduler = Scheduler(by_cost=DiscardByCost(rule, budget_s=100.0, after=4, rows=1000))
+    epoch = 100 * (STEP_SECONDS + 10 * 10_000 * SAMPLE_PARAM_SECONDS) + EPOCH_SECONDS
+    assert training_cost(1, 1000, 10, 10_000) == pytest.approx(epoch, rel=1e-12)
     evaluator, writer = Evaluator(), Writer()
-    durations, lines = [], []
+    trainings, lines = [], []
 
-    def finish(seconds, elapsed):
-        durations.append(seconds)
-        lines.append(scheduler.after_record(evaluator, writer, durations, remaining=100 - len(durations),
-                                            elapsed=elapsed))
+    def finish(epochs):
+        trainings.append((epochs, 10, 10_000))
+        lines.append(scheduler.after_record(evaluator, writer, trainings, remaining=100 - len(trainings)))
 
-    for k in range(4):
-        finish(1.0, elapsed=1.0 + k)  # 4 + 1 s x 96 / 2 = 52 s: within the budget
-    assert lines[:3] == [None] * 3 and lines[3].startswith("no early discarding: the search is projected to take 52 s")
-    assert writer.recorded == [(None, {"policy": "none", "projected_s": 52.0, "budget_s": 100.0, "after_trainings": 4})]
-    finish(5.0, elapsed=10.0)  # median 1 s: 57.5 s
-    finish(5.0, elapsed=15.0)  # median 1 s: 62 s
-    finish(5.0, elapsed=20.0)  # median 1 s: 66.5 s
+    def projected(costs):  # (the modelled seconds so far + their median x evaluations left) / 2 workers
+        return (sum(costs) + np.median(costs) * (100 - len(costs))) / 2
+
+    small, large = 20, 400  # epochs (an epoch models about 0.018 s): about 18 s projected, then 191 s
+    for _ in range(4):
+        finish(small)
+    budget_line = f"no early discarding: the search is projected to take {projected([small * epoch] * 4):.0f} s"
+    assert lines[:3] == [None] * 3 and lines[3].startswith(budget_line)
+    assert writer.recorded == [(None, {"policy": "none", "projected_s": round(projected([small * epoch] * 4), 1),
+                                       "budget_s": 100.0, "after_trainings": 4, "measure": MEASURE})]
+    for _ in range(3):
+        finish(large)  # the median stays that of the short trainings: within the budget still
     assert lines[4:] == [None] * 3 and evaluator.discarder is None and len(writer.recorded) == 1
-    finish(5.0, elapsed=25.0)  # median 3 s: 25 + 3 x 92 / 2 = 163 s
-    assert lines[-1] == ("successive halving turned on: the search was projected to take 163 s, more than the budget "
-                         "of 100 s (after 8 trainings)")
+    finish(large)  # median now between the two: over the budget
+    costs = [small * epoch] * 4 + [large * epoch] * 4
+    assert projected(costs) > 100.0
+    assert lines[-1] == (f"successive halving turned on: the search was projected to take {projected(costs):.0f} s, "
+                         f"more than the budget of 100 s (after 8 trainings)")
     assert evaluator.discarder is rule and scheduler.rule is rule and scheduler.by_cost is None
-    assert writer.recorded[-1] == (rule.describe(), {"policy": "sha", "projected_s": 163.0, "budget_s": 100.0,
-                                                     "after_trainings": 8})
+    assert writer.recorded[-1] == (rule.describe(), {"policy": "sha", "projected_s": round(projected(costs), 1),
+                                                     "budget_s": 100.0, "after_trainings": 8, "measure": MEASURE})
     # the rungs learned the finished trainings' reports: epoch 1 of both, epoch 3 of the first
     assert rule.records() == {1: [1.0, 2.0], 3: [0.8]}
     # once on, it stays on
-    finish(0.1, elapsed=21.0)
+    finish(1)
     assert lines[-1] is None and len(writer.recorded) == 2
 
 

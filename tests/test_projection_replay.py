@@ -1,30 +1,41 @@
 """benchmarks/projection_replay.py: the decision of early_discarding="auto" replayed on a search's trainings."""
 import pandas as pd
+import pytest
 
+from autodeuq.scheduler import training_cost
 from benchmarks.projection_replay import finished_trainings, replay
 
 
 def test_trainings_are_taken_in_the_order_they_ended_from_the_first_submission():
     frame = pd.DataFrame({"submit_time": [100.0, 100.0, 103.0, 104.0], "end_time": [105.0, 102.0, None, 0.0],
-                          "wall_time": [5.0, 2.0, None, None], "status": ["done", "discarded", "running", "failed"]})
-    assert finished_trainings(frame) == [(2.0, 2.0, "discarded"), (5.0, 5.0, "done")]
+                          "wall_time": [5.0, 2.0, None, None], "status": ["done", "discarded", "running", "failed"],
+                          "epochs": [7, 3, None, 0], "batch_size": [32, 16, 8, 8], "n_params": [100, 200, 300, 400]})
+    assert finished_trainings(frame) == [(2.0, 2.0, "discarded", 3, 16, 200), (5.0, 5.0, "done", 7, 32, 100)]
 
 
 def test_a_search_whose_trainings_grow_longer_passes_the_budget_later():
-    # two workers: 4 trainings of 1 s, then 30 s each; the elapsed time as two workers would see it
-    seconds = [1.0] * 4 + [30.0] * 20
-    ended, trainings = 0.0, []
-    for s in seconds:
-        ended += s / 2
-        trainings.append((ended, s, "done"))
-    found = replay(trainings, max_evals=100, budget_s=600.0, workers=2)
-    assert found["first"] == {"policy": "none", "projected_s": 50.0, "budget_s": 600.0, "after_trainings": 4}
-    # off after 5-7 trainings (median 1 s: 17 + 95 / 2 = 64.5 s, then 79 s, 93.5 s); after 8 the
-    # median is 15.5 s: 62 + 15.5 x 92 / 2 = 775 s
-    assert found["switch"] == {"policy": "sha", "projected_s": 775.0, "budget_s": 600.0, "after_trainings": 8,
-                               "elapsed_s": 62.0}
-    assert found["largest_s"] == 93.5
-    cheap = replay([(t / 10, s / 10, "done") for t, s, _ in trainings], 100, 600.0, 2)
-    assert cheap["switch"] is None and cheap["first"]["policy"] == "none" and cheap["largest_s"] < 600
-    costly = replay(trainings, 100, 10.0, 2)
+    # two workers, 1,000 rows in batches of 10: 4 trainings of 20 epochs, then 20 of 400 epochs; the
+    # timed seconds (second field) play no part in the decision
+    epoch = training_cost(1, 1000, 10, 10_000)
+    epochs = [20] * 4 + [400] * 20
+    trainings = [(float(k), 99.0, "done", e, 10, 10_000) for k, e in enumerate(epochs)]
+
+    def projected(costs):
+        costs = sorted(costs)
+        n = len(costs)
+        median = costs[n // 2] if n % 2 else (costs[n // 2 - 1] + costs[n // 2]) / 2
+        return (sum(costs) + median * (100 - n)) / 2
+
+    found = replay(trainings, max_evals=100, budget_s=100.0, workers=2, rows=1000)
+    first = found["first"]
+    assert first["policy"] == "none" and first["after_trainings"] == 4
+    assert first["projected_s"] == pytest.approx(projected([20 * epoch] * 4), abs=0.05)
+    # off after 5-7 trainings (the median stays the short trainings'); after 8 it passes the budget
+    switch = found["switch"]
+    assert switch["policy"] == "sha" and switch["after_trainings"] == 8 and switch["elapsed_s"] == 7.0
+    assert switch["projected_s"] == pytest.approx(projected([20 * epoch] * 4 + [400 * epoch] * 4), abs=0.05)
+    assert found["largest_s"] == pytest.approx(projected([20 * epoch] * 4 + [400 * epoch] * 3), rel=1e-9)
+    cheap = replay(trainings, 100, 1e6, 2, 1000)
+    assert cheap["switch"] is None and cheap["first"]["policy"] == "none" and cheap["largest_s"] < 1e6
+    costly = replay(trainings, 100, 1.0, 2, 1000)
     assert costly["first"]["policy"] == "sha" and costly["switch"]["after_trainings"] == 4
