@@ -38,6 +38,7 @@ _LAZY = {
     "load_space": "autodeuq.space",
     "DataError": "autodeuq.data",
     "UnseenCategoryWarning": "autodeuq.preprocess",
+    "OutOfRangeWarning": "autodeuq.ensemble.inputs",
 }
 
 

@@ -178,7 +178,10 @@ class Dataset:
             "task": self.task,
             **({"labels": self.labels.to_dict(), "class_weight": self.class_weight,
                 "label_smoothing": self.label_smoothing} if self.is_classification else {}),
-            "standardization": self.scaler.to_dict(),
+            # The training rows' range of each input, beside their mean and std: predictions far
+            # outside it are flagged (autodeuq.ensemble.inputs.warn_out_of_range).
+            "standardization": {**self.scaler.to_dict(), "x_min": self.x_train.min(axis=0).tolist(),
+                                "x_max": self.x_train.max(axis=0).tolist()},
             **({} if self.preprocessor is None else {"preprocessing": self.preprocessor.to_dict()}),
         }
 

@@ -2,6 +2,7 @@
 metrics and figures beside its manifest."""
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,7 +136,8 @@ class RegressionScores:
     @staticmethod
     def test(ensemble, test, calibration):
         """The prediction on the test rows; the coverage before and after recalibration go to ``calibration``."""
-        raw = ensemble.member_predictions(test[0], encoded=True)
+        with _beyond_the_data():
+            raw = ensemble.member_predictions(test[0], encoded=True)
         predicted = ensemble.mixture(*raw)
         if calibration is not None:
             for key, (m, v) in (("test_coverage_before", raw),
@@ -173,7 +175,8 @@ class ClassificationScores:
 
     @staticmethod
     def test(ensemble, test, calibration):
-        logits = ensemble.member_logits(test[0], encoded=True)  # the networks run once
+        with _beyond_the_data():
+            logits = ensemble.member_logits(test[0], encoded=True)  # the networks run once
         predicted = ensemble.mixture(logits)
         if calibration is not None:
             untempered = CategoricalPrediction.from_log_proba(logits, ensemble.weights, ensemble.classes)
@@ -202,12 +205,26 @@ class ClassificationScores:
         pad = 0.5 * (hi - lo)
         xx, yy = np.meshgrid(np.linspace(lo[0] - pad[0], hi[0] + pad[0], 120),
                              np.linspace(lo[1] - pad[1], hi[1] + pad[1], 120))
-        value = ensemble.predict(np.column_stack([xx.ravel(), yy.ravel()]), encoded=True)
+        with _beyond_the_data():
+            value = ensemble.predict(np.column_stack([xx.ravel(), yy.ravel()]), encoded=True)
         shaped = [getattr(value, name).reshape(xx.shape) for name in CLASS_UNCERTAINTIES]
         name = catalog.meta.get("data", {}).get("name")
         return {"uncertainty.png": class_plots.plot_decision_2d(
             None, xx, yy, *shaped, train[0], ensemble.labels.decode(_codes(train[1])),
             title=str(name or run_dir.name))}
+
+
+@contextlib.contextmanager
+def _beyond_the_data():
+    """No :class:`OutOfRangeWarning` while scoring and drawing: the figures' grids reach past the data
+    on purpose, and test rows beyond it are what a test set may hold (``predict`` warns of them)."""
+    import warnings
+
+    from autodeuq.ensemble.inputs import OutOfRangeWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OutOfRangeWarning)
+        yield
 
 
 def _codes(y) -> np.ndarray:
@@ -275,7 +292,8 @@ def _uncertainty_plot(ensemble, catalog, test, train, run_dir) -> bytes:
     else:
         lo, hi = -1.0, 1.0
     grid = np.linspace(lo, hi, 400)[:, None]
-    prediction = ensemble.predict(grid, encoded=True)
+    with _beyond_the_data():
+        prediction = ensemble.predict(grid, encoded=True)
     name = catalog.meta.get("data", {}).get("name")
     truth = 2 * np.sin(grid) if name == "toy-sine" else None
     return plots.plot_uncertainty_1d(

@@ -38,7 +38,7 @@ def run_dir(tmp_path_factory):
 @pytest.fixture()
 def table(tmp_path):
     path = tmp_path / "new.csv"
-    pd.DataFrame({"x": np.linspace(-40, 40, 5)}).to_csv(path, index=False)
+    pd.DataFrame({"x": np.linspace(-25, 25, 5)}).to_csv(path, index=False)  # inside the training range
     return path
 
 
@@ -240,3 +240,48 @@ def test_readme_shows_set_for_classifiers():
             break
     else:
         pytest.fail("README has no predict example for a classifier")
+
+
+# ----------------------------------------------------------------- far from the data
+def test_predict_warns_per_column_about_rows_outside_the_training_range(run_dir, tmp_path, capsys):
+    from autodeuq.catalog import Catalog
+
+    scaling = Catalog(run_dir).meta["data"]["standardization"]
+    low, high = scaling["x_min"][0], scaling["x_max"][0]
+    assert -30 <= low < high <= 30  # toy-sine's training inputs
+    width = high - low
+    inside = [low, high, high + 0.09 * width, low - 0.09 * width, 0.0]
+    outside = [high + 0.11 * width, low - 3 * width, 10 * high]
+    pd.DataFrame({"x": inside}).to_csv(tmp_path / "near.csv", index=False)
+    pd.DataFrame({"x": inside + outside}).to_csv(tmp_path / "far.csv", index=False)
+    assert main(predict(run_dir, tmp_path / "near.csv", tmp_path / "p.csv")) == 0
+    assert capsys.readouterr().err == ""
+    assert main(predict(run_dir, tmp_path / "far.csv", tmp_path / "p.csv")) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"autodeuq: warning: {tmp_path / 'far.csv'}: 3 of 8 row(s) lie "
+                                                   "outside the training rows' range")
+    assert "'x' in 3 row(s)" in err and "at data row 6" in err
+    assert len(pd.read_csv(tmp_path / "p.csv")) == 8  # a warning, not a refusal
+
+
+def test_the_training_range_travels_with_an_export_and_warns_in_python(run_dir, tmp_path):
+    from autodeuq.ensemble.inputs import OutOfRangeWarning
+
+    folder = tmp_path / "export"
+    assert main(["export", "--ensemble", str(run_dir / "ensemble.json"), "--out", str(folder)]) == 0
+    exported = load_ensemble(folder)
+    assert {"x_min", "x_max"} <= set(exported.source.standardization)
+    with pytest.warns(OutOfRangeWarning, match=r"'x' in 1 row\(s\)"):
+        exported.predict(np.array([[0.0], [1e3]]))
+    manifest = json.loads((folder / "ensemble.json").read_text())
+    manifest["standardization"]["x_min"] = [1e9]
+    (folder / "ensemble.json").write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match="x_min <= x_max"):
+        load_ensemble(folder)
+
+
+def test_the_report_beyond_the_data_warns_nothing(tmp_path, capsys):
+    # toy-sine's test rows reach x = ±40 (22 of its 200 beyond the margin), and the uncertainty
+    # figure's grid as far, on purpose: scoring and drawing say nothing of it
+    assert main(["run", *TOY, "--run-dir", str(tmp_path / "r")]) == 0
+    assert "outside the training" not in capsys.readouterr().err

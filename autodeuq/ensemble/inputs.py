@@ -7,11 +7,13 @@ take, naming the data row.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
 
 from autodeuq.data import FLOAT32_MAX, DataError, encode_table, feature_frame, feature_matrix
+from autodeuq.errors import AutoDEUQWarning
 
 
 def encode_inputs(x, feature_names, *, target_names=(), preprocessor=None, standardization=None,
@@ -70,6 +72,7 @@ def encode_inputs(x, feature_names, *, target_names=(), preprocessor=None, stand
                             f"{feature_names}, got an array of shape {x.shape}")
         x = feature_matrix(dict(zip(feature_names, x.T)), feature_names, source)
     if standardization and len(x):
+        warn_out_of_range(x, feature_names, standardization, source)
         # The networks were trained in float32 on standardized inputs of order 1; a value whose
         # standardized form is beyond float32's range was infinite in their arithmetic.
         z = np.abs((x - np.asarray(standardization["x_mean"])) / np.asarray(standardization["x_std"]))
@@ -82,6 +85,54 @@ def encode_inputs(x, feature_names, *, target_names=(), preprocessor=None, stand
                 f"training mean) is beyond the float32 range the networks are trained in"
             )
     return x
+
+
+#: How far beyond the training rows' range (a share of its width) an input counts as outside it.
+RANGE_MARGIN = 0.1
+
+
+class OutOfRangeWarning(AutoDEUQWarning):
+    """Rows to predict hold numeric inputs outside the training rows' range (counted per column):
+    far from its data an ensemble can be confidently wrong, its epistemic part too small."""
+
+
+def warn_out_of_range(x: np.ndarray, feature_names, standardization: dict, source: str = "X") -> dict[str, int]:
+    """Warn (:class:`OutOfRangeWarning`) how many rows of ``x`` lie outside the training range of
+    each input, widened by :data:`RANGE_MARGIN` of its width on either side (a constant input: any
+    other value); returns those counts by input name. Nothing without a recorded range
+    (``x_min``/``x_max`` in ``standardization``: catalogs made before it was recorded).
+
+    >>> import warnings
+    >>> scaling = {"x_min": [0.0, -1.0], "x_max": [10.0, 1.0]}
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     warn_out_of_range(np.array([[10.5, 0.0], [11.5, 0.0], [-2.0, 1.3]]), ["a", "b"], scaling, "new.csv")
+    {'a': 2, 'b': 1}
+    >>> print(caught[0].message)  # doctest: +NORMALIZE_WHITESPACE
+    new.csv: 2 of 3 row(s) lie outside the training rows' range (widened by 10 % of its width) of numeric
+    input(s): 'a' in 2 row(s) (training range [0, 10], first 11.5 at data row 2); 'b' in 1 row(s) (training
+    range [-1, 1], first 1.3 at data row 3); far from its training data the ensemble's uncertainty, its epistemic
+    part above all, may be too small
+    """
+    if "x_min" not in standardization or "x_max" not in standardization or not len(x):
+        return {}
+    low, high = np.asarray(standardization["x_min"], float), np.asarray(standardization["x_max"], float)
+    margin = RANGE_MARGIN * (high - low)
+    outside = (x < low - margin) | (x > high + margin)
+    counts = outside.sum(axis=0)
+    if not counts.any():
+        return {}
+    parts = []
+    for j in np.flatnonzero(counts):
+        first = int(np.argmax(outside[:, j]))
+        parts.append(f"{feature_names[j]!r} in {int(counts[j])} row(s) (training range [{low[j]:.6g}, {high[j]:.6g}], "
+                     f"first {x[first, j]:.6g} at data row {first + 1})")
+    warnings.warn(OutOfRangeWarning(
+        f"{source}: {int(outside.any(axis=1).sum())} of {len(x)} row(s) lie outside the training rows' range (widened "
+        f"by {RANGE_MARGIN * 100:g} % of its width) of numeric input(s): {'; '.join(parts)}; far from its training "
+        f"data the ensemble's uncertainty, its epistemic part above all, may be too small"),
+        stacklevel=2)
+    return {feature_names[j]: int(counts[j]) for j in np.flatnonzero(counts)}
 
 
 def checked_preprocessor(spec, features):

@@ -328,6 +328,13 @@ def _manifest_standardization(path: Path, scaling, n_features: int) -> dict | No
     if not ok or not all(v > 0 for v in scaling["x_std"]):
         raise ManifestError(f"{path}: 'standardization' must hold 'x_mean' and positive 'x_std', one finite number "
                             f"per feature ({n_features}), or be null; got {_short(scaling)}")
+    if "x_min" in scaling or "x_max" in scaling:  # the training range, recorded since after 0.3.0
+        low, high = scaling.get("x_min"), scaling.get("x_max")
+        if not all(isinstance(v, list) and len(v) == n_features and all(
+                isinstance(e, (int, float)) and not isinstance(e, bool) and math.isfinite(e) for e in v)
+                for v in (low, high)) or any(a > b for a, b in zip(low, high)):
+            raise ManifestError(f"{path}: 'standardization' must hold 'x_min' and 'x_max' together, one finite number "
+                                f"per feature ({n_features}) each, x_min <= x_max; got {_short(scaling)}")
     return scaling
 
 
