@@ -275,6 +275,57 @@ def test_each_estimator_refuses_the_other_task():
         AutoDEUQClassifier(**TINY).fit(frame[["a", "b"]], frame["a"] + 0.5)
 
 
+class SearchStarted(Exception):
+    """Raised in place of the search: the estimator checked its input and went on to work."""
+
+
+@pytest.fixture
+def no_search(monkeypatch):
+    """The datasets the estimator would search (the search itself replaced by SearchStarted)."""
+    import autodeuq.pipeline
+
+    seen = []
+
+    def fill_catalog(space, dataset, *args, **kwargs):
+        seen.append(dataset)
+        raise SearchStarted
+
+    monkeypatch.setattr(autodeuq.pipeline, "fill_catalog", fill_catalog)
+    return seen
+
+
+@pytest.mark.parametrize("wrap", [list, lambda v: np.asarray(v, dtype=object), pd.Series])
+def test_the_classifier_refuses_labels_of_mixed_types_and_keeps_their_type(no_search, wrap):
+    from autodeuq import AutoDEUQClassifier
+
+    frame = labelled_table(30)
+    with pytest.raises(LabelError, match=r"y: target 'y' mixes labels of types \['int', 'str'\]"):
+        AutoDEUQClassifier(**TINY).fit(frame[["a", "b"]], wrap([1, "neg"] * 15))
+    with pytest.raises(LabelError, match=r"mixes labels of types \['bool', 'int'\]"):
+        AutoDEUQClassifier(**TINY).fit(frame[["a", "b"]], wrap([True, 2] * 15))
+    assert no_search == []
+    with pytest.raises(SearchStarted):
+        AutoDEUQClassifier(**TINY).fit(frame[["a", "b"]], wrap([1, 0] * 15))
+    assert no_search[0].labels.classes == [0, 1] and no_search[0].labels.array().dtype == np.int64
+
+
+@pytest.mark.parametrize("missing", [None, np.nan, pd.NA])
+@pytest.mark.parametrize("wrap", [list, lambda v: np.asarray(v, dtype=object), pd.Series])
+def test_a_missing_text_label_in_python_is_refused_as_on_the_command_line(no_search, wrap, missing):
+    from autodeuq import AutoDEUQClassifier
+
+    frame = labelled_table(30)
+    y = list(frame["y"])
+    y[4] = missing
+    with pytest.raises(DataError, match=r"target column 'y' has 1 missing label\(s\) \(first at data row 5\)"):
+        AutoDEUQClassifier(**TINY).fit(frame[["a", "b"]], wrap(y))
+    assert no_search == []
+    with pytest.raises(SearchStarted):
+        AutoDEUQClassifier(**TINY, drop_missing_target=True).fit(frame[["a", "b"]], wrap(y))
+    assert no_search[0].labels.classes == ["maybe", "no", "yes"]
+    assert len(no_search[0].x_train) + len(no_search[0].x_valid) == len(y) - 1
+
+
 @pytest.mark.slow
 def test_check_estimator_classifier():
     from sklearn.utils.estimator_checks import check_estimator
