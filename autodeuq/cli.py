@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 
 from autodeuq.data import BUILTIN_DATASETS
-from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
+from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError, ParameterWarning
 from autodeuq.options import BY_NAME, add_option, add_to_parser
 
 EXIT_USAGE = 2
@@ -465,7 +465,8 @@ def cmd_run(args):
 def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):
     """autodeuq's own warnings as one line on stderr; any other as Python shows it."""
     if issubclass(category, AutoDEUQWarning):
-        print(f"autodeuq: warning: {message}", file=sys.stderr)
+        text = message.line(option) if isinstance(message, ParameterWarning) else message  # options as flags
+        print(f"autodeuq: warning: {text}", file=sys.stderr)
     else:
         _default(message, category, filename, lineno, file, line)
 

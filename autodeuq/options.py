@@ -28,7 +28,7 @@ from typing import Any
 from autodeuq import discard, evaluator, labels, preprocess, search
 from autodeuq.data import DEFAULT_VALID_FRACTION, SMALL_DATA_ROWS
 from autodeuq.ensemble import options as ensemble_choices
-from autodeuq.errors import ParameterError
+from autodeuq.errors import ParameterError, ParameterWarning
 
 __all__ = ["OPTIONS", "EnsembleConfig", "Option", "SearchConfig", "TableConfig", "add_option", "add_to_parser",
            "configure", "flag", "given", "numpydoc_parameters", "resolve", "signature_parameters"]
@@ -276,8 +276,10 @@ class Option:
     ``group`` is the configuration it belongs to ("table", "search", "evaluation" (part of the
     search's configuration) or "ensemble"); ``default_text`` says what the default means when the
     value alone does not (the command line's help shows it); ``applies`` (given the other values)
-    says whether the option is used, and ``unused`` what a non-default value gets when it is not:
-    ``"refuse"`` (an error) or ``"ignore"`` (not even checked).
+    says whether the option is used, ``depends`` which option it reads, and ``unused`` what a
+    non-default value gets when it is not: ``"refuse"`` (an error) or ``"ignore"`` (a
+    :class:`~autodeuq.errors.ParameterWarning` that says so). Every value is checked against its
+    constraint whether or not the option applies.
     """
 
     name: str
@@ -291,6 +293,7 @@ class Option:
     applies: Callable[[Mapping], bool] | None = None
     unused: str = "ignore"
     requirement: str = ""  #: what ``applies`` asks for, in the words of an error (with {option} fields)
+    depends: str = "search"  #: the option ``applies`` reads
 
     @property
     def cli_flag(self) -> str:
@@ -338,6 +341,9 @@ def _takes_surrogate(values):
 
 
 _SEARCHES = (*search.SEARCHERS, *search.ABLATIONS)
+_AUTO_ONLY = "applies to {early_discarding} auto, not to {early_discarding} {value}"
+_SHA_ONLY = "applies to {early_discarding} auto or sha, not to {early_discarding} {value}"
+_IEPOCH_ONLY = "applies to {early_discarding} iepoch, not to {early_discarding} {value}"
 _BO = ", ".join(search.surrogate_searchers())
 
 OPTIONS: tuple[Option, ...] = (
@@ -435,22 +441,24 @@ OPTIONS: tuple[Option, ...] = (
            "seconds of search above which {early_discarding} auto turns successive halving on: the time so far "
            "plus the median training time for each evaluation left, divided among the workers, projected once "
            "two rounds of trainings (at least 4) have finished and again after each later one", metavar="S",
-           applies=lambda v: v["early_discarding"] == "auto"),
+           applies=lambda v: v["early_discarding"] == "auto", requirement=_AUTO_ONLY, depends="early_discarding"),
     Option("sha_min_epochs", "search", "auto", Integer(1, 10**5, auto=True),
            f"first rung of successive halving; auto: 3 up to {SMALL_DATA_ROWS} training + validation rows, else 1 "
-           "(a resumed run keeps its catalog's)", metavar="E", applies=_is_sha),
+           "(a resumed run keeps its catalog's)", metavar="E", applies=_is_sha, requirement=_SHA_ONLY,
+           depends="early_discarding"),
     Option("sha_reduction", "search", 3, Integer(2, 1000), "reduction factor of successive halving", metavar="R",
-           applies=_is_sha),
+           applies=_is_sha, requirement=_SHA_ONLY, depends="early_discarding"),
     Option("sha_rungs", "search", "auto", OneOf(discard.RUNG_UNITS),
            "what the rungs of successive halving count: epochs, or steps (the optimizer steps of as many epochs "
            "with the space's middle batch size (geometric mean), so larger batches are judged after more epochs, "
-           "smaller ones after fewer); auto: epochs (a resumed run keeps its catalog's)", applies=_is_sha),
+           "smaller ones after fewer); auto: epochs (a resumed run keeps its catalog's)", applies=_is_sha,
+           requirement=_SHA_ONLY, depends="early_discarding"),
     Option("iepoch_epochs", "search", 1, Integer(1, 10**5),
            "epochs of each search evaluation under i-Epoch, below the epoch budget", metavar="I",
-           applies=_is_iepoch),
+           applies=_is_iepoch, requirement=_IEPOCH_ONLY, depends="early_discarding"),
     Option("iepoch_top_k", "search", 10, Integer(1, 10**6),
            "configurations trained to the full budget after the search under i-Epoch", metavar="K",
-           applies=_is_iepoch),
+           applies=_is_iepoch, requirement=_IEPOCH_ONLY, depends="early_discarding"),
     Option("seed", "search", 0, Integer(0, 2**32 - 1, optional=True),
            "seed of the validation split, the searcher, the trainings and the selection, from 0 to 2**32 - 1 "
            "(None: 0)", metavar="N"),
@@ -555,11 +563,15 @@ def resolve(values: Mapping[str, Any], configs=(TableConfig, SearchConfig, Ensem
         if o.group not in groups:
             continue
         value = full[o.name]
-        if o.applies is not None and not o.applies(full):
-            if o.unused == "refuse" and value != o.default:
-                raise _unused(o, value, full)
-            continue
         o.constraint.check(o.name, value)
+        if o.applies is not None and not o.applies(full) and value != o.default:
+            if o.unused == "refuse":
+                raise _unused(o, value, full)
+            import warnings
+
+            warnings.warn(ParameterWarning(o.name, o.requirement.format(value=full[o.depends],
+                                                                       **{o.depends: "{" + o.depends + "}"}),
+                                           value, refers=(o.depends,)), stacklevel=2)
     if "search" in groups:
         _check_search(full)
     return tuple(c(**{o.name: full[o.name] for o in OPTIONS if o.group in c.GROUPS}) for c in configs)
@@ -570,8 +582,8 @@ def _unused(o: Option, value, full) -> ParameterError:
         return ParameterError(o.name, f'must be "auto" with search {full["search"]!r}: only aging evolution '
                                       f'({", ".join(search.evolution_searchers())}) has a population', value)
     requirement = o.requirement.format(searchers=", ".join(search.surrogate_searchers()), search="{search}",
-                                       value=full["search"])
-    return ParameterError(o.name, requirement, value, refers=("search",))
+                                       value=full[o.depends])
+    return ParameterError(o.name, requirement, value, refers=(o.depends,))
 
 
 def _check_search(v: Mapping) -> None:
