@@ -34,7 +34,8 @@ PREDICT_COLUMNS = (
     "A classifier's: <target>_pred (the most probable class), <target>_p_<class> (one probability per class), "
     "<target>_entropy (total, nats), <target>_aleatoric_entropy (the members' mean entropy) and "
     "<target>_epistemic_mi (their difference, the mutual information), and with --set L, <target>_set (the most "
-    "probable classes whose probabilities add up to at least L, joined by '|')."
+    "probable classes whose probabilities add up to at least L, joined by '|'; a class holding '|', a double "
+    "quote or a line break is quoted as in CSV: the cell is one record with the delimiter '|')."
 )
 
 

@@ -6,6 +6,7 @@ import importlib
 import itertools
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy.special import log_softmax
 from sklearn import metrics as skm
@@ -119,6 +120,28 @@ def test_to_frame_columns_and_round_trip():
     assert_same_math(frame["y_epistemic_mi"].to_numpy(), value.epistemic_mi)
     assert frame["y_set"].tolist() == ["False|True", "True|False|7"]
     assert "y_set" not in value.to_frame("y").columns
+
+
+@pytest.mark.parametrize("classes", [("a|b", "c", 'q"'), ("x", "|", ""), ("new\nline", "a,b|c", " sp ")])
+def test_a_set_of_labels_holding_the_separator_or_quotes_splits_back_unambiguously(tmp_path, classes):
+    import csv
+
+    value = hand_mixture(classes=classes)
+    sets = [s.tolist() for s in value.prediction_set(0.99)]
+    column = value.to_frame("y", set_level=0.99)["y_set"]
+    # The documented recipe: the cell is one CSV record whose delimiter is "|".
+    assert [next(csv.reader([text], delimiter="|")) for text in column] == sets
+    # Through the CSV file predict writes, and back.
+    column.to_frame().to_csv(tmp_path / "p.csv", index=False)
+    read = pd.read_csv(tmp_path / "p.csv", dtype=str, keep_default_na=False)["y_set"]
+    assert [next(csv.reader([text], delimiter="|")) for text in read] == sets
+
+    from autodeuq.ensemble.categorical import join_prediction_set, split_prediction_set
+
+    assert [split_prediction_set(text) for text in column] == sets
+    assert [join_prediction_set(s) for s in sets] == column.tolist()
+    # Plain labels are written as before: joined by "|".
+    assert join_prediction_set(["cat", "dog", 7]) == "cat|dog|7" and split_prediction_set("cat|dog") == ["cat", "dog"]
 
 
 def test_to_frame_refuses_classes_that_print_alike():
