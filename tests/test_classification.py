@@ -263,6 +263,22 @@ def test_the_temperature_and_the_classes_survive_pickle_and_export(fitted, tmp_p
         assert not np.allclose(untempered.predict(frame[["a", "b"]]).proba, expected)
 
 
+def test_a_loaded_classifier_without_its_refit_is_still_a_classifier(fitted, tmp_path):
+    from autodeuq import load_ensemble
+    from autodeuq.ensemble.categorical import CategoricalPrediction
+
+    model, frame = fitted
+    model.ensemble_.save(tmp_path / "ensemble.json")
+    loaded = load_ensemble(tmp_path / "ensemble.json")
+    before = loaded.without_refit()
+    assert type(before) is type(loaded) and before.refitted_ids == []
+    assert before.temperature == loaded.temperature and before.classes.tolist() == ["maybe", "no", "yes"]
+    assert before.member_ids == loaded.member_ids and np.array_equal(before.weights, loaded.weights)
+    value = before.predict(frame[["a", "b"]])
+    assert isinstance(value, CategoricalPrediction) and value.proba.shape == (90, 3)
+    np.testing.assert_allclose(value.proba.sum(axis=1), 1.0, atol=1e-6)
+
+
 def test_each_estimator_refuses_the_other_task():
     from autodeuq import AutoDEUQClassifier, AutoDEUQRegressor
 
