@@ -596,7 +596,8 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
     frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
     columns = list(frame.columns)
     targets = _resolve_targets(columns, targets, source)
-    for role, names in (("dropped", options.drop), ("id", [options.id_column] if options.id_column else [])):
+    for role, names in (("dropped", options.drop), ("id", [options.id_column] if options.id_column else []),
+                        ("declared categorical", options.categorical_columns)):
         for c in names:
             if c not in columns:
                 raise DataError(f"{source}: {role} column {c!r} not found; columns are {columns}")

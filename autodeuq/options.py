@@ -190,13 +190,25 @@ class Text(Constraint):
 
 
 class Names(Constraint):
-    """A sequence of strings (given one at a time on the command line), or None."""
+    """A sequence of strings, or None: on the command line given one at a time (the option
+    repeated), or with a ``separator`` several at once (``A,B``; the option may still repeat)."""
+
+    def __init__(self, separator: str | None = None):
+        self.separator = separator
 
     def check(self, name, value):
         if value is None:
             return
         if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
             raise ParameterError(name, "must be None or a list of column names", value)
+
+    def parse(self, text):
+        if self.separator is None:
+            return text
+        names = text.split(self.separator)
+        if not all(names):
+            raise argparse.ArgumentTypeError(f"must be column names separated by {self.separator!r}, got {text!r}")
+        return names
 
     def describe(self):
         return "list of str or None"
@@ -351,6 +363,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("categorical", "table", "onehot", OneOf(preprocess.CATEGORICAL),
            "encoding of non-numeric columns: onehot (one 0/1 input per training category; an unseen category is "
            "all zeros), ordinal (the category's index; unseen: -1), none (refuse them)"),
+    Option("categorical_columns", "table", None, Names(separator=","),
+           "feature columns that are categories whatever they hold (comma-separated; the option may repeat): "
+           "numbers become categories by their value (a Cylinders column of 4, 6 and one 'rotary'), and neither "
+           "many distinct values (a Manufacturer column with a value for every other row) nor a stray text cell "
+           "refuses the column", metavar="COL[,COL...]"),
     Option("impute", "table", "mean", OneOf(preprocess.IMPUTE),
            "missing feature values: the training mean or median of a numeric column, the most frequent training "
            "category of a categorical one, also at prediction; none refuses them"),
@@ -640,7 +657,9 @@ def add_option(parser, o: Option, *, required: bool = False, help: str | None = 
         # An option that is on by default (or "auto") can be turned off: --x / --no-x.
         kwargs["action"] = argparse.BooleanOptionalAction if o.default is not False else "store_true"
     elif isinstance(o.constraint, Names):
-        kwargs["action"] = "append"
+        kwargs["action"] = "append" if o.constraint.separator is None else "extend"
+        if o.constraint.separator is not None:
+            kwargs["type"] = o.constraint.parse
     else:
         kwargs["type"] = o.constraint.parse
         kwargs["choices"] = o.constraint.choices
