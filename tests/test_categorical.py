@@ -144,6 +144,29 @@ def test_a_set_of_labels_holding_the_separator_or_quotes_splits_back_unambiguous
     assert join_prediction_set(["cat", "dog", 7]) == "cat|dog|7" and split_prediction_set("cat|dog") == ["cat", "dog"]
 
 
+def test_labels_of_emoji_and_cjk_draw_without_a_warning_per_missing_glyph():
+    import warnings
+
+    from autodeuq.plots import plot_predicted_vs_observed
+
+    classes = ["猫 cat", "犬 dog", "🦜 parrot"]
+    value = hand_mixture(classes=classes)
+    codes = np.array([0, 2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert plot_confusion(None, value.proba, codes, classes)[:4] == b"\x89PNG"
+        plot_uncertainty_correct_wrong(None, {"総エントロピー": value.total_entropy}, [True, False])
+        plot_decision_2d(None, *np.meshgrid(np.linspace(0, 1, 3), np.linspace(0, 1, 3)), np.ones(9), np.ones(9),
+                         np.zeros(9), np.array([[0.1, 0.2], [0.5, 0.5]]), np.array(classes[:2]), title="ペット")
+        from autodeuq.ensemble.mixture import UncertaintyPrediction
+
+        prediction = UncertaintyPrediction.from_mixture([[[0.0], [1.0]], [[2.0], [1.5]]], np.ones((2, 2, 1)),
+                                                        [0.5, 0.5])
+        plot_predicted_vs_observed(np.zeros((2, 1)), prediction, None, target_names=["価格 💴"])
+    glyphs = [str(w.message) for w in caught if "missing from" in str(w.message)]
+    assert glyphs == []
+
+
 def test_to_frame_refuses_classes_that_print_alike():
     with pytest.raises(ValueError, match="distinct column names"):
         CategoricalPrediction(MEMBERS, WEIGHTS, np.array([1, "1", 2], dtype=object)).to_frame("y")

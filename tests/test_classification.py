@@ -119,6 +119,34 @@ def test_missing_labels_are_refused_or_left_out():
     assert len(dataset.x_train) + len(dataset.x_valid) == len(frame) - 1
 
 
+def test_text_labels_none_nan_and_na_are_classes_and_only_an_empty_cell_is_missing(tmp_path):
+    from autodeuq.data import load_files
+    from autodeuq.preprocess import TableOptions
+
+    frame = labelled_table(60, labels=("None", "NaN", "NA", "yes"))
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    frame.iloc[:8].to_csv(tmp_path / "test.csv", index=False)
+    dataset = load_files(tmp_path / "t.csv", ["y"], test=tmp_path / "test.csv")
+    assert dataset.task == "classification" and dataset.labels.classes == ["NA", "NaN", "None", "yes"]
+    assert np.bincount(dataset.y_test[:, 0].astype(int), minlength=4).tolist() == [2, 2, 2, 2]
+    # An empty cell is still a missing label; a numeric or boolean target keeps the reader's NaN.
+    lines = (tmp_path / "t.csv").read_text().splitlines()
+    lines[5] = lines[5].rsplit(",", 1)[0] + ","
+    (tmp_path / "gap.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"1 missing label\(s\) \(first at data row 5\)"):
+        load_files(tmp_path / "gap.csv", ["y"])
+    assert load_files(tmp_path / "gap.csv", ["y"], options=TableOptions(drop_missing_target=True)).labels.n_classes == 4
+    frame.assign(y=np.where(np.arange(60) == 3, "NaN", (np.arange(60) * 0.5).astype(str))).to_csv(
+        tmp_path / "numbers.csv", index=False)
+    with pytest.raises(DataError, match=r"target column 'y' has 1 missing value\(s\) \(first at data row 4\)"):
+        load_files(tmp_path / "numbers.csv", ["y"])
+    flags = np.where(np.arange(60) % 2 == 0, "True", "False")
+    flags[7] = "NaN"
+    frame.assign(y=flags).to_csv(tmp_path / "flags.csv", index=False)
+    with pytest.raises(DataError, match=r"1 missing label\(s\) \(first at data row 8\)"):
+        load_files(tmp_path / "flags.csv", ["y"])
+
+
 def test_the_moons_example_has_two_inputs_two_classes_and_test_rows():
     dataset = load_builtin("moons")
     assert dataset.task == "classification" and dataset.labels.classes == ["lower", "upper"]
