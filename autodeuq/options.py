@@ -356,6 +356,12 @@ _SEARCHES = (*search.SEARCHERS, *search.ABLATIONS)
 _AUTO_ONLY = "applies to {early_discarding} auto, not to {early_discarding} {value}"
 _SHA_ONLY = "applies to {early_discarding} auto or sha, not to {early_discarding} {value}"
 _IEPOCH_ONLY = "applies to {early_discarding} iepoch, not to {early_discarding} {value}"
+_RAY_ONLY = "applies to {evaluator} ray, not to {evaluator} {value}"
+
+
+def _on_ray(values):
+    return values["evaluator"] == "ray"
+
 _BO = ", ".join(search.surrogate_searchers())
 
 OPTIONS: tuple[Option, ...] = (
@@ -486,17 +492,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("progress", "search", True, Boolean(), "a progress bar (plain lines when the output is not a terminal)"),
     # ------------------------------------------------------------------ evaluation
     Option("evaluator", "evaluation", "ray", OneOf(tuple(evaluator.EVALUATORS)),
-           "ray: parallel Ray tasks; serial: in-process, one at a time (the other evaluation options are then "
-           "ignored)"),
+           "ray: parallel Ray tasks; serial: in-process, one at a time ({workers}, {ray_address} and "
+           "{gpus_per_eval} are then ignored)"),
     Option("workers", "evaluation", None, Integer(1, 10**5, optional=True), "concurrent evaluations", metavar="N",
-           default_text="what the Ray cluster can run"),
+           default_text="what the Ray cluster can run", applies=_on_ray, requirement=_RAY_ONLY, depends="evaluator"),
     Option("ray_address", "evaluation", None, Text(), "join an existing Ray cluster ('auto' or host:port)",
-           metavar="ADDR", default_text="the RAY_ADDRESS environment variable when set, else a new local instance"),
+           metavar="ADDR", default_text="the RAY_ADDRESS environment variable when set, else a new local instance",
+           applies=_on_ray, requirement=_RAY_ONLY, depends="evaluator"),
     Option("cpus_per_eval", "evaluation", None, Real(0, 4096.0),
            "CPUs per evaluation; TensorFlow uses that many threads", metavar="C", default_text="1"),
     Option("gpus_per_eval", "evaluation", None, Real(0, 1024.0, strict=False),
            "GPUs per evaluation (a fraction shares a GPU; 0: the evaluations see no GPU)", metavar="G",
-           default_text="1 when the cluster has GPUs, else 0"),
+           default_text="1 when the cluster has GPUs, else 0", applies=_on_ray, requirement=_RAY_ONLY,
+           depends="evaluator"),
     # ------------------------------------------------------------------ ensemble
     Option("ensemble_size", "ensemble", 5, Integer(1, 1000), "distinct ensemble members (at most)", flag="--size",
            metavar="K"),
@@ -588,7 +596,7 @@ def resolve(values: Mapping[str, Any], configs=(TableConfig, SearchConfig, Ensem
 
             warnings.warn(ParameterWarning(o.name, o.requirement.format(value=full[o.depends],
                                                                        **{o.depends: "{" + o.depends + "}"}),
-                                           value, refers=(o.depends,)), stacklevel=2)
+                                           value, refers=(o.depends,)), stacklevel=preprocess._caller_level())
     if "search" in groups:
         _check_search(full)
     return tuple(c(**{o.name: full[o.name] for o in OPTIONS if o.group in c.GROUPS}) for c in configs)

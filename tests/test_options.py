@@ -98,7 +98,10 @@ def test_an_ignored_value_is_said_in_the_options_of_each_front_end(capsys):
         configure(SearchConfig, iepoch_epochs=3, iepoch_top_k=10)  # the default top-k is no choice: not said
     assert [str(w.message) for w in caught] == [
         "iepoch_epochs applies to early_discarding iepoch, not to early_discarding auto: 3 is ignored"]
-    assert isinstance(caught[0].message, ParameterWarning)
+    assert isinstance(caught[0].message, ParameterWarning) and caught[0].filename == __file__  # the caller's line
+    with pytest.warns(ParameterWarning, match=r"^workers applies to evaluator ray, not to evaluator serial: 3 is "
+                                              r"ignored$"):
+        configure(SearchConfig, evaluator="serial", workers=3)
     # The command line names the options by their flags (the run then stops on its two datasets).
     assert cli.main(["search", "--dataset", "toy-sine", "--data", "t.csv", "--iepoch-epochs", "3"]) == 2
     err = capsys.readouterr().err.splitlines()
