@@ -176,7 +176,7 @@ def _labels(column: dict, values) -> np.ndarray:
     return _as_labels(values, numbers=bool(column.get("declared")))
 
 
-def training_rows_text(n_training: int, n_rows: int) -> str:
+def _training_rows(n_training: int, n_rows: int) -> str:
     """Which rows a count of training rows is of, in the words of a message."""
     if n_training == n_rows:
         return f"the {n_training} training rows (all of the table's data rows)"
@@ -192,7 +192,7 @@ def _check_feature(frame, training, c: str, kind: str, options: TableOptions, so
     declared = c in options.categorical_columns
     missing = frame[c].isna().to_numpy()
     if training[c].isna().all():
-        rows = training_rows_text(len(training), len(frame))
+        rows = _training_rows(len(training), len(frame))
         raise DataError(f"{source}: feature column {c!r} has no value in {rows}: drop it", parameters=("drop",))
     if kind == "categorical" and not declared:
         _check_not_mixed(frame[c], c, source)
@@ -239,7 +239,7 @@ def _identifiers_error(identifiers: dict[str, int], n_training: int, n_rows: int
     """One error naming every column that looks like an identifier (``{column: distinct values}``)."""
     rule = (f"more than a categorical column may have ({MAX_CATEGORIES} distinct values, or more if they are at "
             f"most {MAX_CATEGORY_SHARE:.0%} of the training rows)")
-    rows = training_rows_text(n_training, n_rows)
+    rows = _training_rows(n_training, n_rows)
     parameters = ("categorical_columns", "id_column", "drop")
     if len(identifiers) == 1:
         (c, n), = identifiers.items()
