@@ -91,8 +91,9 @@ class _AutoDEUQ(BaseEstimator):
             {"dtype": None, "ensure_all_finite": False, "ensure_min_samples": min_rows},
             {"ensure_2d": False, "dtype": "numeric" if numeric else None, "ensure_all_finite": False}))
         check_consistent_length(checked, y_checked)
-        y2, target_names = self._targets(y if hasattr(y, "name") or hasattr(y, "columns") else y_checked,
-                                         len(checked))
+        # Labels keep their type: scikit-learn's check turns a list of 1 and "neg" into text.
+        y2, target_names = self._targets(y if hasattr(y, "name") or hasattr(y, "columns") or not numeric
+                                         else y_checked, len(checked))
         valid = None
         if X_valid is not None:
             if self.valid_fraction != DEFAULT_VALID_FRACTION:
@@ -355,15 +356,24 @@ class AutoDEUQClassifier(ClassifierMixin, _AutoDEUQ):
         return self.predict_uncertainty(X).label
 
     def _targets(self, y, n_rows: int):
+        import pandas as pd
         from sklearn.utils.multiclass import check_classification_targets
         from sklearn.utils.validation import column_or_1d
 
+        from autodeuq.labels import check_label_types
+
         names = _target_names(y)
+        if not hasattr(y, "dtype"):
+            y = np.asarray(y, dtype=object)  # a list's labels keep their types
         if np.ndim(y) == 2 and np.shape(y)[1] != 1:
             raise ValueError(f"AutoDEUQClassifier takes one column of labels, got y of shape {np.shape(y)}")
-        labels = column_or_1d(y, dtype=None, warn=True)  # a column vector warns, as scikit-learn's do
-        check_classification_targets(labels)
-        return np.asarray(labels, dtype=object).reshape(n_rows, 1), names
+        labels = np.asarray(column_or_1d(y, dtype=None, warn=True), dtype=object)  # a column vector warns
+        # Missing labels are the data layer's (refused with their row, or left out by drop_missing_target).
+        present = labels[~pd.isna(labels)]
+        check_label_types(present, "y", names[0] if names else "y")
+        # scikit-learn's check (continuous numbers are not labels) on the labels' own dtype.
+        check_classification_targets(np.asarray(present.tolist()))
+        return labels.reshape(n_rows, 1), names
 
     def _fitted(self, dataset) -> None:
         self.classes_ = dataset.labels.array()

@@ -13,11 +13,12 @@ import numpy as np
 
 from autodeuq.classification_metrics import ECE_BINS, check_proba, classification_metrics, reliability_bins
 from autodeuq.ensemble.categorical import check_codes
-from autodeuq.plots import _pyplot, _save
+from autodeuq.plots import _pyplot, _quiet_glyphs, _save
 
 __all__ = ["plot_reliability", "plot_confusion", "plot_uncertainty_correct_wrong", "plot_decision_2d"]
 
 
+@_quiet_glyphs
 def plot_reliability(path, proba, y_codes, bins: int = ECE_BINS, data: str | None = None) -> Path | bytes:
     """Reliability diagram: accuracy against top-class confidence in equal-width bins (Guo et al. 2017).
 
@@ -48,6 +49,7 @@ def plot_reliability(path, proba, y_codes, bins: int = ECE_BINS, data: str | Non
     return _save(fig, path)
 
 
+@_quiet_glyphs
 def plot_confusion(path, proba, y_codes, classes, data: str | None = None) -> Path | bytes:
     """Confusion matrix of the most probable class against the observed one.
 
@@ -84,6 +86,7 @@ def plot_confusion(path, proba, y_codes, classes, data: str | None = None) -> Pa
     return _save(fig, path)
 
 
+@_quiet_glyphs
 def plot_uncertainty_correct_wrong(path, uncertainties: dict, correct, data: str | None = None) -> Path | bytes:
     """Histograms of each uncertainty for the rows classified right and wrong, one panel each.
 
@@ -120,6 +123,7 @@ def plot_uncertainty_correct_wrong(path, uncertainties: dict, correct, data: str
     return _save(fig, path)
 
 
+@_quiet_glyphs
 def plot_decision_2d(path, xx, yy, total, aleatoric, epistemic, x_train, labels,
                      title: str = "Ensemble classifier") -> Path | bytes:
     """Total, aleatoric and epistemic entropy over a 2-D plane, with the training points.

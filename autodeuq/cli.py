@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 
 from autodeuq.data import BUILTIN_DATASETS
-from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
+from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError, ParameterWarning
 from autodeuq.options import BY_NAME, add_option, add_to_parser
 
 EXIT_USAGE = 2
@@ -34,7 +34,8 @@ PREDICT_COLUMNS = (
     "A classifier's: <target>_pred (the most probable class), <target>_p_<class> (one probability per class), "
     "<target>_entropy (total, nats), <target>_aleatoric_entropy (the members' mean entropy) and "
     "<target>_epistemic_mi (their difference, the mutual information), and with --set L, <target>_set (the most "
-    "probable classes whose probabilities add up to at least L, joined by '|')."
+    "probable classes whose probabilities add up to at least L, joined by '|'; a class holding '|', a double "
+    "quote or a line break is quoted as in CSV: the cell is one record with the delimiter '|')."
 )
 
 
@@ -568,7 +569,8 @@ def cmd_run(args):
 def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):
     """autodeuq's own warnings as one line on stderr; any other as Python shows it."""
     if issubclass(category, AutoDEUQWarning):
-        print(f"autodeuq: warning: {message}", file=sys.stderr)
+        text = message.line(option) if isinstance(message, ParameterWarning) else message  # options as flags
+        print(f"autodeuq: warning: {text}", file=sys.stderr)
     else:
         _default(message, category, filename, lineno, file, line)
 

@@ -228,6 +228,36 @@ def read_table(path: str | Path, targets: bool = True):
     return frame
 
 
+def read_labelled_table(path: str | Path, targets: Sequence[str] | None):
+    """:func:`read_table`, with each text target column of a CSV as written: only an empty cell is
+    a missing label, so ``None``, ``NaN`` or ``NA`` can name a class.
+
+    The CSV reader takes such words for missing values in every column. A target column is text
+    when the reader left some of its cells text (not numbers, not booleans); a numeric or boolean
+    target keeps the reader's values, its ``NaN`` and ``NA`` cells missing.
+    """
+    import pandas as pd
+
+    frame = read_table(path)
+    path = Path(path)
+    if path.suffix.lower() in (".npz", ".parquet", ".pq"):  # they store missing values, not words
+        return frame
+    for target in [str(t) for t in targets or ["y"]]:
+        if target not in frame.columns:
+            continue  # refused by the caller, naming the columns
+        read = frame[target]
+        present = read.dropna()
+        if not len(present) or not all(isinstance(v, str) for v in present):  # numbers, booleans, no value
+            continue
+        try:
+            raw = pd.read_csv(path, usecols=[target], dtype=str, keep_default_na=False)[target]
+        except Exception:  # noqa: BLE001 - the table was read once already; keep that reading
+            continue
+        if len(raw) == len(read):
+            frame[target] = raw.where(raw != "", None).to_numpy(dtype=object)
+    return frame
+
+
 def _check_unique_names(columns, source: str) -> None:
     columns = [str(c) for c in columns]
     seen = {}
@@ -527,9 +557,9 @@ def load_files(train: str | Path, targets: Sequence[str] | None = None, *, valid
     imputation) says how categorical columns and missing values become network inputs; see
     :func:`from_table`.
     """
-    frame = read_table(train)
-    valid_table = None if valid is None else (read_table(valid), str(valid))
-    test_table = None if test is None else (read_table(test), str(test))
+    frame = read_labelled_table(train, targets)
+    valid_table = None if valid is None else (read_labelled_table(valid, targets), str(valid))
+    test_table = None if test is None else (read_labelled_table(test, targets), str(test))
     return from_table(frame, targets, str(train), options, valid=valid_table, test=test_table,
                       valid_fraction=valid_fraction, seed=seed, task=task, class_weight=class_weight,
                       label_smoothing=label_smoothing)
@@ -605,7 +635,8 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
     frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
     columns = list(frame.columns)
     targets = _resolve_targets(columns, targets, source)
-    for role, names in (("dropped", options.drop), ("id", [options.id_column] if options.id_column else [])):
+    for role, names in (("dropped", options.drop), ("id", [options.id_column] if options.id_column else []),
+                        ("declared categorical", options.categorical_columns)):
         for c in names:
             if c not in columns:
                 raise DataError(f"{source}: {role} column {c!r} not found; columns are {columns}")
@@ -748,7 +779,7 @@ def load_test_file(path, features: Sequence[str], targets: Sequence[str], requir
     columns, and ``x`` is their encoding (the networks' inputs, named ``features``). With
     ``labels`` (a classifier), ``y`` holds the target's class codes.
     """
-    frame = read_table(path)
+    frame = read_labelled_table(path, targets) if labels is not None and require_targets else read_table(path)
     if labels is not None and require_targets:
         _resolve_targets(list(frame.columns), targets, str(path))
         x = (encode_table(preprocessor, frame, str(path), ignore=targets) if preprocessor is not None

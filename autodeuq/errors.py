@@ -8,7 +8,7 @@ input, ``RuntimeError`` for a run that cannot go on). An exception that is not a
 """
 from __future__ import annotations
 
-__all__ = ["AutoDEUQError", "AutoDEUQWarning", "CatalogWarning", "ParameterError"]
+__all__ = ["AutoDEUQError", "AutoDEUQWarning", "CatalogWarning", "ParameterError", "ParameterWarning"]
 
 
 class AutoDEUQError(Exception):
@@ -64,3 +64,25 @@ class AutoDEUQWarning(UserWarning):
 class CatalogWarning(AutoDEUQWarning, RuntimeWarning):
     """Something in the catalog could not be used or written as expected (entries skipped, arrays
     too large to keep, the CSV export not rewritten); the message says which and what follows."""
+
+
+class ParameterWarning(AutoDEUQWarning):
+    """A parameter was given a value that the other parameters make unused: it is ignored.
+
+    ``str(warning)`` is ``"<parameter> <requirement>: <value> is ignored"``; like
+    :class:`ParameterError`, the requirement names the parameters it ``refers`` to in braces, and
+    :meth:`line` lets a front end name them its own way.
+    """
+
+    def __init__(self, parameter: str, requirement: str, value, refers: tuple[str, ...] = ()):
+        self.parameter, self.value, self.refers, self.template = parameter, value, tuple(refers), requirement
+        super().__init__(self.line(str))
+
+    def line(self, name_of) -> str:
+        """The warning with the parameters named by ``name_of``."""
+        requirement = self.template.format_map({r: name_of(r) for r in self.refers}) if self.refers else self.template
+        value = f"{self.value:g}" if isinstance(self.value, float) else repr(self.value)
+        return f"{name_of(self.parameter)} {requirement}: {value} is ignored"
+
+    def __reduce__(self):
+        return type(self), (self.parameter, self.template, self.value, self.refers)

@@ -104,6 +104,36 @@ def _python_value(value):
     return str(value)
 
 
+def _kind(value) -> str:
+    """What a label is: text, a boolean or a number (an int and a float are one kind: 1 == 1.0)."""
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return "number"
+    return "text"
+
+
+def _refuse_mixed(values, source: str, target: str):
+    kinds = sorted({type(v).__name__ for v in values})
+    raise LabelError(f"{source}: target {target!r} mixes labels of types {kinds}; "
+                     f"write every label the same way (as text, say)")
+
+
+def check_label_types(values, source: str, target: str = "y") -> None:
+    """Refuse labels (missing ones left out) of more than one kind: text with numbers or booleans,
+    booleans with numbers (True would be the class 1). Labels keep their type, so a column of
+    mixed kinds has no one type to keep.
+
+    Raises
+    ------
+    LabelError
+        Naming the types found.
+    """
+    values = [_python_value(v) for v in values]
+    if len({_kind(v) for v in values}) > 1:
+        _refuse_mixed(values, source, target)
+
+
 class Labels:
     """The classes of a classification target, sorted, and the codes ``0..K-1`` they map to.
 
@@ -132,12 +162,11 @@ class Labels:
             that do not sort (numbers and text in one column).
         """
         values = [_python_value(v) for v in values]
+        check_label_types(values, source, target)
         try:
             classes, counts = np.unique(np.asarray(values, dtype=object), return_counts=True)
         except TypeError:
-            kinds = sorted({type(v).__name__ for v in values})
-            raise LabelError(f"{source}: target {target!r} mixes labels of types {kinds}; "
-                             f"write every label the same way (as text, say)") from None
+            _refuse_mixed(values, source, target)
         if len(classes) < 2:
             raise LabelError(f"{source}: target {target!r} has a single class ({classes[0]!r} if any); "
                              f"classification needs at least two")

@@ -28,7 +28,7 @@ from typing import Any
 from autodeuq import discard, evaluator, labels, preprocess, search
 from autodeuq.data import DEFAULT_VALID_FRACTION, SMALL_DATA_ROWS
 from autodeuq.ensemble import options as ensemble_choices
-from autodeuq.errors import ParameterError
+from autodeuq.errors import ParameterError, ParameterWarning
 
 __all__ = ["OPTIONS", "EnsembleConfig", "Option", "SearchConfig", "TableConfig", "add_option", "add_to_parser",
            "configure", "flag", "given", "numpydoc_parameters", "resolve", "signature_parameters"]
@@ -190,13 +190,25 @@ class Text(Constraint):
 
 
 class Names(Constraint):
-    """A sequence of strings (given one at a time on the command line), or None."""
+    """A sequence of strings, or None: on the command line given one at a time (the option
+    repeated), or with a ``separator`` several at once (``A,B``; the option may still repeat)."""
+
+    def __init__(self, separator: str | None = None):
+        self.separator = separator
 
     def check(self, name, value):
         if value is None:
             return
         if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
             raise ParameterError(name, "must be None or a list of column names", value)
+
+    def parse(self, text):
+        if self.separator is None:
+            return text
+        names = text.split(self.separator)
+        if not all(names):
+            raise argparse.ArgumentTypeError(f"must be column names separated by {self.separator!r}, got {text!r}")
+        return names
 
     def describe(self):
         return "list of str or None"
@@ -276,8 +288,10 @@ class Option:
     ``group`` is the configuration it belongs to ("table", "search", "evaluation" (part of the
     search's configuration) or "ensemble"); ``default_text`` says what the default means when the
     value alone does not (the command line's help shows it); ``applies`` (given the other values)
-    says whether the option is used, and ``unused`` what a non-default value gets when it is not:
-    ``"refuse"`` (an error) or ``"ignore"`` (not even checked).
+    says whether the option is used, ``depends`` which option it reads, and ``unused`` what a
+    non-default value gets when it is not: ``"refuse"`` (an error) or ``"ignore"`` (a
+    :class:`~autodeuq.errors.ParameterWarning` that says so). Every value is checked against its
+    constraint whether or not the option applies.
     """
 
     name: str
@@ -291,6 +305,7 @@ class Option:
     applies: Callable[[Mapping], bool] | None = None
     unused: str = "ignore"
     requirement: str = ""  #: what ``applies`` asks for, in the words of an error (with {option} fields)
+    depends: str = "search"  #: the option ``applies`` reads
 
     @property
     def cli_flag(self) -> str:
@@ -338,6 +353,15 @@ def _takes_surrogate(values):
 
 
 _SEARCHES = (*search.SEARCHERS, *search.ABLATIONS)
+_AUTO_ONLY = "applies to {early_discarding} auto, not to {early_discarding} {value}"
+_SHA_ONLY = "applies to {early_discarding} auto or sha, not to {early_discarding} {value}"
+_IEPOCH_ONLY = "applies to {early_discarding} iepoch, not to {early_discarding} {value}"
+_RAY_ONLY = "applies to {evaluator} ray, not to {evaluator} {value}"
+
+
+def _on_ray(values):
+    return values["evaluator"] == "ray"
+
 _BO = ", ".join(search.surrogate_searchers())
 
 OPTIONS: tuple[Option, ...] = (
@@ -345,6 +369,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("categorical", "table", "onehot", OneOf(preprocess.CATEGORICAL),
            "encoding of non-numeric columns: onehot (one 0/1 input per training category; an unseen category is "
            "all zeros), ordinal (the category's index; unseen: -1), none (refuse them)"),
+    Option("categorical_columns", "table", None, Names(separator=","),
+           "feature columns that are categories whatever they hold (comma-separated; the option may repeat): "
+           "numbers become categories by their value (a Cylinders column of 4, 6 and one 'rotary'), and neither "
+           "many distinct values (a Manufacturer column with a value for every other row) nor a stray text cell "
+           "refuses the column", metavar="COL[,COL...]"),
     Option("impute", "table", "mean", OneOf(preprocess.IMPUTE),
            "missing feature values: the training mean or median of a numeric column, the most frequent training "
            "category of a categorical one, also at prediction; none refuses them"),
@@ -438,22 +467,24 @@ OPTIONS: tuple[Option, ...] = (
            "two rounds of trainings (at least 4) have finished and again after each later one. The seconds are "
            "modelled from each training's epochs, steps, batch size and parameters on a reference machine, never "
            "timed, so the decision does not depend on the machine's load", metavar="S",
-           applies=lambda v: v["early_discarding"] == "auto"),
+           applies=lambda v: v["early_discarding"] == "auto", requirement=_AUTO_ONLY, depends="early_discarding"),
     Option("sha_min_epochs", "search", "auto", Integer(1, 10**5, auto=True),
            f"first rung of successive halving; auto: 3 up to {SMALL_DATA_ROWS} training + validation rows, else 1 "
-           "(a resumed run keeps its catalog's)", metavar="E", applies=_is_sha),
+           "(a resumed run keeps its catalog's)", metavar="E", applies=_is_sha, requirement=_SHA_ONLY,
+           depends="early_discarding"),
     Option("sha_reduction", "search", 3, Integer(2, 1000), "reduction factor of successive halving", metavar="R",
-           applies=_is_sha),
+           applies=_is_sha, requirement=_SHA_ONLY, depends="early_discarding"),
     Option("sha_rungs", "search", "auto", OneOf(discard.RUNG_UNITS),
            "what the rungs of successive halving count: epochs, or steps (the optimizer steps of as many epochs "
            "with the space's middle batch size (geometric mean), so larger batches are judged after more epochs, "
-           "smaller ones after fewer); auto: epochs (a resumed run keeps its catalog's)", applies=_is_sha),
+           "smaller ones after fewer); auto: epochs (a resumed run keeps its catalog's)", applies=_is_sha,
+           requirement=_SHA_ONLY, depends="early_discarding"),
     Option("iepoch_epochs", "search", 1, Integer(1, 10**5),
            "epochs of each search evaluation under i-Epoch, below the epoch budget", metavar="I",
-           applies=_is_iepoch),
+           applies=_is_iepoch, requirement=_IEPOCH_ONLY, depends="early_discarding"),
     Option("iepoch_top_k", "search", 10, Integer(1, 10**6),
            "configurations trained to the full budget after the search under i-Epoch", metavar="K",
-           applies=_is_iepoch),
+           applies=_is_iepoch, requirement=_IEPOCH_ONLY, depends="early_discarding"),
     Option("seed", "search", 0, Integer(0, 2**32 - 1, optional=True),
            "seed of the validation split, the searcher, the trainings and the selection, from 0 to 2**32 - 1 "
            "(None: 0)", metavar="N"),
@@ -464,17 +495,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("progress", "search", True, Boolean(), "a progress bar (plain lines when the output is not a terminal)"),
     # ------------------------------------------------------------------ evaluation
     Option("evaluator", "evaluation", "ray", OneOf(tuple(evaluator.EVALUATORS)),
-           "ray: parallel Ray tasks; serial: in-process, one at a time (the other evaluation options are then "
-           "ignored)"),
+           "ray: parallel Ray tasks; serial: in-process, one at a time ({workers}, {ray_address} and "
+           "{gpus_per_eval} are then ignored)"),
     Option("workers", "evaluation", None, Integer(1, 10**5, optional=True), "concurrent evaluations", metavar="N",
-           default_text="what the Ray cluster can run"),
+           default_text="what the Ray cluster can run", applies=_on_ray, requirement=_RAY_ONLY, depends="evaluator"),
     Option("ray_address", "evaluation", None, Text(), "join an existing Ray cluster ('auto' or host:port)",
-           metavar="ADDR", default_text="the RAY_ADDRESS environment variable when set, else a new local instance"),
+           metavar="ADDR", default_text="the RAY_ADDRESS environment variable when set, else a new local instance",
+           applies=_on_ray, requirement=_RAY_ONLY, depends="evaluator"),
     Option("cpus_per_eval", "evaluation", None, Real(0, 4096.0),
            "CPUs per evaluation; TensorFlow uses that many threads", metavar="C", default_text="1"),
     Option("gpus_per_eval", "evaluation", None, Real(0, 1024.0, strict=False),
            "GPUs per evaluation (a fraction shares a GPU; 0: the evaluations see no GPU)", metavar="G",
-           default_text="1 when the cluster has GPUs, else 0"),
+           default_text="1 when the cluster has GPUs, else 0", applies=_on_ray, requirement=_RAY_ONLY,
+           depends="evaluator"),
     # ------------------------------------------------------------------ ensemble
     Option("ensemble_size", "ensemble", 5, Integer(1, 1000), "distinct ensemble members (at most)", flag="--size",
            metavar="K"),
@@ -558,11 +591,15 @@ def resolve(values: Mapping[str, Any], configs=(TableConfig, SearchConfig, Ensem
         if o.group not in groups:
             continue
         value = full[o.name]
-        if o.applies is not None and not o.applies(full):
-            if o.unused == "refuse" and value != o.default:
-                raise _unused(o, value, full)
-            continue
         o.constraint.check(o.name, value)
+        if o.applies is not None and not o.applies(full) and value != o.default:
+            if o.unused == "refuse":
+                raise _unused(o, value, full)
+            import warnings
+
+            warnings.warn(ParameterWarning(o.name, o.requirement.format(value=full[o.depends],
+                                                                       **{o.depends: "{" + o.depends + "}"}),
+                                           value, refers=(o.depends,)), stacklevel=preprocess._caller_level())
     if "search" in groups:
         _check_search(full)
     return tuple(c(**{o.name: full[o.name] for o in OPTIONS if o.group in c.GROUPS}) for c in configs)
@@ -573,8 +610,8 @@ def _unused(o: Option, value, full) -> ParameterError:
         return ParameterError(o.name, f'must be "auto" with search {full["search"]!r}: only aging evolution '
                                       f'({", ".join(search.evolution_searchers())}) has a population', value)
     requirement = o.requirement.format(searchers=", ".join(search.surrogate_searchers()), search="{search}",
-                                       value=full["search"])
-    return ParameterError(o.name, requirement, value, refers=("search",))
+                                       value=full[o.depends])
+    return ParameterError(o.name, requirement, value, refers=(o.depends,))
 
 
 def _check_search(v: Mapping) -> None:
@@ -631,7 +668,9 @@ def add_option(parser, o: Option, *, required: bool = False, help: str | None = 
         # An option that is on by default (or "auto") can be turned off: --x / --no-x.
         kwargs["action"] = argparse.BooleanOptionalAction if o.default is not False else "store_true"
     elif isinstance(o.constraint, Names):
-        kwargs["action"] = "append"
+        kwargs["action"] = "append" if o.constraint.separator is None else "extend"
+        if o.constraint.separator is not None:
+            kwargs["type"] = o.constraint.parse
     else:
         kwargs["type"] = o.constraint.parse
         kwargs["choices"] = o.constraint.choices

@@ -8,10 +8,28 @@ Each function writes its figure to ``path`` (atomically, never through a link: s
 """
 from __future__ import annotations
 
+import functools
 import io
+import warnings
 from pathlib import Path
 
 import numpy as np
+
+
+def _quiet_glyphs(plot):
+    """``plot`` without matplotlib's warning for each character its font lacks.
+
+    A class label or a column name in emoji or CJK characters is drawn as boxes by the default
+    font (DejaVu Sans), and matplotlib warns once per character and per rendering: 24 lines for
+    one run's figures. The figure is the same without them.
+    """
+    @functools.wraps(plot)
+    def quiet(*args, **kwargs):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
+            return plot(*args, **kwargs)
+
+    return quiet
 
 
 def _pyplot():
@@ -23,6 +41,7 @@ def _pyplot():
     return plt
 
 
+@_quiet_glyphs
 def plot_uncertainty_1d(x_grid, prediction, path, *, x_train=None, y_train=None, y_true=None,
                         target: int = 0, title: str = "Ensemble prediction") -> Path | bytes:
     """Mean with aleatoric and epistemic +-2 std bands over a 1-D grid (like thesis Fig. 6.2).
@@ -53,6 +72,7 @@ def plot_uncertainty_1d(x_grid, prediction, path, *, x_train=None, y_train=None,
     return _save(fig, path)
 
 
+@_quiet_glyphs
 def plot_calibration(expected, observed, path, target_names=None, data: str | None = None,
                      n_rows: int | None = None) -> Path | bytes:
     """Observed vs expected coverage of central intervals, one line per target.
@@ -83,6 +103,7 @@ def _on_rows(data, n_rows) -> str:
     return f" on {data} data" + ("" if n_rows is None else f" ({n_rows} rows)")
 
 
+@_quiet_glyphs
 def plot_predicted_vs_observed(y_true, prediction, path, target_names=None, data: str | None = None
                                ) -> Path | bytes:
     """Predicted mean against observed value, with +-2 std error bars: aleatoric on the left,
@@ -134,6 +155,7 @@ def _evenly_spread(order: np.ndarray, most: int) -> np.ndarray:
     return order[np.unique(np.linspace(0, len(order) - 1, most).round().astype(int))]
 
 
+@_quiet_glyphs
 def plot_error_vs_std(y_true, prediction, path, target_names=None, data: str | None = None) -> Path | bytes:
     """Absolute error of the predicted mean against the predicted total std, one panel per target.
 
@@ -171,6 +193,7 @@ def plot_error_vs_std(y_true, prediction, path, target_names=None, data: str | N
     return _save(fig, path)
 
 
+@_quiet_glyphs
 def plot_search_trace(objectives, path, failed=None, units: str = "standardized", status=None,
                       members=()) -> Path | bytes:
     """Validation NLL of each evaluation in order, and the best so far.

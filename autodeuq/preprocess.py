@@ -29,7 +29,13 @@ Columns that are refused, before any fitting, because they are almost always a d
   silently become categories; the message names the cells and their data rows;
 * a categorical column with more than :data:`MAX_CATEGORIES` distinct values in the training
   rows, if they are also more than :data:`MAX_CATEGORY_SHARE` of the training rows: an
-  identifier or free text, not categories (make it the id column, or drop it).
+  identifier or free text, not categories (make it the id column, or drop it); every such column
+  is named in one message.
+
+A column declared categorical (``TableOptions.categorical_columns``) is refused for neither: its
+cells are categories whatever they hold, also a column of numbers (a ``Cylinders`` column of
+``4``, ``6`` and one ``rotary``), whose numbers become categories by their value (``4`` and
+``4.0`` are one category, ``"4"`` in a text column too).
 
 At prediction, categories not seen in training are encoded as described above, and
 :class:`UnseenCategoryWarning` says, per column, how many rows held them.
@@ -76,6 +82,9 @@ class TableOptions:
     drop_missing_target : bool
         Leave out the rows whose target is missing (NaN) instead of refusing the table (a
         training matter: not saved with the model).
+    categorical_columns : sequence of str
+        Feature columns that are categorical whatever they hold: numbers become categories, and
+        neither many distinct values nor stray text refuses the column.
     """
 
     categorical: str = "onehot"
@@ -83,6 +92,7 @@ class TableOptions:
     drop: tuple = ()
     id_column: str | None = None
     drop_missing_target: bool = False
+    categorical_columns: tuple = ()
 
     def __post_init__(self):
         if self.categorical not in CATEGORICAL:
@@ -103,6 +113,22 @@ class TableOptions:
         if self.id_column is not None and self.id_column in self.drop:
             raise DataError(f"column {self.id_column!r} is both the id column and dropped",
                             parameters=("id_column", "drop"))
+        self._check_declared()
+
+    def _check_declared(self):
+        declared = self.categorical_columns if self.categorical_columns is not None else ()
+        if isinstance(declared, str) or not all(isinstance(c, str) for c in declared):
+            raise ParameterError("categorical_columns", "must be a list of column names", self.categorical_columns)
+        object.__setattr__(self, "categorical_columns", tuple(declared))
+        repeated = sorted({c for c in self.categorical_columns if self.categorical_columns.count(c) > 1})
+        if repeated:
+            raise ParameterError("categorical_columns", "must name each column once", list(self.categorical_columns))
+        ignored = [c for c in self.categorical_columns if c in self.ignored]
+        if ignored:
+            raise DataError(f"column {ignored[0]!r} is declared categorical and is also "
+                            f"{'the id column' if ignored[0] == self.id_column else 'dropped'}: it is a feature or "
+                            f"not", parameters=("categorical_columns", "id_column" if ignored[0] == self.id_column
+                                                else "drop"))
 
     @classmethod
     def of(cls, config) -> "TableOptions":
@@ -123,46 +149,109 @@ def is_categorical(series) -> bool:
     return not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series)
 
 
-def _as_labels(values) -> np.ndarray:
-    """A categorical column as an object array of str, missing entries as None."""
+def _as_labels(values, numbers: bool = False) -> np.ndarray:
+    """A categorical column as an object array of str, missing entries as None; with ``numbers``
+    (a column declared categorical), a number as the text of its value (:func:`_number_text`)."""
     import pandas as pd
 
     values = pd.Series(values).astype(object)
     missing = values.isna().to_numpy()
-    return np.array([None if m else str(v) for v, m in zip(values.to_numpy(), missing)], dtype=object)
+    text = _number_text if numbers else str
+    return np.array([None if m else text(v) for v, m in zip(values.to_numpy(), missing)], dtype=object)
 
 
-def _check_feature(frame, training, c: str, kind: str, options: TableOptions, source: str) -> None:
+def _number_text(value) -> str:
+    """A declared categorical cell as text: a number (not a boolean, not text) by its value, so that
+    ``4`` read from an integer column and ``4.0`` from one with gaps are one category."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
+        value = float(value)
+        if value.is_integer() and abs(value) < 2.0 ** 53:
+            return str(int(value))
+        return repr(value)
+    return str(value)
+
+
+def _labels(column: dict, values) -> np.ndarray:
+    """The categories of a fitted categorical column's ``values`` (see :func:`_as_labels`)."""
+    return _as_labels(values, numbers=bool(column.get("declared")))
+
+
+def _training_rows(n_training: int, n_rows: int) -> str:
+    """Which rows a count of training rows is of, in the words of a message."""
+    if n_training == n_rows:
+        return f"the {n_training} training rows (all of the table's data rows)"
+    return (f"the {n_training} training rows (of the table's {n_rows} data rows: the validation rows and any "
+            f"left out are not counted)")
+
+
+def _check_feature(frame, training, c: str, kind: str, options: TableOptions, source: str) -> int | None:
     """Refuse the feature column ``c`` of ``frame`` (``training``: its training rows) as
-    :meth:`TablePreprocessor.fit` says, naming ``source``, the column and the data row."""
+    :meth:`TablePreprocessor.fit` says, naming ``source``, the column and the data row; the
+    number of distinct values of a column that looks like an identifier (refused by the caller,
+    with the others), else None."""
+    declared = c in options.categorical_columns
     missing = frame[c].isna().to_numpy()
     if training[c].isna().all():
-        raise DataError(f"{source}: feature column {c!r} has no value in the {len(training)} training "
-                        f"row(s): drop it", parameters=("drop",))
-    if kind == "categorical":
+        rows = _training_rows(len(training), len(frame))
+        raise DataError(f"{source}: feature column {c!r} has no value in {rows}: drop it", parameters=("drop",))
+    if kind == "categorical" and not declared:
         _check_not_mixed(frame[c], c, source)
-    else:
+    elif kind == "numeric":
         check_values(frame[[c]].to_numpy(dtype=np.float64, na_value=np.nan), [c], source, "feature",
                       allow_nan=True)
     if kind == "categorical" and options.categorical == "none":
         raise DataError(
-            f"{source}: feature column {c!r} is categorical ({frame[c].dtype}, e.g. "
+            f"{source}: feature column {c!r} is categorical ({'declared' if declared else frame[c].dtype}, e.g. "
             f"{_first_value(frame[c])!r}) but categorical encoding is 'none': encode it one-hot or "
             f"ordinal, drop it or make it numbers", parameters=("categorical", "drop"))
-    if kind == "categorical":
-        distinct = {v for v in _as_labels(training[c]) if v is not None}
-        if len(distinct) > MAX_CATEGORIES and len(distinct) > MAX_CATEGORY_SHARE * len(training):
-            raise DataError(
-                f"{source}: feature column {c!r} looks like an identifier or free text, not categories: "
-                f"{len(distinct)} distinct values in {len(training)} training rows (a categorical column "
-                f"may have {MAX_CATEGORIES} distinct values, or more if they are at most "
-                f"{MAX_CATEGORY_SHARE:.0%} of the training rows): make it the id column or drop it",
-                parameters=("id_column", "drop"))
     if missing.any() and options.impute == "none":
         raise DataError(
             f"{source}: feature column {c!r} has {int(missing.sum())} missing value(s) (first at data row "
             f"{int(np.argmax(missing)) + 1}) and imputation is 'none': impute the mean or median, or drop "
             f"it", parameters=("impute", "drop"))
+    if kind == "categorical" and not declared:
+        distinct = {v for v in _as_labels(training[c]) if v is not None}
+        if len(distinct) > MAX_CATEGORIES and len(distinct) > MAX_CATEGORY_SHARE * len(training):
+            return len(distinct)
+    return None
+
+
+def _checked_kinds(frame, training, features: list[str], options: TableOptions, source: str) -> dict[str, str]:
+    """Each feature column's kind (numeric or categorical), once every column passed
+    :func:`_check_feature`; the columns that look like identifiers are refused together."""
+    unknown = [c for c in options.categorical_columns if c not in features]
+    if unknown:
+        raise DataError(f"{source}: column {unknown[0]!r} is declared categorical but is not a feature column; "
+                        f"the features are {features}", parameters=("categorical_columns",))
+    declared = set(options.categorical_columns)
+    kinds = {c: "categorical" if c in declared or is_categorical(frame[c]) else "numeric" for c in features}
+    identifiers = {}
+    for c in features:
+        distinct = _check_feature(frame, training, c, kinds[c], options, source)
+        if distinct is not None:
+            identifiers[c] = distinct
+    if identifiers:
+        raise _identifiers_error(identifiers, len(training), len(frame), source)
+    return kinds
+
+
+def _identifiers_error(identifiers: dict[str, int], n_training: int, n_rows: int, source: str) -> DataError:
+    """One error naming every column that looks like an identifier (``{column: distinct values}``)."""
+    rule = (f"more than a categorical column may have ({MAX_CATEGORIES} distinct values, or more if they are at "
+            f"most {MAX_CATEGORY_SHARE:.0%} of the training rows)")
+    rows = _training_rows(n_training, n_rows)
+    parameters = ("categorical_columns", "id_column", "drop")
+    if len(identifiers) == 1:
+        (c, n), = identifiers.items()
+        return DataError(
+            f"{source}: feature column {c!r} looks like an identifier or free text, not categories: {n} distinct "
+            f"values in {rows}, {rule}: declare it categorical if it is one, else make it the id column or drop "
+            f"it", parameters=parameters)
+    shown = ", ".join(f"{c!r} ({n} distinct values)" for c, n in identifiers.items())
+    return DataError(
+        f"{source}: {len(identifiers)} feature columns look like identifiers or free text, not categories: {shown} "
+        f"in {rows}, {rule}: declare those that are categories categorical, make one the id column, drop the "
+        f"others", parameters=parameters)
 
 
 def _checked_column(k: int, c) -> dict:
@@ -188,7 +277,11 @@ def _checked_column(k: int, c) -> dict:
         raise DataError(f"{where}: 'categories' must be a non-empty list of distinct strings")
     if not (fill is None or fill in categories):
         raise DataError(f"{where}: 'fill' must be one of its categories or null")
-    return {"name": c["name"], "kind": "categorical", "fill": fill, "categories": list(categories)}
+    declared = c.get("declared", False)
+    if not isinstance(declared, bool):
+        raise DataError(f"{where}: 'declared' must be true or false")
+    return {"name": c["name"], "kind": "categorical", "fill": fill, "categories": list(categories),
+            **({"declared": True} if declared else {})}
 
 
 @dataclass
@@ -231,10 +324,9 @@ class TablePreprocessor:
         from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder
 
         features = [str(c) for c in features]
-        kinds = {c: "categorical" if is_categorical(frame[c]) else "numeric" for c in features}
+        declared = set(options.categorical_columns)
         training = frame if rows is None else frame.iloc[rows]
-        for c in features:
-            _check_feature(frame, training, c, kinds[c], options, source)
+        kinds = _checked_kinds(frame, training, features, options, source)
         numeric = [c for c in features if kinds[c] == "numeric"]
         categorical = [c for c in features if kinds[c] == "categorical"]
         parts = []
@@ -248,7 +340,7 @@ class TablePreprocessor:
                                                        encoder), categorical))
         table = training[features].copy()
         for c in categorical:
-            labels = _as_labels(table[c])
+            labels = _as_labels(table[c], numbers=c in declared)
             labels[_is_none(labels)] = np.nan  # the imputer's marker of a missing entry
             table[c] = labels
         transformer = ColumnTransformer(parts).fit(table)
@@ -263,6 +355,8 @@ class TablePreprocessor:
             for c, fill, categories in zip(categorical, imputer.statistics_, encoder.categories_):
                 fitted[c] = {"name": c, "kind": "categorical", "fill": None if options.impute == "none" else str(fill),
                              "categories": [str(v) for v in categories]}
+                if c in declared:
+                    fitted[c]["declared"] = True
         prep = cls([fitted[c] for c in features], options)
         names = prep.output_names
         repeated = sorted({n for n in names if names.count(n) > 1})
@@ -290,8 +384,9 @@ class TablePreprocessor:
 
     def to_dict(self) -> dict:
         o = self.options
+        declared = {"categorical_columns": list(o.categorical_columns)} if o.categorical_columns else {}
         return {"categorical": o.categorical, "impute": o.impute, "drop": list(o.drop), "id_column": o.id_column,
-                "columns": [dict(c) for c in self.columns]}
+                **declared, "columns": [dict(c) for c in self.columns]}
 
     @classmethod
     def from_dict(cls, d) -> TablePreprocessor:
@@ -309,9 +404,12 @@ class TablePreprocessor:
             raise DataError("'preprocessing.drop' must be a list of column names")
         if id_column is not None and not isinstance(id_column, str):
             raise DataError("'preprocessing.id_column' must be a column name or null")
+        declared = d.get("categorical_columns", [])
+        if not isinstance(declared, list) or not all(isinstance(c, str) for c in declared):
+            raise DataError("'preprocessing.categorical_columns' must be a list of column names")
         try:
             options = TableOptions(categorical=d.get("categorical"), impute=d.get("impute"), drop=tuple(drop),
-                                   id_column=id_column)
+                                   id_column=id_column, categorical_columns=tuple(declared))
         except ParameterError as exc:
             raise DataError(f"'preprocessing.{exc.parameter}' {exc.requirement}, got {exc.value!r}") from None
         columns = d.get("columns")
@@ -339,7 +437,7 @@ class TablePreprocessor:
             if c["kind"] != "categorical" or c["name"] not in names:
                 continue
             known = set(c["categories"])
-            unseen = np.array([v is not None and v not in known for v in _as_labels(frame[c["name"]])], dtype=bool)
+            unseen = np.array([v is not None and v not in known for v in _labels(c, frame[c["name"]])], dtype=bool)
             if unseen.any():
                 out[c["name"]] = unseen
         return out
@@ -353,7 +451,8 @@ class TablePreprocessor:
             parts = []
             for name, rows in unseen.items():
                 first = int(np.argmax(rows))
-                value = _as_labels(frame[frame.columns[names.index(name)]].iloc[[first]])[0]
+                column = next(c for c in self.columns if c["name"] == name)
+                value = _labels(column, frame[frame.columns[names.index(name)]].iloc[[first]])[0]
                 parts.append(f"column {name!r} in {int(rows.sum())} row(s) (first {_shown(value)} at data row "
                              f"{first + 1})")
             encoding = "as all zeros" if self.options.categorical == "onehot" else f"as {UNKNOWN_ORDINAL}"
@@ -393,7 +492,7 @@ class TablePreprocessor:
             if c["kind"] == "numeric":
                 blocks.append(_numeric_values(values, c, missing, source)[:, None])
                 continue
-            labels = _as_labels(values)
+            labels = _labels(c, values)
             labels[missing] = c["fill"]
             index = {v: i for i, v in enumerate(c["categories"])}
             codes = np.array([index.get(v, -1) for v in labels], dtype=np.int64)
@@ -416,7 +515,8 @@ def _numeric_values(values, column: dict, missing: np.ndarray, source: str) -> n
         if bad.any() or pd.api.types.is_bool_dtype(values):
             row = int(np.argmax(bad)) if bad.any() else 0
             raise DataError(f"{source}: feature column {column['name']!r} is numeric in the model but holds "
-                            f"{values.iloc[row]!r} at data row {row + 1}")
+                            f"{values.iloc[row]!r} at data row {row + 1}: fix the cell, or fit the model with the "
+                            f"column declared categorical", parameters=("categorical_columns",))
         values = converted
     out = np.array(pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan))
     if column["fill"] is not None:
@@ -474,7 +574,8 @@ def _check_not_mixed(series, name: str, source: str) -> None:
         f"{source}: feature column {name!r} holds numbers, but {len(bad)} of its {len(cells)} non-missing cells "
         f"{'is not a plain number' if len(bad) == 1 else 'are not plain numbers'}: "
         f"{shown}{more}; write plain numbers (no thousands separators), leave a cell empty to mark it missing, "
-        f"or drop the column", parameters=("drop",))
+        f"drop the column, or declare it categorical (its cells are then categories)",
+        parameters=("drop", "categorical_columns"))
 
 
 def _is_none(values) -> np.ndarray:

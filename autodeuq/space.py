@@ -576,18 +576,37 @@ class SearchSpace:
         """Raise :class:`SpaceError` unless ``config`` is a point of this space."""
         if not isinstance(config, dict) or set(config) != {"arch", "hp"}:
             raise SpaceError("a configuration is a dict with exactly the keys 'arch' and 'hp'")
-        arch, hp = config["arch"], config["hp"]
+        self.validate_arch(config["arch"])
+        self.validate_hp(config["hp"])
+
+    def validate_arch(self, arch) -> None:
+        """Raise :class:`SpaceError` unless ``arch`` is an architecture vector of this space."""
         dims = self.arch_dims
-        if len(arch) != len(dims):
-            raise SpaceError(f"arch has {len(arch)} variables, the space has {len(dims)}")
+        if not isinstance(arch, (list, tuple, np.ndarray)) or len(arch) != len(dims):
+            size = f"{len(arch)} variables" if isinstance(arch, (list, tuple, np.ndarray)) else type(arch).__name__
+            raise SpaceError(f"arch has {size}, the space has {len(dims)} variables")
         for name, value, dim in zip(self.arch_names, arch, dims):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < dim:
                 raise SpaceError(f"arch variable {name} = {value!r} is not an integer in [0, {dim - 1}]")
-        if not isinstance(hp, dict) or set(hp) != set(HP_NAMES):
-            raise SpaceError(f"hp must have exactly the keys {list(HP_NAMES)}")
+
+    def validate_hp(self, hp, partial: bool = False) -> None:
+        """Raise :class:`SpaceError` unless ``hp`` holds training hyperparameters of this space:
+        each of them, or (``partial``) some of them."""
+        if not isinstance(hp, dict) or (set(hp) - set(HP_NAMES) if partial else set(hp) != set(HP_NAMES)):
+            raise SpaceError(f"hp must have {'only' if partial else 'exactly'} the keys {list(HP_NAMES)}")
         for name in HP_NAMES:
-            if not self.configspace[name].legal_value(hp[name]):
+            if name in hp and not self._legal(name, hp[name]):
                 raise SpaceError(f"hp {name} = {hp[name]!r} is outside {self.configspace[name]}")
+
+    def _legal(self, name: str, value) -> bool:
+        if isinstance(value, bool):
+            return False
+        if name != "optimizer" and not isinstance(value, (int, float, np.integer, np.floating)):
+            return False  # ConfigSpace compares a number range with text by raising, not by refusing
+        try:
+            return bool(self.configspace[name].legal_value(value))
+        except (TypeError, ValueError, OverflowError):
+            return False
 
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(self.spec)

@@ -6,6 +6,7 @@ import importlib
 import itertools
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy.special import log_softmax
 from sklearn import metrics as skm
@@ -119,6 +120,51 @@ def test_to_frame_columns_and_round_trip():
     assert_same_math(frame["y_epistemic_mi"].to_numpy(), value.epistemic_mi)
     assert frame["y_set"].tolist() == ["False|True", "True|False|7"]
     assert "y_set" not in value.to_frame("y").columns
+
+
+@pytest.mark.parametrize("classes", [("a|b", "c", 'q"'), ("x", "|", ""), ("new\nline", "a,b|c", " sp ")])
+def test_a_set_of_labels_holding_the_separator_or_quotes_splits_back_unambiguously(tmp_path, classes):
+    import csv
+
+    value = hand_mixture(classes=classes)
+    sets = [s.tolist() for s in value.prediction_set(0.99)]
+    column = value.to_frame("y", set_level=0.99)["y_set"]
+    # The documented recipe: the cell is one CSV record whose delimiter is "|".
+    assert [next(csv.reader([text], delimiter="|")) for text in column] == sets
+    # Through the CSV file predict writes, and back.
+    column.to_frame().to_csv(tmp_path / "p.csv", index=False)
+    read = pd.read_csv(tmp_path / "p.csv", dtype=str, keep_default_na=False)["y_set"]
+    assert [next(csv.reader([text], delimiter="|")) for text in read] == sets
+
+    from autodeuq.ensemble.categorical import join_prediction_set, split_prediction_set
+
+    assert [split_prediction_set(text) for text in column] == sets
+    assert [join_prediction_set(s) for s in sets] == column.tolist()
+    # Plain labels are written as before: joined by "|".
+    assert join_prediction_set(["cat", "dog", 7]) == "cat|dog|7" and split_prediction_set("cat|dog") == ["cat", "dog"]
+
+
+def test_labels_of_emoji_and_cjk_draw_without_a_warning_per_missing_glyph():
+    import warnings
+
+    from autodeuq.plots import plot_predicted_vs_observed
+
+    classes = ["猫 cat", "犬 dog", "🦜 parrot"]
+    value = hand_mixture(classes=classes)
+    codes = np.array([0, 2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert plot_confusion(None, value.proba, codes, classes)[:4] == b"\x89PNG"
+        plot_uncertainty_correct_wrong(None, {"総エントロピー": value.total_entropy}, [True, False])
+        plot_decision_2d(None, *np.meshgrid(np.linspace(0, 1, 3), np.linspace(0, 1, 3)), np.ones(9), np.ones(9),
+                         np.zeros(9), np.array([[0.1, 0.2], [0.5, 0.5]]), np.array(classes[:2]), title="ペット")
+        from autodeuq.ensemble.mixture import UncertaintyPrediction
+
+        prediction = UncertaintyPrediction.from_mixture([[[0.0], [1.0]], [[2.0], [1.5]]], np.ones((2, 2, 1)),
+                                                        [0.5, 0.5])
+        plot_predicted_vs_observed(np.zeros((2, 1)), prediction, None, target_names=["価格 💴"])
+    glyphs = [str(w.message) for w in caught if "missing from" in str(w.message)]
+    assert glyphs == []
 
 
 def test_to_frame_refuses_classes_that_print_alike():

@@ -119,6 +119,34 @@ def test_missing_labels_are_refused_or_left_out():
     assert len(dataset.x_train) + len(dataset.x_valid) == len(frame) - 1
 
 
+def test_text_labels_none_nan_and_na_are_classes_and_only_an_empty_cell_is_missing(tmp_path):
+    from autodeuq.data import load_files
+    from autodeuq.preprocess import TableOptions
+
+    frame = labelled_table(60, labels=("None", "NaN", "NA", "yes"))
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    frame.iloc[:8].to_csv(tmp_path / "test.csv", index=False)
+    dataset = load_files(tmp_path / "t.csv", ["y"], test=tmp_path / "test.csv")
+    assert dataset.task == "classification" and dataset.labels.classes == ["NA", "NaN", "None", "yes"]
+    assert np.bincount(dataset.y_test[:, 0].astype(int), minlength=4).tolist() == [2, 2, 2, 2]
+    # An empty cell is still a missing label; a numeric or boolean target keeps the reader's NaN.
+    lines = (tmp_path / "t.csv").read_text().splitlines()
+    lines[5] = lines[5].rsplit(",", 1)[0] + ","
+    (tmp_path / "gap.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"1 missing label\(s\) \(first at data row 5\)"):
+        load_files(tmp_path / "gap.csv", ["y"])
+    assert load_files(tmp_path / "gap.csv", ["y"], options=TableOptions(drop_missing_target=True)).labels.n_classes == 4
+    frame.assign(y=np.where(np.arange(60) == 3, "NaN", (np.arange(60) * 0.5).astype(str))).to_csv(
+        tmp_path / "numbers.csv", index=False)
+    with pytest.raises(DataError, match=r"target column 'y' has 1 missing value\(s\) \(first at data row 4\)"):
+        load_files(tmp_path / "numbers.csv", ["y"])
+    flags = np.where(np.arange(60) % 2 == 0, "True", "False")
+    flags[7] = "NaN"
+    frame.assign(y=flags).to_csv(tmp_path / "flags.csv", index=False)
+    with pytest.raises(DataError, match=r"1 missing label\(s\) \(first at data row 8\)"):
+        load_files(tmp_path / "flags.csv", ["y"])
+
+
 def test_the_moons_example_has_two_inputs_two_classes_and_test_rows():
     dataset = load_builtin("moons")
     assert dataset.task == "classification" and dataset.labels.classes == ["lower", "upper"]
@@ -263,6 +291,22 @@ def test_the_temperature_and_the_classes_survive_pickle_and_export(fitted, tmp_p
         assert not np.allclose(untempered.predict(frame[["a", "b"]]).proba, expected)
 
 
+def test_a_loaded_classifier_without_its_refit_is_still_a_classifier(fitted, tmp_path):
+    from autodeuq import load_ensemble
+    from autodeuq.ensemble.categorical import CategoricalPrediction
+
+    model, frame = fitted
+    model.ensemble_.save(tmp_path / "ensemble.json")
+    loaded = load_ensemble(tmp_path / "ensemble.json")
+    before = loaded.without_refit()
+    assert type(before) is type(loaded) and before.refitted_ids == []
+    assert before.temperature == loaded.temperature and before.classes.tolist() == ["maybe", "no", "yes"]
+    assert before.member_ids == loaded.member_ids and np.array_equal(before.weights, loaded.weights)
+    value = before.predict(frame[["a", "b"]])
+    assert isinstance(value, CategoricalPrediction) and value.proba.shape == (90, 3)
+    np.testing.assert_allclose(value.proba.sum(axis=1), 1.0, atol=1e-6)
+
+
 def test_each_estimator_refuses_the_other_task():
     from autodeuq import AutoDEUQClassifier, AutoDEUQRegressor
 
@@ -273,6 +317,57 @@ def test_each_estimator_refuses_the_other_task():
         AutoDEUQRegressor(**TINY, task="classification").fit(frame[["a", "b"]], frame["a"])
     with pytest.raises(ValueError, match="Unknown label type"):
         AutoDEUQClassifier(**TINY).fit(frame[["a", "b"]], frame["a"] + 0.5)
+
+
+class SearchStarted(Exception):
+    """Raised in place of the search: the estimator checked its input and went on to work."""
+
+
+@pytest.fixture
+def no_search(monkeypatch):
+    """The datasets the estimator would search (the search itself replaced by SearchStarted)."""
+    import autodeuq.pipeline
+
+    seen = []
+
+    def fill_catalog(space, dataset, *args, **kwargs):
+        seen.append(dataset)
+        raise SearchStarted
+
+    monkeypatch.setattr(autodeuq.pipeline, "fill_catalog", fill_catalog)
+    return seen
+
+
+@pytest.mark.parametrize("wrap", [list, lambda v: np.asarray(v, dtype=object), pd.Series])
+def test_the_classifier_refuses_labels_of_mixed_types_and_keeps_their_type(no_search, wrap):
+    from autodeuq import AutoDEUQClassifier
+
+    frame = labelled_table(30)
+    with pytest.raises(LabelError, match=r"y: target 'y' mixes labels of types \['int', 'str'\]"):
+        AutoDEUQClassifier(**TINY).fit(frame[["a", "b"]], wrap([1, "neg"] * 15))
+    with pytest.raises(LabelError, match=r"mixes labels of types \['bool', 'int'\]"):
+        AutoDEUQClassifier(**TINY).fit(frame[["a", "b"]], wrap([True, 2] * 15))
+    assert no_search == []
+    with pytest.raises(SearchStarted):
+        AutoDEUQClassifier(**TINY).fit(frame[["a", "b"]], wrap([1, 0] * 15))
+    assert no_search[0].labels.classes == [0, 1] and no_search[0].labels.array().dtype == np.int64
+
+
+@pytest.mark.parametrize("missing", [None, np.nan, pd.NA])
+@pytest.mark.parametrize("wrap", [list, lambda v: np.asarray(v, dtype=object), pd.Series])
+def test_a_missing_text_label_in_python_is_refused_as_on_the_command_line(no_search, wrap, missing):
+    from autodeuq import AutoDEUQClassifier
+
+    frame = labelled_table(30)
+    y = list(frame["y"])
+    y[4] = missing
+    with pytest.raises(DataError, match=r"target column 'y' has 1 missing label\(s\) \(first at data row 5\)"):
+        AutoDEUQClassifier(**TINY).fit(frame[["a", "b"]], wrap(y))
+    assert no_search == []
+    with pytest.raises(SearchStarted):
+        AutoDEUQClassifier(**TINY, drop_missing_target=True).fit(frame[["a", "b"]], wrap(y))
+    assert no_search[0].labels.classes == ["maybe", "no", "yes"]
+    assert len(no_search[0].x_train) + len(no_search[0].x_valid) == len(y) - 1
 
 
 @pytest.mark.slow

@@ -180,3 +180,80 @@ def test_autodeuq_warnings_are_one_line_each_on_the_command_line(monkeypatch, ca
     from autodeuq.evaluator.ray import ConcurrencyWarning
 
     assert all(issubclass(w, AutoDEUQWarning) for w in (EnsembleSizeWarning, RefitTimeWarning, ConcurrencyWarning))
+
+
+# What ray.init (Ray 2.60) raised when a cluster with token authentication refused a driver without
+# the cluster's token: "Failed to connect to Ray cluster", the reason only in the exception it chains.
+RAY_REFUSAL = (
+    'Failed to connect to GCS. Last connection error: Traceback (most recent call last):\n'
+    '  File "ray/_private/node.py", line 996, in _init_gcs_client\n    client = GcsClient(\n'
+    '  File "python/ray/includes/common.pxi", line 119, in ray._raylet.check_status\n'
+    "ray.exceptions.AuthenticationError: RPC error: InvalidAuthToken: Authentication token is missing or "
+    "incorrect. Note: RAY_AUTH_MODE is currently 'disabled' (not 'token'). Ensure that the token for the cluster "
+    "is available in a local file (e.g., ~/.ray/auth_token or via RAY_AUTH_TOKEN_PATH) or as the `RAY_AUTH_TOKEN` "
+    "environment variable.\n")
+NO_TOKEN = ("Token authentication is enabled but no authentication token was found. Ensure that the token for the "
+            "cluster is available in a local file (e.g., ~/.ray/auth_token or via RAY_AUTH_TOKEN_PATH) or as the "
+            "`RAY_AUTH_TOKEN` environment variable.")
+
+
+def _ray_failing_with(make):
+    class FakeRay:
+        @staticmethod
+        def init(address, **kwargs):
+            raise make()
+
+    return FakeRay
+
+
+def _refused():
+    try:
+        raise RuntimeError(RAY_REFUSAL)
+    except RuntimeError as exc:
+        raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.5:6379") from exc
+
+
+@pytest.mark.parametrize("environ, sent", [
+    ({}, "this process has RAY_AUTH_MODE unset, so it sent no token"),
+    ({"RAY_AUTH_MODE": "disabled"}, "this process has RAY_AUTH_MODE 'disabled', so it sent no token"),
+    ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "stale"},
+     "the token this process sent (from RAY_AUTH_TOKEN) is not the cluster's"),
+    ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": "/etc/ray-token"},
+     "the token this process sent (from the file /etc/ray-token) is not the cluster's"),
+])
+def test_a_connection_refused_by_token_authentication_says_why_and_what_to_do(monkeypatch, environ, sent):
+    from autodeuq.evaluator.ray import RayConnectionError, _init
+
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(RayConnectionError) as info:
+        _init(_ray_failing_with(_refused), "10.0.0.5:6379", {}, "connect to Ray at '10.0.0.5:6379'")
+    line = str(info.value)
+    assert "\n" not in line
+    assert line.startswith("cannot connect to Ray at '10.0.0.5:6379': Failed to connect to Ray cluster at "
+                           "10.0.0.5:6379: the cluster refused it (RPC error: InvalidAuthToken: Authentication token "
+                           "is missing or incorrect); the cluster uses token authentication"), line
+    assert sent in line
+    assert line.endswith(": run with RAY_AUTH_MODE=token and the cluster's token (the head's ~/.ray/auth_token) in "
+                         "RAY_AUTH_TOKEN, in ~/.ray/auth_token or in the file RAY_AUTH_TOKEN_PATH names; or start the "
+                         "cluster with authentication disabled (RAY_AUTH_MODE=disabled ray start --head).")
+
+
+def test_a_missing_token_and_other_connection_failures_are_one_line(monkeypatch):
+    from autodeuq.evaluator.ray import RayConnectionError, _init
+
+    class AuthenticationError(RuntimeError):
+        pass
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    with pytest.raises(RayConnectionError) as info:
+        _init(_ray_failing_with(lambda: AuthenticationError(NO_TOKEN)), "h:1", {}, "connect to Ray at 'h:1'")
+    assert str(info.value).startswith("cannot connect to Ray at 'h:1': Token authentication is enabled but no "
+                                      "authentication token was found; the cluster uses token authentication")
+    assert "this process has RAY_AUTH_MODE=token but found no token: run with RAY_AUTH_MODE=token" in str(info.value)
+    with pytest.raises(RayConnectionError) as info:  # no authentication in the chain: no advice about it
+        _init(_ray_failing_with(lambda: ConnectionError("Failed to connect to Ray cluster at h:1")), "h:1", {},
+              "connect to Ray at 'h:1'")
+    assert str(info.value) == "cannot connect to Ray at 'h:1': Failed to connect to Ray cluster at h:1."

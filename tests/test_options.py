@@ -2,11 +2,12 @@
 value is checked once, with the same rules, whichever front end received it."""
 import argparse
 import inspect
+import warnings
 
 import pytest
 
 from autodeuq import AutoDEUQRegressor, cli
-from autodeuq.errors import ParameterError
+from autodeuq.errors import ParameterError, ParameterWarning
 from autodeuq.options import (
     BY_NAME,
     OPTIONS,
@@ -69,9 +70,43 @@ def test_an_option_that_does_not_apply_is_refused_or_ignored_as_declared(capsys)
     assert cli.main(["search", "--dataset", "toy-sine", "--search", "age", "--surrogate", "rf"]) == 2
     err = capsys.readouterr().err  # the options named as options
     assert "--surrogate applies to the BO-based searchers" in err and "not to --search age, got 'rf'" in err
-    configure(SearchConfig, early_discarding="none", sha_reduction=1)  # successive halving's: unused, unchecked
+    with pytest.warns(ParameterWarning, match=r"^sha_reduction applies to early_discarding auto or sha, not to "
+                                              r"early_discarding none: 4 is ignored$"):
+        configure(SearchConfig, early_discarding="none", sha_reduction=4)  # successive halving's: unused, said
     with pytest.raises(ParameterError, match="^sha_reduction must be an integer >= 2"):
         configure(SearchConfig, early_discarding="sha", sha_reduction=1)
+
+
+@pytest.mark.parametrize("name, value, requirement", [
+    ("iepoch_epochs", 0, "must be an integer >= 1"),
+    ("iepoch_top_k", -1, "must be an integer >= 1"),
+    ("sha_reduction", 1, "must be an integer >= 2"),
+    ("discard_budget", -5.0, "must be > 0"),
+])
+def test_every_value_is_checked_whether_or_not_its_option_applies(capsys, name, value, requirement):
+    discarding = "none" if name != "iepoch_top_k" else "sha"  # the option unused either way
+    with pytest.raises(ParameterError, match=f"^{name} {requirement}, got {value}"):
+        configure(SearchConfig, early_discarding=discarding, **{name: value})
+    argv = ["search", "--dataset", "toy-sine", "--early-discarding", discarding, flag(name), str(value)]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.startswith(f"autodeuq: error: {flag(name)} {requirement}, got ")
+
+
+def test_an_ignored_value_is_said_in_the_options_of_each_front_end(capsys):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        configure(SearchConfig, iepoch_epochs=3, iepoch_top_k=10)  # the default top-k is no choice: not said
+    assert [str(w.message) for w in caught] == [
+        "iepoch_epochs applies to early_discarding iepoch, not to early_discarding auto: 3 is ignored"]
+    assert isinstance(caught[0].message, ParameterWarning) and caught[0].filename == __file__  # the caller's line
+    with pytest.warns(ParameterWarning, match=r"^workers applies to evaluator ray, not to evaluator serial: 3 is "
+                                              r"ignored$"):
+        configure(SearchConfig, evaluator="serial", workers=3)
+    # The command line names the options by their flags (the run then stops on its two datasets).
+    assert cli.main(["search", "--dataset", "toy-sine", "--data", "t.csv", "--iepoch-epochs", "3"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == ("autodeuq: warning: --iepoch-epochs applies to --early-discarding iepoch, not to "
+                      "--early-discarding auto: 3 is ignored")
 
 
 def test_unknown_and_misplaced_options_are_refused():

@@ -31,8 +31,9 @@ def test_a_bad_search_option_is_named(name, value):
     assert caught.value.parameter == name and caught.value.value is value
 
 
-def test_sha_settings_are_checked_only_with_sha():
-    configure(SearchConfig, early_discarding="none", sha_reduction=1, sha_min_epochs=0)
+def test_sha_settings_are_checked_whatever_the_discarding():
+    with pytest.raises(ParameterError, match="^sha_reduction must be an integer >= 2, got 1"):
+        configure(SearchConfig, early_discarding="none", sha_reduction=1)  # unused, yet checked (issue 64)
     with pytest.raises(ParameterError, match='^sha_min_epochs must be "auto" or an integer >= 1, got 0'):
         configure(SearchConfig, sha_min_epochs=0)  # early_discarding "auto" may become "sha"
     with pytest.raises(ParameterError, match="reduction must be an integer >= 2, got 1"):

@@ -495,6 +495,14 @@ def test_malformed_manifests_are_one_line_errors(run_dir, tmp_path, capsys, chan
     assert not (tmp_path / "p.csv").exists()
 
 
+#: Well-formed JSON holding values no space has: one-line errors naming the column, not tracebacks.
+DAMAGED_VALUES = [
+    ("UPDATE evaluations SET arch_json = '[1e999' || substr(arch_json, instr(arch_json, ','))", ("arch_json",)),
+    ("UPDATE evaluations SET hp_json = json_set(hp_json, '$.learning_rate', 'fast')", ("hp_json", "learning_rate")),
+    ("UPDATE evaluations SET hp_json = json_set(hp_json, '$.batch_size', 'x')", ("hp_json", "batch_size")),
+]
+
+
 @pytest.mark.parametrize("statement,fragments", [
     ("UPDATE evaluations SET objective = 'abc' WHERE status = 'done'", ("objective",)),
     ("UPDATE evaluations SET hp_json = '[' ", ("hp_json",)),
@@ -504,9 +512,21 @@ def test_malformed_manifests_are_one_line_errors(run_dir, tmp_path, capsys, chan
     ("UPDATE run SET value = x'00ff' WHERE key = 'valid_targets'", ("valid_targets",)),
     ("UPDATE run SET value = 'x' WHERE key = 'format_version'", ("format",)),
     ("UPDATE sessions SET search_json = '{'", ("search_json",)),
+    *DAMAGED_VALUES,
+    ("UPDATE evaluations SET config_json = json_set(config_json, '$.arch[0]', 1e999)", ("config_json",)),
+    ("UPDATE evaluations SET config_json = json_set(config_json, '$.hp.learning_rate', 'fast')",
+     ("damaged catalog: config_json", "learning_rate")),
 ])
 def test_damaged_catalog_columns_are_one_line_errors(run_dir, capsys, statement, fragments):
     sql(run_dir, statement)
     one_line_error(capsys, ["ensemble", "--run-dir", str(run_dir), "--size", "2"], *fragments)
     no_temporary_files(run_dir)
     assert not (run_dir / "ensemble.json").exists()
+
+
+@pytest.mark.parametrize("statement,fragments", DAMAGED_VALUES)
+def test_damaged_catalog_values_are_one_line_errors_of_the_catalog_command(tmp_path, capsys, statement, fragments):
+    run_dir = tmp_path / "run"
+    fake_run(run_dir)
+    sql(run_dir, statement)
+    one_line_error(capsys, ["catalog", "--run-dir", str(run_dir)], "entry 1: damaged catalog", *fragments)

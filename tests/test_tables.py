@@ -118,7 +118,7 @@ def test_what_cannot_be_handled_is_one_clear_error():
     message = error_of(lambda: fit(drop=("note", "id"), impute="none"), ("impute", "drop"))
     assert "t.csv: feature column 'a' has 3 missing value(s) (first at data row 4)" in message
     message = error_of(lambda: fit(frame.assign(empty=np.nan), drop=("note", "id")), ("drop",))
-    assert "feature column 'empty' has no value in the 40 training row(s)" in message
+    assert "feature column 'empty' has no value in the 40 training rows (of the table's 60 data rows" in message
     message = error_of(lambda: fit(frame.assign(y=frame["y"].where(frame.index != 7)), drop=("note", "id")))
     assert "t.csv: target column 'y'" in message and "row 8" in message
     assert "dropped column 'nope' not found" in error_of(lambda: fit(drop=("nope",)))
@@ -405,13 +405,14 @@ def test_a_numeric_column_with_a_stray_cell_is_refused_not_made_categorical(tmp_
     shown = repr(cell) if len(cell) < 25 else f"'{cell[:12]}...' ({len(cell)} characters)"
     expected = (f"{path}: feature column 'a' holds numbers, but 1 of its 30 non-missing cells is not a plain "
                 f"number: {shown} at data row 16{why}; write plain numbers (no thousands separators), leave a "
-                f"cell empty to mark it missing, or drop the column")
+                f"cell empty to mark it missing, drop the column, or declare it categorical (its cells are then "
+                f"categories)")
     with pytest.raises(DataError) as info:
         load_files(path, ["y"])
-    assert str(info.value) == expected and info.value.parameters == ("drop",)
+    assert str(info.value) == expected and info.value.parameters == ("drop", "categorical_columns")
     err = cli_error(["search", "--data", str(path), "--target", "y", "--run-dir", str(tmp_path / "run"),
                      "--evaluator", "serial", "--max-evals", "1"], capsys)
-    assert err == f"autodeuq: error: {expected} (--drop)"
+    assert err == f"autodeuq: error: {expected} (--drop, --categorical-columns)"
 
 
 def test_text_columns_that_are_mostly_text_or_all_numbers_stay_categorical():
@@ -427,16 +428,19 @@ def test_an_id_column_of_text_is_refused_with_the_way_out(tmp_path, capsys):
     rng = np.random.default_rng(1)
     frame = pd.DataFrame({"player": [f"player {i}" for i in range(140)], "a": rng.normal(size=140),
                           "y": rng.normal(size=140)})
-    message = error_of(lambda: from_table(frame, ["y"], "t.csv"), ("id_column", "drop"))
+    message = error_of(lambda: from_table(frame, ["y"], "t.csv"), ("categorical_columns", "id_column", "drop"))
     assert message == ("t.csv: feature column 'player' looks like an identifier or free text, not categories: 93 "
-                       "distinct values in 93 training rows (a categorical column may have 20 distinct values, or "
-                       "more if they are at most 50% of the training rows): make it the id column or drop it")
+                       "distinct values in the 93 training rows (of the table's 140 data rows: the validation rows "
+                       "and any left out are not counted), more than a categorical column may have (20 distinct "
+                       "values, or more if they are at most 50% of the training rows): declare it categorical if "
+                       "it is one, else make it the id column or drop it")
     assert from_table(frame, ["y"], "t.csv", TableOptions(id_column="player")).feature_names == ["a"]
     assert from_table(frame, ["y"], "t.csv", TableOptions(drop=("player",))).feature_names == ["a"]
     frame.to_csv(tmp_path / "players.csv", index=False)
     err = cli_error(["search", "--data", str(tmp_path / "players.csv"), "--target", "y", "--run-dir",
                      str(tmp_path / "run"), "--evaluator", "serial", "--max-evals", "1"], capsys)
-    assert "feature column 'player' looks like an identifier" in err and err.endswith("(--id-column, --drop)")
+    assert "feature column 'player' looks like an identifier" in err
+    assert err.endswith("(--categorical-columns, --id-column, --drop)")
     # Many categories, but few for the rows: still categories (20 any time; more up to half the training rows).
     frame["player"] = [f"team {i % 30}" for i in range(140)]
     assert len(from_table(frame, ["y"], "t.csv").feature_names) == 31
@@ -446,7 +450,102 @@ def test_an_id_column_of_text_is_refused_with_the_way_out(tmp_path, capsys):
                    ["categories"])
 
     assert categories(20, 20) == 20 and categories(21, 42) == 21
-    assert "21 distinct values in 41 training rows" in error_of(lambda: categories(21, 41), ("id_column", "drop"))
+    assert "21 distinct values in the 41 training rows (all of the table's data rows)" in error_of(
+        lambda: categories(21, 41), ("categorical_columns", "id_column", "drop"))
+
+
+def cars(n=93, seed=0):
+    """A table like the one of issue 64: a 32-value Manufacturer, a numeric-coded Cylinders, a Model per row."""
+    rng = np.random.default_rng(seed)
+    cylinders = rng.choice([4, 6, 8], n)
+    return pd.DataFrame({"Manufacturer": [f"maker{i % 32}" for i in range(n)],
+                         "Model": [f"model {i}" for i in range(n)], "Cylinders": cylinders, "a": rng.normal(size=n),
+                         "y": cylinders + rng.normal(0, 0.1, n)})
+
+
+def test_a_real_category_with_many_values_is_kept_when_declared_categorical(tmp_path, capsys):
+    frame = cars().drop(columns=["Model"])
+    frame["Manufacturer"] = [f"maker{i % 40}" for i in range(len(frame))]  # 40 makers in 62 training rows
+    message = error_of(lambda: from_table(frame, ["y"], "t.csv"), ("categorical_columns", "id_column", "drop"))
+    assert "feature column 'Manufacturer' looks like an identifier" in message and "declare it categorical" in message
+    declared = TableOptions(categorical_columns=("Manufacturer",))
+    dataset = from_table(frame, ["y"], "t.csv", declared)
+    assert len([n for n in dataset.feature_names if n.startswith("Manufacturer=")]) > 31  # of 40, in 62 rows
+    # The option of each front end: the command line's flag (comma-separated, repeatable) and the estimator's.
+    frame.to_csv(tmp_path / "cars.csv", index=False)
+    argv = ["search", "--data", str(tmp_path / "cars.csv"), "--target", "y", "--run-dir", str(tmp_path / "run"),
+            *TINY[:-3], "--no-progress"]
+    assert "--categorical-columns" in cli_error(argv, capsys)
+    assert main([*argv, "--categorical-columns", "Manufacturer", "--max-evals", "1"]) == 0
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoDEUQRegressor(search="random", max_evals=1, epochs=2, space="toy", evaluator="serial",
+                                  progress=False, ensemble_size=1, categorical_columns=["Manufacturer"])
+        model.fit(frame.drop(columns=["y"]), frame["y"])
+    assert model.ensemble_.preprocessor.columns[0]["declared"] is True
+
+
+def test_a_numeric_coded_column_with_a_stray_text_cell_is_kept_when_declared_categorical(tmp_path):
+    frame = cars().drop(columns=["Model"])
+    frame["Cylinders"] = frame["Cylinders"].astype(object)
+    frame.loc[7, "Cylinders"] = "rotary"
+    message = error_of(lambda: from_table(frame, ["y"], "t.csv"), ("drop", "categorical_columns"))
+    assert "'rotary' at data row 8" in message and "declare it categorical" in message
+    options = TableOptions(categorical_columns=("Manufacturer", "Cylinders"))
+    dataset = from_table(frame, ["y"], "t.csv", options)
+    assert {n for n in dataset.feature_names if n.startswith("Cylinders=")} <= {
+        "Cylinders=4", "Cylinders=6", "Cylinders=8", "Cylinders=rotary"}
+    # The stray cell only in the test file: refused with the way out, kept as an unseen category once declared.
+    train = cars().drop(columns=["Model"])
+    test = train.iloc[:10].astype({"Cylinders": object})
+    test.loc[3, "Cylinders"] = "rotary"
+    message = error_of(lambda: from_table(train, ["y"], "train.csv", TableOptions(categorical_columns=(
+        "Manufacturer",)), test=(test, "test.csv")), ("categorical_columns",))
+    assert message == ("test.csv: feature column 'Cylinders' is numeric in the model but holds 'rotary' at data row "
+                       "4: fix the cell, or fit the model with the column declared categorical")
+    dataset = from_table(train, ["y"], "train.csv", options, test=(test, "test.csv"))
+    cylinders = [k for k, n in enumerate(dataset.feature_names) if n.startswith("Cylinders=")]
+    assert [dataset.feature_names[k] for k in cylinders] == ["Cylinders=4", "Cylinders=6", "Cylinders=8"]
+    assert dataset.x_test[3, cylinders].tolist() == [0.0, 0.0, 0.0]  # unseen: all zeros
+    # A number is a category by its value: 6 of an integer column, 6.0 of one with gaps and "6" of a text one.
+    prep = TablePreprocessor.from_dict(json.loads(json.dumps(dataset.preprocessor.to_dict())))
+    six = pd.DataFrame({"Manufacturer": ["maker1"] * 3, "Cylinders": [6, 6.0, "6"], "a": [0.0] * 3})
+    encoded = prep.transform(six)[:, cylinders]
+    assert encoded.tolist() == [[0.0, 1.0, 0.0]] * 3 and prep.unseen_categories(six) == {}
+    with pytest.warns(UserWarning, match=r"column 'Cylinders' in 1 row\(s\) \(first 'rotary' at data row 4\)"):
+        prep.warn_unseen(test)
+
+
+def test_every_identifier_like_column_is_named_in_one_message(tmp_path, capsys):
+    frame = cars().assign(Serial=[f"s-{i}" for i in range(93)], Comment=[f"fine {i % 50}" for i in range(93)])
+    frame["Manufacturer"] = [f"maker{i % 40}" for i in range(93)]
+    message = error_of(lambda: from_table(frame, ["y"], "t.csv"), ("categorical_columns", "id_column", "drop"))
+    assert message.startswith("t.csv: 4 feature columns look like identifiers or free text, not categories: "
+                              "'Manufacturer' (")
+    assert "'Model' (62 distinct values), 'Serial' (62 distinct values), 'Comment' (" in message
+    # Which rows were counted: the training rows, of the table's data rows.
+    assert ("in the 62 training rows (of the table's 93 data rows: the validation rows and any left out are not "
+            "counted)") in message
+    options = TableOptions(categorical_columns=("Manufacturer",), id_column="Model", drop=("Serial", "Comment"))
+    assert from_table(frame, ["y"], "t.csv", options).feature_names[-2:] == ["Cylinders", "a"]
+    frame.to_csv(tmp_path / "cars.csv", index=False)
+    err = cli_error(["search", "--data", str(tmp_path / "cars.csv"), "--target", "y", "--run-dir",
+                     str(tmp_path / "run"), "--evaluator", "serial", "--max-evals", "1"], capsys)
+    assert "4 feature columns look like identifiers" in err
+    assert err.endswith("(--categorical-columns, --id-column, --drop)")
+
+
+def test_a_declared_categorical_column_must_be_a_feature():
+    frame = cars()
+    for options, words in [(TableOptions(categorical_columns=("Make",)), "declared categorical column 'Make' not "
+                                                                         "found"),
+                           (TableOptions(categorical_columns=("y",)), "is a target")]:
+        assert words in error_of(lambda: from_table(frame, ["y"], "t.csv", options))
+    with pytest.raises(DataError, match="declared categorical and is also dropped"):
+        TableOptions(categorical_columns=("Model",), drop=("Model",))
+    with pytest.raises(ParameterError, match="categorical_columns must name each column once"):
+        TableOptions(categorical_columns=("Model", "Model"))
 
 
 def test_unseen_categories_at_prediction_are_counted_per_column(table_run, capsys):

@@ -409,7 +409,7 @@ class Catalog:
         out = {k: row[k] for k in ("id", "status", "objective", "reason", "epochs", "best_epoch", "wall_time",
                                    "n_params", "worker", "submit_time", "start_time", "end_time")}
         _checked_objective(out["objective"], where)
-        out["config"] = decode_json(row["config_json"], where, "config_json")
+        out["config"] = self._decoded_config(row)
         out["history"] = decode_json(row["history_json"] or "{}", where, "history_json")
         out["extra"] = decode_json(row["extra_json"] or "{}", where, "extra_json")
         return out
@@ -419,8 +419,17 @@ class Catalog:
         return self._entry_dict(self._row(entry_id))
 
     def config(self, entry_id: int) -> dict[str, Any]:
-        row = self._row(entry_id)
-        return decode_json(row["config_json"], self._where(row), "config_json")
+        return self._decoded_config(self._row(entry_id))
+
+    def _decoded_config(self, row: sqlite3.Row) -> dict[str, Any]:
+        """An entry's configuration; CatalogError ("damaged catalog") unless it is a point of the run's space."""
+        config = decode_json(row["config_json"], self._where(row), "config_json")
+        try:
+            self.space.validate(config)
+        except ValueError as exc:
+            raise CatalogError(f"{self._where(row)}: damaged catalog: config_json is not a configuration of the "
+                               f"run's space: {exc}") from None
+        return config
 
     def best(self) -> tuple[int, float] | None:
         """(id, objective) of the entry with a model of lowest objective, or None when there is none."""
@@ -444,7 +453,7 @@ class Catalog:
             "SELECT id, config_json, status, objective FROM evaluations WHERE status IN (?, ?, ?) "
             "ORDER BY finish_order, id", (Status.DONE, Status.DISCARDED, Status.FAILED),
         )
-        out = [(r["id"], decode_json(r["config_json"], self._where(r), "config_json"),
+        out = [(r["id"], self._decoded_config(r),
                 float(_checked_objective(r["objective"], self._where(r))) if r["status"] in MODEL_STATUSES
                 else None)
                for r in rows]
@@ -511,10 +520,11 @@ class Catalog:
     def _architecture_words(self, row: sqlite3.Row) -> str:
         arch = decode_json(row["arch_json"], self._where(row), "arch_json")
         try:
-            return self.space.describe_arch(arch)
-        except (TypeError, ValueError, IndexError, KeyError):
+            self.space.validate_arch(arch)
+        except ValueError as exc:
             raise CatalogError(f"{self._where(row)}: damaged catalog: arch_json is not an architecture "
-                               f"of the run's space") from None
+                               f"of the run's space: {exc}") from None
+        return self.space.describe_arch(arch)
 
     def to_dataframe(self):
         """One row per evaluation (all statuses), ordered by id.
@@ -539,6 +549,11 @@ class Catalog:
             hp = decode_json(row["hp_json"], self._where(row), "hp_json")
             if not isinstance(hp, dict):
                 raise CatalogError(f"{self._where(row)}: damaged catalog: hp_json is not a JSON object")
+            try:
+                self.space.validate_hp(hp, partial=True)
+            except ValueError as exc:
+                raise CatalogError(f"{self._where(row)}: damaged catalog: hp_json does not hold training "
+                                   f"hyperparameters of the run's space: {exc}") from None
             _checked_objective(row["objective"], self._where(row))
             rec = {c: row[c] for c in LEADING_COLUMNS if c != "arch" and c not in _DERIVED_COLUMNS}
             rec["valid_nll"] = None if row["objective"] is None else float(row["objective"]) + offset
@@ -969,7 +984,7 @@ class CatalogWriter(Catalog):
     def pending(self) -> list[tuple[int, dict[str, Any]]]:
         """(id, config) of submitted entries without a result, by id: train them again on resume."""
         rows = self._query("SELECT id, config_json FROM evaluations WHERE status = ? ORDER BY id", (Status.RUNNING,))
-        return [(int(r["id"]), decode_json(r["config_json"], self._where(r), "config_json")) for r in rows]
+        return [(int(r["id"]), self._decoded_config(r)) for r in rows]
 
     def record(self, entry_id: int, result: TrainResult) -> dict[str, Any]:
         """Store the result of a submitted entry, atomically, and return the entry as stored.

@@ -31,7 +31,7 @@ from autodeuq.metrics import check_level
 __all__ = [
     "CategoricalPrediction", "apply_temperature", "fit_temperature", "cross_fitted_temperature", "pooled_log_loss",
     "log_probabilities",
-    "check_codes", "TEMPERATURE_BOUNDS", "PROBA_SUM_TOL",
+    "check_codes", "TEMPERATURE_BOUNDS", "PROBA_SUM_TOL", "join_prediction_set", "split_prediction_set",
 ]
 
 #: Temperatures are searched in this interval (on a log scale): from sharpening the members'
@@ -234,7 +234,9 @@ class CategoricalPrediction:
             (the mixture's probability; the class written with ``str()``), ``<target>_entropy``
             (total), ``<target>_aleatoric_entropy``, ``<target>_epistemic_mi`` (nats) and, with
             ``set_level``, ``<target>_set``: the set's labels written with ``str()`` and joined by
-            ``"|"``, most probable first.
+            ``"|"``, most probable first; a label holding ``|``, a double quote or a line break
+            is quoted as in CSV (:func:`join_prediction_set`; :func:`split_prediction_set` reads
+            the cell back).
 
         Raises
         ------
@@ -255,8 +257,40 @@ class CategoricalPrediction:
         columns[f"{target}_aleatoric_entropy"] = self.aleatoric_entropy
         columns[f"{target}_epistemic_mi"] = self.epistemic_mi
         if set_level is not None:
-            columns[f"{target}_set"] = ["|".join(str(c) for c in labels) for labels in self.prediction_set(set_level)]
+            columns[f"{target}_set"] = [join_prediction_set(labels) for labels in self.prediction_set(set_level)]
         return pd.DataFrame(columns, index=index)
+
+
+def join_prediction_set(labels) -> str:
+    """A prediction set's labels as one text cell: written with ``str()``, joined by ``"|"``.
+
+    The cell is one CSV record whose delimiter is ``|``: a label holding ``|``, a double quote or
+    a line break (or a set of one empty label) is enclosed in double quotes, its own quotes
+    doubled, so the cell splits back unambiguously (:func:`split_prediction_set`, or
+    ``next(csv.reader([cell], delimiter="|"))``). Other labels are written as they are.
+
+    >>> join_prediction_set(["cat", "a|b", 7])
+    'cat|"a|b"|7'
+    """
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    # The line terminator is what makes the writer quote a label holding a line break.
+    csv.writer(buffer, delimiter="|", quotechar='"', quoting=csv.QUOTE_MINIMAL, lineterminator="\r\n").writerow(
+        [str(c) for c in labels])
+    return buffer.getvalue()[:-2]
+
+
+def split_prediction_set(cell: str) -> list[str]:
+    """The labels (as text) of a ``<target>_set`` cell written by :func:`join_prediction_set`.
+
+    >>> split_prediction_set('cat|"a|b"|7')
+    ['cat', 'a|b', '7']
+    """
+    import csv
+
+    return next(csv.reader([cell], delimiter="|", quotechar='"'))
 
 
 def _check_temperature(temperature) -> float:

@@ -250,7 +250,8 @@ class Ensemble:
 
     def without_refit(self) -> "Ensemble":
         """The ensemble as selected, before its refit: the same members, weights and calibration,
-        each member the network the search trained (read from the catalog).
+        each member the network the search trained (read from the catalog); of the same class (a
+        classifier's stays a :class:`~autodeuq.ensemble.classifier.ClassifierEnsemble`).
 
         Raises
         ------
@@ -262,8 +263,9 @@ class Ensemble:
             raise EnsembleError(f"{self.source.location}: a self-contained ensemble holds only the networks it "
                                 f"predicts with; the networks before the refit are in the run directory's catalog")
         selection = {k: v for k, v in self.selection.items() if k != "refit"}
-        return Ensemble(self.run_dir, self.member_ids, self.weights, selection=selection,
-                        calibration=self.calibration)
+        # Of this ensemble's own class: a classifier's stays one, with its temperature.
+        return type(self)(self.run_dir, self.member_ids, self.weights, selection=selection,
+                          calibration=self.calibration)
 
     def __getstate__(self):
         # Loaded networks and the compiled prediction graph are rebuilt on first use after

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import re
 import signal
 import socket
 import sys
@@ -236,14 +237,79 @@ def _init(ray, address, kwargs, where):
     try:
         ray.init(address=address, **kwargs)
     except Exception as exc:  # noqa: BLE001 - turned into one actionable message
-        text = str(exc)
-        hint = ""
-        if "auth" in text.lower() or "token" in text.lower() or "Unauthenticated" in text:
-            hint = (" The cluster uses token authentication (the default of `ray start --head`): run with "
-                    "RAY_AUTH_MODE=token and the cluster's token in RAY_AUTH_TOKEN or ~/.ray/auth_token, "
-                    "or start the cluster with authentication disabled.")
-        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-        raise RayConnectionError(f"cannot {where}: {first}.{hint}") from None
+        raise RayConnectionError(connection_failure(exc, where)) from None
+
+
+#: Words of Ray's errors when a cluster's token authentication refuses a connection (Ray 2.60:
+#: "RPC error: InvalidAuthToken: Authentication token is missing or incorrect", a gRPC
+#: "Unauthenticated" status, or an AuthenticationError when no token was found here).
+_AUTH_WORDS = ("invalidauthtoken", "unauthenticated", "authenticationerror", "authentication token",
+               "token authentication")
+AUTH_FIX = ("run with RAY_AUTH_MODE=token and the cluster's token (the head's ~/.ray/auth_token) in RAY_AUTH_TOKEN, "
+            "in ~/.ray/auth_token or in the file RAY_AUTH_TOKEN_PATH names; or start the cluster with "
+            "authentication disabled (RAY_AUTH_MODE=disabled ray start --head)")
+
+
+def connection_failure(exc: BaseException, where: str, environ=None) -> str:
+    """One line for a failed ``ray.init``: what failed, why, and what to do.
+
+    ``ray.init`` says only "Failed to connect to Ray cluster at ..." when the cluster refuses the
+    connection; the reason is in the exceptions it chains (``__cause__``, ``__context__``). When
+    that reason is the cluster's token authentication (a token missing or not the cluster's),
+    the line quotes it, says what this process sent (from ``environ``, default ``os.environ``)
+    and how to fix it.
+    """
+    environ = os.environ if environ is None else environ
+    first = _first_line(exc)
+    reason = None
+    for link in _chain(exc):
+        reason = reason or _auth_reason(link)
+    if reason is None:
+        return f"cannot {where}: {first}."
+    mode = environ.get("RAY_AUTH_MODE")
+    if mode != "token":
+        sent = (f"this process has RAY_AUTH_MODE {'unset' if mode is None else repr(mode)}, so it sent no "
+                f"token")
+    elif "no authentication token was found" in reason.lower():
+        sent = "this process has RAY_AUTH_MODE=token but found no token"
+    else:
+        source = ("RAY_AUTH_TOKEN" if environ.get("RAY_AUTH_TOKEN") else
+                  f"the file {environ['RAY_AUTH_TOKEN_PATH']}" if environ.get("RAY_AUTH_TOKEN_PATH") else
+                  "~/.ray/auth_token")
+        sent = f"the token this process sent (from {source}) is not the cluster's"
+    if reason in first:  # Ray's own words name the refusal: its first sentence is enough
+        first, told = reason, ""
+    else:
+        told = f": the cluster refused it ({reason})"
+    return (f"cannot {where}: {first}{told}; the cluster uses token authentication (the default of "
+            f"`ray start --head`) and {sent}: {AUTH_FIX}.")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from or during, each once."""
+    out = []
+    while exc is not None and all(exc is not e for e in out):
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0].rstrip(".") if text else type(exc).__name__
+
+
+def _auth_reason(exc: BaseException) -> str | None:
+    """The words of ``exc`` that say a token authentication refused the connection, else None:
+    its line naming the refusal (a chained traceback's last such line), to its first sentence."""
+    lines = [type(exc).__name__ + ": " + line for line in str(exc).strip().splitlines()]
+    refusals = [line for line in lines if any(w in line.lower() for w in _AUTH_WORDS)]
+    if not refusals:
+        return None
+    line = refusals[-1]
+    # "ray.exceptions.AuthenticationError: RPC error: ...": the text after the exception's name.
+    line = re.sub(r"^\w+: (?:[\w.]*(?:Error|Exception): )?", "", line)
+    return line.split(". ")[0].strip().rstrip(".")
 
 
 def _bootstrap_host_port(address: str, where: str) -> tuple[str, int] | None:
