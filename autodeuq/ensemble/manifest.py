@@ -125,7 +125,9 @@ def load_ensemble(path) -> Ensemble:
     Parameters
     ----------
     path : path
-        An ``ensemble.json`` manifest, or a folder holding one (a self-contained export).
+        An ``ensemble.json`` manifest, a folder holding one (a self-contained export), or an
+        ONNX file (a name ending in ``.onnx``, written by ``Ensemble.save(path, format="onnx")``),
+        whose ensemble predicts with ONNX Runtime, without TensorFlow.
 
     Raises
     ------
@@ -137,6 +139,15 @@ def load_ensemble(path) -> Ensemble:
         The catalog a manifest names cannot be read.
     """
     path = Path(path)
+    if path.suffix == ".onnx" and not path.is_dir():
+        from autodeuq.ensemble.onnx_members import load_onnx_ensemble
+
+        return load_onnx_ensemble(path)
+    return _load_manifest(path)
+
+
+def _load_manifest(path: Path) -> Ensemble:
+    """:func:`load_ensemble` of a manifest or a self-contained folder."""
     if path.is_dir():
         if not (path / MANIFEST_NAME).exists():
             raise ManifestError(f"{path}: is a directory, not an ensemble manifest ({MANIFEST_NAME})")
