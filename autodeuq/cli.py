@@ -127,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ensemble_args(p)
     p = sub.add_parser("predict", help="predict with a saved ensemble",
                        description="Predict with a saved ensemble. " + PREDICT_COLUMNS)
-    p.add_argument("--ensemble", required=True, metavar="FILE", help="ensemble manifest (ensemble.json)")
+    p.add_argument("--ensemble", required=True, metavar="FILE",
+                   help="ensemble manifest (ensemble.json), or an ONNX export (FILE.onnx: runs on ONNX Runtime, "
+                        "without TensorFlow)")
     p.add_argument("--data", required=True, metavar="FILE", help="table with the model's feature columns")
     p.add_argument("--out", required=True, metavar="FILE.csv", help="where to write the predictions")
     p.add_argument("--interval", type=float, action="append", metavar="LEVEL",
@@ -143,7 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ensemble", required=True, metavar="PATH",
                    help="ensemble manifest (ensemble.json), or a folder exported before")
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="folder to write (new, empty, or an earlier export): ensemble.json and members/<id>.keras")
+                   help="folder to write (new, empty, or an earlier export): ensemble.json and members/<id>.keras; "
+                        "with --format onnx, a file FILE.onnx")
+    p.add_argument("--format", choices=["keras", "onnx"], default="keras",
+                   help="keras: a folder of the members' .keras files (predicts with TensorFlow); onnx: one .onnx "
+                        "file holding the table's encoding, every member and the mixture, for ONNX Runtime "
+                        "(predict reads it without TensorFlow; any ONNX Runtime binding can run it)")
     p = sub.add_parser("run", help="search, then build and score the ensemble (the whole job)")
     _add_data_args(p)
     add_to_parser(p, ["table", "search", "evaluation"], GROUP_TITLES)
@@ -438,6 +445,11 @@ def cmd_export(args):
 
     try:
         ensemble = load_ensemble(args.ensemble)
+        if args.format == "onnx":
+            path = ensemble.save(args.out, format="onnx")
+            print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB, {len(ensemble.member_ids)} member(s)): "
+                  f"predict with --ensemble {path}, or with ONNX Runtime alone")
+            return
         manifest = ensemble.save(args.out, self_contained=True)
     except OSError as exc:
         raise _os_error(exc) from None

@@ -5,18 +5,23 @@ architectures, a space with dropout and batch normalization, and a chain of ever
 The tolerance is the float32 rounding bound of :mod:`tests.onnx_bounds`, per row and output.
 """
 import json
+import subprocess
+import sys
 
 import numpy as np
 import onnx_bounds
+import pandas as pd
 import pytest
 
 from autodeuq.data import Standardizer
+from autodeuq.ensemble import load_ensemble
 from autodeuq.ensemble.classifier import ClassifierEnsemble
 from autodeuq.ensemble.onnx_export import ensemble_model
-from autodeuq.ensemble.predictive import Ensemble, ExportedMembers
+from autodeuq.ensemble.predictive import Ensemble, EnsembleError, ExportedMembers, ManifestError
 from autodeuq.keras_file import network_bytes
 from autodeuq.labels import Labels
 from autodeuq.plan import NetworkPlan
+from autodeuq.preprocess import TableOptions, TablePreprocessor
 from autodeuq.space import SearchSpace, load_space
 
 ort = pytest.importorskip("onnxruntime")
@@ -198,3 +203,180 @@ def test_the_graph_passes_the_checker_with_its_documented_opset(tmp_path):
     metadata = json.loads({p.key: p.value for p in model.metadata_props}["autodeuq"])
     assert metadata["format"] == "autodeuq-onnx/1" and [m["id"] for m in metadata["members"]] == [1, 2, 3, 4]
     assert [i.name for i in model.graph.input] == ["f0", "f1", "f2"]
+
+
+# --------------------------------------------------------------------------- tables: text columns, missing values
+def table(rng, n=80):
+    """A table with numbers, text and gaps: two numeric columns and two text columns."""
+    frame = pd.DataFrame({
+        "size": rng.normal(size=n) * 10.0 + 50.0,
+        "island": rng.choice(["Biscoe", "Dream", "Torgersen"], size=n).astype(object),
+        "weight": rng.normal(size=n) * 2.0,
+        "sex": rng.choice(["f", "m"], size=n).astype(object),
+    })
+    frame.loc[rng.choice(n, 8, replace=False), "size"] = np.nan
+    frame.loc[rng.choice(n, 8, replace=False), "island"] = None
+    frame.loc[rng.choice(n, 5, replace=False), "sex"] = None
+    return frame
+
+
+def build_table_ensemble(tmp_path, categorical, task="regression", impute="mean"):
+    rng = np.random.default_rng(3)
+    train = table(rng)
+    prep = TablePreprocessor.fit(train, list(train.columns), TableOptions(categorical=categorical, impute=impute),
+                                 "train.csv")
+    built = build(tmp_path, "tabular", task, x_encoded=prep.transform(train), preprocessor=prep,
+                  features=prep.output_names, calibration=None)
+    test = table(np.random.default_rng(4), 40)
+    test.loc[[1, 7], "island"] = "Atlantis"  # a category training never saw
+    test.loc[[2], "sex"] = None
+    built.x_encoded = prep.transform(test)
+    return built, prep, test
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+@pytest.mark.parametrize("categorical", ["onehot", "ordinal"])
+def test_text_columns_and_missing_values_are_encoded_in_the_graph(tmp_path, categorical, task):
+    from autodeuq.ensemble.onnx_members import raw_columns
+
+    built, prep, test = build_table_ensemble(tmp_path, categorical, task)
+    session = session_of(built.ens)
+    kinds = {i.name: i.type for i in session.get_inputs()}
+    assert kinds == {"size": "tensor(double)", "island": "tensor(string)", "weight": "tensor(double)",
+                     "sex": "tensor(string)"}
+    columns = raw_columns(test, prep)
+    assert np.isnan(columns["size"]).sum() == test["size"].isna().sum() and (columns["island"] == "").sum() > 0
+    check_against_reference(built, run(session, columns))
+
+
+def test_the_graph_encodes_as_the_preprocessor_does(tmp_path):
+    """The encoded inputs themselves (read from the graph's intermediate value), unseen and
+    missing categories included, equal the numpy encoding exactly."""
+    from autodeuq.ensemble.onnx_members import raw_columns
+
+    for categorical in ("onehot", "ordinal"):
+        built, prep, test = build_table_ensemble(tmp_path, categorical)
+        model = ensemble_model(built.ens)
+        encoded = next(n.output[0] for n in model.graph.node if n.op_type == "Concat" and "encoded" in n.output[0])
+        model.graph.output.append(onnx.helper.make_tensor_value_info(encoded, onnx.TensorProto.DOUBLE, None))
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        (have,) = session.run([encoded], raw_columns(test, prep))
+        np.testing.assert_array_equal(have, prep.transform(test))
+
+
+# --------------------------------------------------------------------------- saving, loading, predicting
+def assert_same_prediction(have, want, built):
+    """Two predictions of one ensemble within the float32 bound (the members' outputs)."""
+    if isinstance(built.ens, ClassifierEnsemble):
+        got = {"proba": have.proba, "entropy": have.total_entropy, "aleatoric_entropy": have.aleatoric_entropy,
+               "epistemic_mi": have.epistemic_mi, "label": have.label.astype(str),
+               "member_logits": np.log(have.members)}
+        values, bounds = member_bounds(built, True)
+        limits = onnx_bounds.classification_bounds(values[0], bounds[0], built.ens.weights, built.ens.temperature)
+        for name in ("proba", "entropy", "aleatoric_entropy", "epistemic_mi"):
+            assert_within(name, got[name], getattr(want, {"entropy": "total_entropy"}.get(name, name)), limits[name])
+        return
+    values, bounds = member_bounds(built, False)
+    limits = onnx_bounds.regression_bounds(values[0], bounds[0], values[1], bounds[1], built.ens.weights,
+                                           built.ens.scale)
+    for name in ("mean", "std", "aleatoric_std", "epistemic_std"):
+        assert_within(name, getattr(have, name), getattr(want, name), limits[name])
+    lower, upper = have.interval(0.9)
+    want_lower, want_upper = want.interval(0.9)
+    width = np.abs(want_upper - want_lower) + 1.0
+    np.testing.assert_allclose(lower, want_lower, rtol=0, atol=1e-3 * width.max())
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_a_saved_onnx_ensemble_loads_and_predicts_as_the_original(tmp_path, task):
+    from autodeuq.preprocess import UnseenCategoryWarning
+
+    built, prep, test = build_table_ensemble(tmp_path, "onehot", task)
+    path = built.ens.save(tmp_path / "model.onnx", format="onnx")
+    loaded = load_ensemble(path)
+    assert type(loaded) is type(built.ens) and loaded.member_ids == built.ens.member_ids
+    np.testing.assert_array_equal(loaded.weights, built.ens.weights)
+    assert loaded.columns == built.ens.columns and loaded.feature_names == built.ens.feature_names
+    with pytest.warns(UnseenCategoryWarning, match="'island' in 2 row"):
+        have = loaded.predict(test, source="test.csv")
+    with pytest.warns(UnseenCategoryWarning):
+        want = built.ens.predict(test, source="test.csv")
+    assert_same_prediction(have, want, built)
+    with pytest.raises(Exception, match="missing feature column"):  # checked as the TensorFlow path checks it
+        loaded.predict(test.drop(columns=["sex"]), source="test.csv")
+
+
+def test_a_recalibrated_numeric_ensemble_round_trips(tmp_path):
+    built = build(tmp_path, "toy", calibration={"method": "scale", "scale": [2.0, 0.5]})
+    loaded = load_ensemble(built.ens.save(tmp_path / "m.onnx", format="onnx"))
+    np.testing.assert_array_equal(loaded.scale, [2.0, 0.5])
+    assert_same_prediction(loaded.predict(built.x_encoded), built.ens.predict(built.x_encoded), built)
+    one = loaded.predict(built.x_encoded[:1])
+    assert one.mean.shape == (1, 2)
+
+
+def test_saving_refuses_what_is_not_an_onnx_file(tmp_path):
+    ens = build(tmp_path).ens
+    with pytest.raises(EnsembleError, match="ending in .onnx"):
+        ens.save(tmp_path / "model.json", format="onnx")
+    with pytest.raises(ValueError, match="format"):
+        ens.save(tmp_path / "model.onnx", format="pickle")
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
+    with pytest.raises(ManifestError, match="bad.onnx: ONNX Runtime cannot load"):
+        load_ensemble(tmp_path / "bad.onnx")
+    with pytest.raises(ManifestError, match="not found"):
+        load_ensemble(tmp_path / "missing.onnx")
+
+
+def test_an_onnx_column_named_like_an_output_is_refused(tmp_path):
+    ens = build(tmp_path, features=["mean", "b", "c"]).ens
+    with pytest.raises(EnsembleError, match="'mean' has the name of an output"):
+        ensemble_model(ens)
+
+
+NO_TENSORFLOW = """
+import json, sys
+import numpy as np
+from autodeuq import load_ensemble
+ens = load_ensemble(sys.argv[1])
+value = ens.predict(np.asarray(json.loads(sys.argv[2])))
+heavy = sorted(m for m in ("tensorflow", "keras", "tf_keras") if m in sys.modules)
+print(json.dumps({"heavy": heavy, "mean": value.mean.tolist()}))
+"""
+
+
+def test_predicting_from_an_onnx_file_imports_no_tensorflow(tmp_path):
+    built = build(tmp_path, "toy")
+    path = built.ens.save(tmp_path / "m.onnx", format="onnx")
+    x = built.x_encoded[:5]
+    out = subprocess.run([sys.executable, "-c", NO_TENSORFLOW, str(path), json.dumps(x.tolist())],
+                         capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["heavy"] == []
+    np.testing.assert_allclose(result["mean"], built.ens.predict(x).mean, rtol=1e-4, atol=1e-4)
+
+
+def test_the_command_line_exports_to_onnx_and_predicts_without_tensorflow(tmp_path):
+    from autodeuq.cli import main
+
+    built, prep, test = build_table_ensemble(tmp_path, "ordinal")
+    folder = tmp_path / "export"
+    built.ens.save(folder, self_contained=True)
+    assert main(["export", "--ensemble", str(folder / "ensemble.json"), "--format", "onnx",
+                 "--out", str(tmp_path / "model.onnx")]) == 0
+    test.to_csv(tmp_path / "new.csv", index=False)
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "autodeuq", "predict", "--ensemble",
+                          str(tmp_path / "model.onnx"), "--data", str(tmp_path / "new.csv"), "--out",
+                          str(tmp_path / "p.csv"), "--interval", "0.9"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "onnxruntime" in imported and "pandas" in imported  # what it did import
+    assert not {m for m in imported if m.split(".")[0] in ("tensorflow", "keras", "tf_keras")}
+    assert "unseen" not in out.stdout and "not seen in training" in out.stderr  # the same warning line
+    have = pd.read_csv(tmp_path / "p.csv")
+    with pytest.warns(Warning):
+        want = built.ens.predict(pd.read_csv(tmp_path / "new.csv")).to_frame(["t0", "t1"], levels=[0.9])
+    assert list(have.columns) == list(want.columns)
+    scale = np.abs(want.to_numpy()).max()
+    np.testing.assert_allclose(have.to_numpy(), want.to_numpy(), rtol=0, atol=1e-4 * scale)
+    assert main(["export", "--ensemble", str(folder), "--format", "onnx", "--out", str(tmp_path / "x.json")]) == 2

@@ -117,10 +117,6 @@ class OnnxMembers:
         """Every member's output on ``x``, as the TensorFlow path gives it: ``[mean, var]``
         ``(M, n, 2T)`` in original units, or a classifier's logits ``(M, n, K)``."""
         columns = self.columns_of(x, ens, source, encoded)
-        n = len(next(iter(columns.values())))
-        if n == 0:
-            width = len(ens.classes) if self.labels is not None else 2 * len(self.target_names)
-            return np.zeros((len(ens.member_ids), 0, width))
         if self.labels is not None:
             (logits,) = self.session.run(["member_logits"], columns)
             return logits
