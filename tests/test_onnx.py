@@ -380,3 +380,72 @@ def test_the_command_line_exports_to_onnx_and_predicts_without_tensorflow(tmp_pa
     scale = np.abs(want.to_numpy()).max()
     np.testing.assert_allclose(have.to_numpy(), want.to_numpy(), rtol=0, atol=1e-4 * scale)
     assert main(["export", "--ensemble", str(folder), "--format", "onnx", "--out", str(tmp_path / "x.json")]) == 2
+
+
+# --------------------------------------------------------------------------- the shipping guide's snippets
+def guide_snippet(first_line: str) -> str:
+    """The code block of docs/guide/shipping.md whose first line is ``first_line``."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "shipping.md").read_text()
+    for block in text.split("```")[1::2]:
+        code = block.split("\n", 1)[1]
+        if code.startswith(first_line):
+            return code
+    raise AssertionError(f"no snippet starting {first_line!r} in the shipping guide")
+
+
+def demo_like_onnx(tmp_path):
+    """An ONNX file of a demo-like ensemble (one column "x", one target "y") and its TensorFlow prediction."""
+    rng = np.random.default_rng(5)
+    built = build(tmp_path, "toy", x_encoded=rng.uniform(-3, 3, size=(40, 1)), features=["x"])
+    built.ens.target_names = ["y", "z"]
+    path = built.ens.save(tmp_path / "model.onnx", format="onnx")
+    return path, built.ens.predict(np.array([[-1.0], [0.0], [2.5]]))
+
+
+def test_the_guides_python_snippet_runs_with_onnxruntime_and_numpy_alone(tmp_path):
+    """Only onnxruntime, numpy and onnxruntime's own requirements on the path (no site-packages,
+    so neither autodeuq nor TensorFlow); a fresh virtual environment is recorded in
+    benchmarks/results/predict_speed/notes.md."""
+    import importlib.util
+    import os
+
+    path, want = demo_like_onnx(tmp_path)
+    alone = tmp_path / "site"
+    alone.mkdir()
+    for name in ("numpy", "onnxruntime", "flatbuffers", "packaging", "google"):
+        origin = importlib.util.find_spec(name).submodule_search_locations[0]
+        os.symlink(origin, alone / name)
+    libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    if os.path.isdir(libs):
+        os.symlink(libs, alone / "numpy.libs")
+    check = ("import importlib.util, sys; sys.path.insert(0, sys.argv[1]); exec(sys.argv[2]); "
+             "assert importlib.util.find_spec('autodeuq') is None and importlib.util.find_spec('tensorflow') is None")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", check, str(alone), guide_snippet("# predict_onnx.py")],
+                         cwd=path.parent, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "x tensor(double)" and lines[1].startswith("y [") and lines[2].startswith("z [")
+    shown = np.array(lines[1].split("[")[1].split("]")[0].split(), float)
+    np.testing.assert_allclose(shown, want.mean[:, 0], rtol=1e-4)
+
+
+def test_the_guides_javascript_snippet_runs_on_onnxruntime_node(tmp_path):
+    """Runs where Node.js finds onnxruntime-node (NODE_PATH, e.g. a folder where
+    ``npm install --ignore-scripts onnxruntime-node`` ran); skipped elsewhere."""
+    import os
+    import shutil
+
+    if shutil.which("node") is None:
+        pytest.skip("no Node.js")
+    found = subprocess.run(["node", "-e", "require.resolve('onnxruntime-node')"], capture_output=True, env=os.environ)
+    if found.returncode != 0:
+        pytest.skip("Node.js finds no onnxruntime-node (set NODE_PATH to its node_modules)")
+    path, want = demo_like_onnx(tmp_path)
+    (tmp_path / "predict_onnx.js").write_text(guide_snippet("// predict_onnx.js"))
+    out = subprocess.run(["node", "predict_onnx.js"], cwd=tmp_path, capture_output=True, text=True, env=os.environ)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.splitlines()[-1])
+    np.testing.assert_allclose(np.reshape(result["mean"], (3, 2)), want.mean, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.reshape(result["std"], (3, 2)), want.std, rtol=1e-4, atol=1e-6)
