@@ -449,3 +449,22 @@ def test_the_guides_javascript_snippet_runs_on_onnxruntime_node(tmp_path):
     result = json.loads(out.stdout.splitlines()[-1])
     np.testing.assert_allclose(np.reshape(result["mean"], (3, 2)), want.mean, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(np.reshape(result["std"], (3, 2)), want.std, rtol=1e-4, atol=1e-6)
+
+
+def test_bad_inputs_are_refused_as_the_tensorflow_path_refuses_them(tmp_path):
+    from autodeuq.data import DataError
+
+    built = build(tmp_path, "toy")
+    loaded = load_ensemble(built.ens.save(tmp_path / "m.onnx", format="onnx"))
+    x = built.x_encoded[:4].copy()
+    bad = {"nan": np.where(np.eye(4, 3) > 0, np.nan, x), "inf": np.where(np.eye(4, 3) > 0, np.inf, x),
+           "beyond float32": np.where(np.eye(4, 3) > 0, 1e39, x), "width": x[:, :2],
+           "frame with a missing column": pd.DataFrame(x[:, :2], columns=["f0", "f1"])}
+    for label, value in bad.items():
+        with pytest.raises(DataError) as have:
+            loaded.predict(value, source="new.csv")
+        with pytest.raises(DataError) as want:
+            built.ens.predict(value, source="new.csv")
+        assert str(have.value) == str(want.value), label
+    np.testing.assert_allclose(loaded.predict(pd.DataFrame(x, columns=["f0", "f1", "f2"])).mean,
+                               loaded.predict(x).mean, rtol=1e-12)

@@ -107,11 +107,40 @@ class OnnxMembers:
         prep = self.preprocessor
         if prep is not None and encoded:
             raise EnsembleError(f"{self.path}: an ONNX ensemble reads the table's columns, not encoded inputs")
+        fast = None if prep is not None else self._plain_numbers(x, ens.feature_names)
+        if fast is not None:
+            return {c: np.ascontiguousarray(fast[:, j]) for j, c in enumerate(ens.feature_names)}
         checked = encode_inputs(x, ens.feature_names, target_names=ens.target_names, preprocessor=prep,
                                 standardization=self.standardization, source=source, encoded=encoded)
         if prep is None:
             return {c: np.ascontiguousarray(checked[:, j]) for j, c in enumerate(ens.feature_names)}
         return raw_columns(as_frame(x, prep.feature_columns, source), prep)
+
+    def _plain_numbers(self, x, features) -> np.ndarray | None:
+        """``x`` as float64 when it is a numeric array or table of exactly the features that
+        ``encode_inputs`` would take as it is (finite, within float32, also standardized); None
+        for anything else, which ``encode_inputs`` then checks (and refuses with its message).
+        A loaded ensemble's one-row prediction was mostly that check's pandas overhead."""
+        from autodeuq.data import FLOAT32_MAX
+
+        if isinstance(x, np.ndarray) and x.dtype.kind in "fiu":
+            arr = x.astype(np.float64, copy=False)
+            if arr.ndim == 1 and len(features) == 1:
+                arr = arr[:, None]
+        elif (hasattr(x, "columns") and hasattr(x, "dtypes") and [str(c) for c in x.columns] == list(features)
+              and all(d.kind in "fiu" for d in x.dtypes)):
+            arr = x.to_numpy(dtype=np.float64)
+        else:
+            return None
+        if arr.ndim != 2 or arr.shape[1] != len(features) or not len(arr):
+            return None
+        if not np.isfinite(arr).all() or (np.abs(arr) > FLOAT32_MAX).any():
+            return None
+        if self.standardization:
+            z = (arr - np.asarray(self.standardization["x_mean"])) / np.asarray(self.standardization["x_std"])
+            if (np.abs(z) > FLOAT32_MAX).any():
+                return None
+        return arr
 
     def member_outputs(self, x, ens, *, source: str = "X", encoded: bool = False) -> np.ndarray:
         """Every member's output on ``x``, as the TensorFlow path gives it: ``[mean, var]``
