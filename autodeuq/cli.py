@@ -138,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", type=float, metavar="LEVEL", default=None, dest="set_level",
                    help="a classifier's prediction set: also write <target>_set, the most probable classes whose "
                         "probabilities reach LEVEL together, e.g. 0.9 (default: none)")
+    p.add_argument("--engine", choices=["auto", "tensorflow", "onnx"], default="auto",
+                   help="what predicts: onnx: ONNX Runtime, on the ensemble's ONNX conversion cached beside its "
+                        "catalog (DIR/onnx/), made the first time; auto: ONNX Runtime for an .onnx file or when that "
+                        "conversion exists, TensorFlow otherwise; tensorflow: TensorFlow (the reference)")
     p.add_argument("--id-column", metavar="COL", default=None,
                    help="a column of --data to copy, first, into the predictions (default: the --id-column the "
                         "model was fitted with, when the table has it)")
@@ -345,7 +349,7 @@ def cmd_predict(args):
     out = Path(args.out)
     _check_out(out, "--out")
     try:
-        ensemble = load_ensemble(args.ensemble)
+        ensemble = load_ensemble(args.ensemble, engine=args.engine)
         classifier = getattr(ensemble, "labels", None) is not None
         if classifier and levels:
             raise CLIError("--interval: a classifier has no intervals; its prediction sets are --set LEVEL")
@@ -444,7 +448,7 @@ def cmd_export(args):
     from autodeuq.ensemble import load_ensemble
 
     try:
-        ensemble = load_ensemble(args.ensemble)
+        ensemble = load_ensemble(args.ensemble, engine="tensorflow")  # the members' own files
         if args.format == "onnx":
             path = ensemble.save(args.out, format="onnx")
             print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB, {len(ensemble.member_ids)} member(s)): "

@@ -468,3 +468,48 @@ def test_bad_inputs_are_refused_as_the_tensorflow_path_refuses_them(tmp_path):
         assert str(have.value) == str(want.value), label
     np.testing.assert_allclose(loaded.predict(pd.DataFrame(x, columns=["f0", "f1", "f2"])).mean,
                                loaded.predict(x).mean, rtol=1e-12)
+
+
+# --------------------------------------------------------------------------- the cached conversion of a saved ensemble
+CACHED = """
+import json, sys
+import numpy as np
+from autodeuq import load_ensemble
+ens = load_ensemble(sys.argv[1])
+value = ens.predict(np.asarray(json.loads(sys.argv[2])))
+print(json.dumps({"tensorflow": "tensorflow" in sys.modules, "engine": type(ens.source).__name__,
+                  "mean": value.mean.tolist()}))
+"""
+
+
+def test_a_saved_ensemble_converts_once_then_predicts_without_tensorflow(tmp_path):
+    from autodeuq.ensemble.onnx_members import CACHE_DIR, OnnxMembers
+
+    built = build(tmp_path, "tabular", calibration={"method": "scale", "scale": [1.2, 0.8]})
+    folder = tmp_path / "export"
+    manifest = built.ens.save(folder, self_contained=True)
+    x = built.x_encoded[:6]
+
+    def in_fresh_process():
+        out = subprocess.run([sys.executable, "-c", CACHED, str(manifest), json.dumps(x.tolist())],
+                             capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.splitlines()[-1])
+
+    before = in_fresh_process()  # auto, never converted: TensorFlow, and nothing written
+    assert before["engine"] == "ExportedMembers" and before["tensorflow"] and not (folder / CACHE_DIR).exists()
+    converted = load_ensemble(manifest, engine="onnx")
+    assert isinstance(converted.source, OnnxMembers) and len(list((folder / CACHE_DIR).iterdir())) == 1
+    assert_same_prediction(converted.predict(built.x_encoded), built.ens.predict(built.x_encoded), built)
+    after = in_fresh_process()  # auto: the conversion, no TensorFlow
+    assert after["engine"] == "OnnxMembers" and not after["tensorflow"]
+    np.testing.assert_allclose(after["mean"], before["mean"], rtol=1e-5, atol=1e-5)
+    assert isinstance(load_ensemble(manifest, engine="tensorflow").source, ExportedMembers)
+    # another calibration is another ensemble: its own conversion
+    recalibrated = Ensemble(built.ens.source, built.ens.member_ids, built.ens.weights,
+                            calibration={"method": "scale", "scale": [3.0, 0.8]})
+    recalibrated.save(folder, self_contained=True)
+    assert isinstance(load_ensemble(manifest).source, ExportedMembers)  # not the old conversion
+    load_ensemble(manifest, engine="onnx")
+    assert len(list((folder / CACHE_DIR).iterdir())) == 2
+    with pytest.raises(ValueError, match="engine"):
+        load_ensemble(manifest, engine="torch")

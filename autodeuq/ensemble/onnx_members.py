@@ -227,3 +227,63 @@ def load_onnx_ensemble(path):
                                                                   calibration=calibration)
     except ValueError as exc:
         raise ManifestError(f"{path}: {exc}") from None
+
+
+CACHE_DIR = "onnx"  #: the folder, in a run directory or a self-contained export, of cached conversions
+
+
+def conversion_key(ens) -> str:
+    """The SHA-256 of everything an ensemble's ONNX graph is made of: its members' model files,
+    weights, names, encoding, calibration and classes (and the graph's format)."""
+    import hashlib
+
+    from autodeuq.catalog.artifacts import sha256_hex
+    from autodeuq.ensemble.onnx_export import ONNX_FORMAT, OPSET
+
+    labels = getattr(ens, "labels", None)
+    description = {
+        "format": ONNX_FORMAT, "opset": OPSET,
+        "members": [[i, float(w), sha256_hex(ens.source.model_bytes(i))] for i, w in zip(ens.member_ids, ens.weights)],
+        "features": ens.feature_names, "targets": ens.target_names, "calibration": ens.calibration,
+        "preprocessing": None if ens.preprocessor is None else ens.preprocessor.to_dict(),
+        "standardization": ens.source.standardization, "labels": None if labels is None else labels.to_dict(),
+    }
+    return hashlib.sha256(json.dumps(description, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def cached_onnx_ensemble(ens, convert: bool = True):
+    """``ens`` on ONNX Runtime, from its conversion cached beside its catalog; None when there is none
+    and ``convert`` is False, or ONNX Runtime is not installed and ``convert`` is False.
+
+    The conversion is ``<location>/onnx/ensemble-<key>.onnx``, ``<location>`` the run directory (or
+    the self-contained folder) and ``<key>`` the start of :func:`conversion_key`, so a changed
+    ensemble (another selection, a refit, a recalibration) never reads an old one. Making it
+    imports TensorFlow once; reading it does not. The members' files are read (not their networks
+    built) to compute the key.
+
+    Raises
+    ------
+    EnsembleError
+        ``convert`` without ONNX Runtime installed, or a member that cannot be converted.
+    WriteError
+        The conversion cannot be written.
+    """
+    from autodeuq.ensemble.predictive import EnsembleError
+
+    if not onnxruntime_available():
+        if convert:
+            raise EnsembleError("ONNX Runtime is not installed (pip install onnxruntime): predict with TensorFlow")
+        return None
+    if isinstance(ens.source, OnnxMembers):
+        return ens
+    folder = Path(ens.source.location) / CACHE_DIR
+    if not convert and not folder.is_dir():  # never converted: nothing read, the ensemble as loaded
+        return None
+    path = folder / f"ensemble-{conversion_key(ens)[:24]}.onnx"
+    if not path.is_file():
+        if not convert:
+            return None
+        from autodeuq.ensemble.onnx_export import save_onnx
+
+        save_onnx(ens, path)
+    return load_onnx_ensemble(path)
