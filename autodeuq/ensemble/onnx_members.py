@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 MAX_ONNX_BYTES = 1 << 30  #: an ensemble of the search's networks is megabytes
+CHUNK_ROWS = 2048  #: rows per run of the graph: its values stay in the CPU caches
 
 
 def onnxruntime_available() -> bool:
@@ -146,11 +147,14 @@ class OnnxMembers:
         """Every member's output on ``x``, as the TensorFlow path gives it: ``[mean, var]``
         ``(M, n, 2T)`` in original units, or a classifier's logits ``(M, n, K)``."""
         columns = self.columns_of(x, ens, source, encoded)
-        if self.labels is not None:
-            (logits,) = self.session.run(["member_logits"], columns)
-            return logits
-        mean, var = self.session.run(["member_mean", "member_var"], columns)
-        return np.concatenate([mean, var], axis=-1)
+        n = len(next(iter(columns.values())))
+        names = ["member_logits"] if self.labels is not None else ["member_mean", "member_var"]
+        # In chunks of rows: a layer of 256 units over a million rows would hold a gigabyte per value,
+        # and a chunk's values stay in the caches (100,000 rows of the demo: 1.24 s in one run,
+        # 0.82 s in chunks of 16384, 0.65 s of 1024).
+        parts = [self.session.run(names, {c: v[i:i + CHUNK_ROWS] for c, v in columns.items()})
+                 for i in range(0, n, CHUNK_ROWS)]
+        return np.concatenate([np.concatenate(outputs, axis=-1) for outputs in parts], axis=1)
 
 
 def raw_columns(frame, prep) -> dict[str, np.ndarray]:
