@@ -180,8 +180,8 @@ def raw_columns(frame, prep) -> dict[str, np.ndarray]:
     return out
 
 
-def read_metadata(data: bytes, where: str) -> dict:
-    """The checked ``autodeuq`` metadata of an ``.onnx`` file's bytes."""
+def read_metadata(data: bytes, where: str) -> tuple[dict, object]:
+    """The checked ``autodeuq`` metadata of an ``.onnx`` file's bytes, and the ONNX Runtime session that read it."""
     from autodeuq.ensemble.onnx_export import METADATA_KEY, ONNX_FORMAT
     from autodeuq.ensemble.predictive import ManifestError
 
@@ -210,6 +210,9 @@ def load_onnx_ensemble(path):
     from autodeuq.ensemble.predictive import ManifestError, ensemble_class
 
     path = Path(path)
+    if not onnxruntime_available():
+        raise ManifestError(f"{path}: ONNX Runtime is not installed (pip install onnxruntime); an ONNX ensemble "
+                            f"runs on it (the ensemble's manifest predicts with TensorFlow)")
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_ONNX_BYTES + 1)
