@@ -513,3 +513,15 @@ def test_a_saved_ensemble_converts_once_then_predicts_without_tensorflow(tmp_pat
     assert len(list((folder / CACHE_DIR).iterdir())) == 2
     with pytest.raises(ValueError, match="engine"):
         load_ensemble(manifest, engine="torch")
+
+
+def test_an_onnx_file_has_no_tensorflow_engine(tmp_path, capsys):
+    from autodeuq.cli import main
+
+    built = build(tmp_path, "toy")
+    path = built.ens.save(tmp_path / "m.onnx", format="onnx")
+    pd.DataFrame(built.x_encoded[:3], columns=["f0", "f1", "f2"]).to_csv(tmp_path / "new.csv", index=False)
+    assert main(["predict", "--ensemble", str(path), "--data", str(tmp_path / "new.csv"), "--out",
+                 str(tmp_path / "p.csv"), "--engine", "tensorflow"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("autodeuq: error: --engine cannot be 'tensorflow' for an .onnx file") and "\n" not in err
