@@ -313,6 +313,10 @@ def test_a_recalibrated_numeric_ensemble_round_trips(tmp_path):
     assert_same_prediction(loaded.predict(built.x_encoded), built.ens.predict(built.x_encoded), built)
     one = loaded.predict(built.x_encoded[:1])
     assert one.mean.shape == (1, 2)
+    import pickle
+
+    again = pickle.loads(pickle.dumps(loaded))  # the graph's bytes travel, not the file or the session
+    np.testing.assert_array_equal(again.predict(built.x_encoded).mean, loaded.predict(built.x_encoded).mean)
 
 
 def test_saving_refuses_what_is_not_an_onnx_file(tmp_path):
