@@ -137,7 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ensemble_args(p)
     p = sub.add_parser("predict", help="predict with a saved ensemble",
                        description="Predict with a saved ensemble. " + PREDICT_COLUMNS)
-    p.add_argument("--ensemble", required=True, action=_Once, metavar="FILE", help="ensemble manifest (ensemble.json)")
+    p.add_argument("--ensemble", required=True, action=_Once, metavar="FILE",
+                   help="ensemble manifest (ensemble.json), or an ONNX export (FILE.onnx: runs on ONNX Runtime, "
+                        "without TensorFlow)")
     p.add_argument("--data", required=True, action=_Once, metavar="FILE", help="table with the model's feature columns")
     p.add_argument("--out", required=True, action=_Once, metavar="FILE.csv", help="where to write the predictions")
     p.add_argument("--interval", type=float, action="append", metavar="LEVEL",
@@ -146,6 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", type=float, metavar="LEVEL", default=None, dest="set_level", action=_Once,
                    help="a classifier's prediction set: also write <target>_set, the most probable classes whose "
                         "probabilities reach LEVEL together, e.g. 0.9 (default: none)")
+    p.add_argument("--engine", choices=["auto", "tensorflow", "onnx"], default="auto",
+                   help="what predicts: onnx: ONNX Runtime, on the ensemble's ONNX conversion cached beside its "
+                        "catalog (DIR/onnx/), made the first time; auto: ONNX Runtime for an .onnx file or when that "
+                        "conversion exists, TensorFlow otherwise; tensorflow: TensorFlow (the reference)")
     p.add_argument("--id-column", metavar="COL", default=None, action=_Once,
                    help="a column of --data to copy, first, into the predictions (default: the --id-column the "
                         "model was fitted with, when the table has it)")
@@ -153,7 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ensemble", required=True, action=_Once, metavar="PATH",
                    help="ensemble manifest (ensemble.json), or a folder exported before")
     p.add_argument("--out", required=True, action=_Once, metavar="DIR",
-                   help="folder to write (new, empty, or an earlier export): ensemble.json and members/<id>.keras")
+                   help="folder to write (new, empty, or an earlier export): ensemble.json and members/<id>.keras; "
+                        "with --format onnx, a file FILE.onnx")
+    p.add_argument("--format", choices=["keras", "onnx"], default="keras",
+                   help="keras: a folder of the members' .keras files (predicts with TensorFlow); onnx: one .onnx "
+                        "file holding the table's encoding, every member and the mixture, for ONNX Runtime "
+                        "(predict reads it without TensorFlow; any ONNX Runtime binding can run it)")
     p = sub.add_parser("run", help="search, then build and score the ensemble (the whole job)")
     _add_data_args(p)
     add_to_parser(p, ["table", "search", "evaluation"], GROUP_TITLES)
@@ -437,7 +448,7 @@ def cmd_predict(args):
     manifest = Path(args.ensemble) / "ensemble.json" if Path(args.ensemble).is_dir() else Path(args.ensemble)
     _check_out(out, "--out", inputs=[*_inputs(args), ("--ensemble", manifest)])
     try:
-        ensemble = load_ensemble(args.ensemble)
+        ensemble = load_ensemble(args.ensemble, engine=args.engine)
         _say_foreign_catalog(manifest, ensemble)
         classifier = getattr(ensemble, "labels", None) is not None
         if classifier and levels:
@@ -539,7 +550,12 @@ def cmd_export(args):
     from autodeuq.ensemble import load_ensemble
 
     try:
-        ensemble = load_ensemble(args.ensemble)
+        ensemble = load_ensemble(args.ensemble, engine="tensorflow")  # the members' own files
+        if args.format == "onnx":
+            path = ensemble.save(args.out, format="onnx")
+            print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB, {len(ensemble.member_ids)} member(s)): "
+                  f"predict with --ensemble {path}, or with ONNX Runtime alone")
+            return
         manifest = ensemble.save(args.out, self_contained=True)
     except OSError as exc:
         raise _os_error(exc) from None

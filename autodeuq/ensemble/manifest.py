@@ -119,13 +119,25 @@ def save_ensemble(ens, path, self_contained: bool = False) -> Path:
     return written
 
 
-def load_ensemble(path) -> Ensemble:
+ENGINES = ("auto", "tensorflow", "onnx")
+
+
+def load_ensemble(path, engine: str = "auto") -> Ensemble:
     """Load an ensemble written by :meth:`Ensemble.save`: a manifest, or a self-contained folder.
 
     Parameters
     ----------
     path : path
-        An ``ensemble.json`` manifest, or a folder holding one (a self-contained export).
+        An ``ensemble.json`` manifest, a folder holding one (a self-contained export), or an
+        ONNX file (a name ending in ``.onnx``, written by ``Ensemble.save(path, format="onnx")``),
+        whose ensemble predicts with ONNX Runtime, without TensorFlow.
+    engine : {"auto", "tensorflow", "onnx"}
+        What a manifest's ensemble predicts with. ``"onnx"``: ONNX Runtime, on the ensemble's
+        ONNX conversion cached beside its catalog (``onnx/`` in the run directory, or in the
+        self-contained folder), made the first time (that once, with TensorFlow;
+        :func:`autodeuq.ensemble.onnx_members.cached_onnx_ensemble`). ``"auto"``: ONNX Runtime
+        when that conversion is there already and ONNX Runtime is installed, TensorFlow otherwise.
+        ``"tensorflow"``: TensorFlow, the reference. An ``.onnx`` file always runs on ONNX Runtime.
 
     Raises
     ------
@@ -136,7 +148,27 @@ def load_ensemble(path) -> Ensemble:
     CatalogError
         The catalog a manifest names cannot be read.
     """
+    from autodeuq.errors import ParameterError
+
+    if engine not in ENGINES:
+        raise ParameterError("engine", f"must be one of {list(ENGINES)}", engine)
     path = Path(path)
+    if path.suffix == ".onnx" and not path.is_dir():
+        if engine == "tensorflow":
+            raise ParameterError("engine", "cannot be 'tensorflow' for an .onnx file (it runs on ONNX Runtime)", engine)
+        from autodeuq.ensemble.onnx_members import load_onnx_ensemble
+
+        return load_onnx_ensemble(path)
+    ens = _load_manifest(path)
+    if engine == "tensorflow":
+        return ens
+    from autodeuq.ensemble.onnx_members import cached_onnx_ensemble
+
+    return cached_onnx_ensemble(ens, convert=engine == "onnx") or ens
+
+
+def _load_manifest(path: Path) -> Ensemble:
+    """:func:`load_ensemble` of a manifest or a self-contained folder."""
     if path.is_dir():
         if not (path / MANIFEST_NAME).exists():
             raise ManifestError(f"{path}: is a directory, not an ensemble manifest ({MANIFEST_NAME})")

@@ -342,8 +342,9 @@ class Ensemble:
         return from_catalog(cls, run_dir, size, selector, score, stop=stop, diversity=diversity, calibrate=calibrate,
                             calibration_folds=calibration_folds, bags=bags, seed=seed, pool=pool)
 
-    def save(self, path, self_contained: bool = False) -> Path:
-        """Write the ensemble as JSON (no pickle), creating missing parent folders.
+    def save(self, path, self_contained: bool = False, format: str = "keras") -> Path:
+        """Write the ensemble as JSON (no pickle), creating missing parent folders; or, with
+        ``format="onnx"``, as one ONNX file.
 
         Parameters
         ----------
@@ -356,11 +357,17 @@ class Ensemble:
             documentation); :func:`load_ensemble` opens it anywhere, without the catalog. The
             folder must be new, empty or an earlier export (whose old member files are removed).
         self_contained : bool
+        format : {"keras", "onnx"}
+            ``"onnx"``: ``path`` is a file ending in ``.onnx`` that holds the whole prediction (the
+            table's encoding, every member, the mixture and its decomposition) for ONNX Runtime,
+            without TensorFlow (:mod:`autodeuq.ensemble.onnx_export`); ``self_contained`` is
+            implied. :func:`load_ensemble` reads it back, and predicts with ONNX Runtime.
 
         Returns
         -------
         Path
-            The manifest written (``path/ensemble.json`` for a self-contained folder).
+            The manifest written (``path/ensemble.json`` for a self-contained folder; ``path`` for
+            an ONNX file).
 
         Raises
         ------
@@ -378,6 +385,14 @@ class Ensemble:
         :func:`autodeuq.fileio.atomic_write`); a self-contained folder's manifest is written
         after its members, so an interrupted export leaves no manifest naming missing files.
         """
+        if format == "onnx":
+            from autodeuq.ensemble.onnx_export import save_onnx
+
+            return save_onnx(self, path)
+        if format != "keras":
+            from autodeuq.errors import ParameterError
+
+            raise ParameterError("format", "must be 'keras' or 'onnx'", format)
         from autodeuq.ensemble.manifest import save_ensemble
 
         return save_ensemble(self, path, self_contained)
@@ -438,7 +453,22 @@ class Ensemble:
         return out[..., :t], out[..., t:]
 
     def _member_outputs(self, x, *, source: str = "X", encoded: bool = False) -> np.ndarray:
-        """Every member's network output on ``x`` (checked finite), shape (n_members, n, outputs)."""
+        """Every member's network output on ``x`` (checked finite), shape (n_members, n, outputs):
+        by ONNX Runtime for an ensemble read from an ``.onnx`` file, else by TensorFlow."""
+        run_graph = getattr(self.source, "member_outputs", None)
+        out = (self._tensorflow_outputs(x, source=source, encoded=encoded) if run_graph is None
+               else run_graph(x, self, source=source, encoded=encoded))
+        bad = ~np.isfinite(out).all(axis=-1)
+        if bad.any():
+            member = int(np.argmax(bad.any(axis=1)))
+            rows = np.flatnonzero(bad[member]) + 1
+            shown = ", ".join(map(str, rows[:10])) + (f" and {len(rows) - 10} more" if len(rows) > 10 else "")
+            raise DataError(f"{source}: ensemble member {self.member_ids[member]} (catalog entry) predicts "
+                            f"non-finite values for data row(s) {shown}; no prediction is returned")
+        return out
+
+    def _tensorflow_outputs(self, x, *, source: str = "X", encoded: bool = False) -> np.ndarray:
+        """Every member's network output on ``x``, by TensorFlow (the reference)."""
         # The table is checked before anything heavy is imported or loaded (TensorFlow, the members).
         x = encode_inputs(x, self.feature_names, target_names=self.target_names, preprocessor=self.preprocessor,
                           standardization=self.source.standardization, source=source, encoded=encoded)
@@ -454,15 +484,7 @@ class Ensemble:
         # its position in the batch (vectorized kernels round tail rows differently).
         outputs = [self._predict_fn(tf.constant(x[i:i + 8192], dtype=tf.float64)).numpy()
                    for i in range(0, len(x), 8192)]
-        out = np.concatenate(outputs, axis=1).astype(np.float64)
-        bad = ~np.isfinite(out).all(axis=-1)
-        if bad.any():
-            member = int(np.argmax(bad.any(axis=1)))
-            rows = np.flatnonzero(bad[member]) + 1
-            shown = ", ".join(map(str, rows[:10])) + (f" and {len(rows) - 10} more" if len(rows) > 10 else "")
-            raise DataError(f"{source}: ensemble member {self.member_ids[member]} (catalog entry) predicts "
-                            f"non-finite values for data row(s) {shown}; no prediction is returned")
-        return out
+        return np.concatenate(outputs, axis=1).astype(np.float64)
 
     def components(self, x, *, source: str = "X", encoded: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The predictive mixture's component (means, variances), recalibrated when the ensemble is.
