@@ -205,17 +205,24 @@ def catalog_model_name(entry_id: int) -> str:
     return f"{MODELS_DIR}/{int(entry_id)}.keras"
 
 
-def _read_manifest(path: Path):
-    """The parsed JSON of a manifest file, read with a size cap, or ManifestError saying why not."""
+def read_capped(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of the file ``path`` (``what``: "ensemble manifest", say), read no further than
+    ``limit`` bytes, or ManifestError saying why not: missing, unreadable or larger."""
     try:
         with open(path, "rb") as f:
-            text = f.read(MAX_MANIFEST_BYTES + 1)
+            data = f.read(limit + 1)
     except FileNotFoundError:
-        raise ManifestError(f"{path}: ensemble manifest not found") from None
+        raise ManifestError(f"{path}: {what} not found") from None
     except OSError as exc:
-        raise ManifestError(f"{path}: cannot read the ensemble manifest: {exc.strerror or exc}") from None
-    if len(text) > MAX_MANIFEST_BYTES:
-        raise ManifestError(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes: not an ensemble manifest")
+        raise ManifestError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise ManifestError(f"{path}: larger than {limit} bytes: not an {what}")
+    return data
+
+
+def _read_manifest(path: Path):
+    """The parsed JSON of a manifest file, read with a size cap, or ManifestError saying why not."""
+    text = read_capped(path, MAX_MANIFEST_BYTES, "ensemble manifest")
     try:
         return json.loads(text)
     except RecursionError:

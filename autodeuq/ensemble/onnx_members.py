@@ -208,22 +208,14 @@ def load_onnx_ensemble(path):
         The file is missing, too large, not an ONNX model ONNX Runtime loads, or holds no
         autodeuq metadata (the message names the field at fault).
     """
-    from autodeuq.ensemble.manifest import _manifest_members, _manifest_names, _selection_and_calibration
+    from autodeuq.ensemble.manifest import _manifest_members, _manifest_names, _selection_and_calibration, read_capped
     from autodeuq.ensemble.predictive import ManifestError, ensemble_class
 
     path = Path(path)
     if not onnxruntime_available():
         raise ManifestError(f"{path}: ONNX Runtime is not installed (pip install onnxruntime); an ONNX ensemble "
                             f"runs on it (the ensemble's manifest predicts with TensorFlow)")
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_ONNX_BYTES + 1)
-    except FileNotFoundError:
-        raise ManifestError(f"{path}: ONNX ensemble not found") from None
-    except OSError as exc:
-        raise ManifestError(f"{path}: cannot read the ONNX ensemble: {exc.strerror or exc}") from None
-    if len(data) > MAX_ONNX_BYTES:
-        raise ManifestError(f"{path}: larger than {MAX_ONNX_BYTES} bytes: not an autodeuq ONNX ensemble")
+    data = read_capped(path, MAX_ONNX_BYTES, "autodeuq ONNX ensemble")
     metadata, session = read_metadata(data, str(path))
     ids, weights = _manifest_members(path, metadata.get("members"))
     _manifest_names(path, metadata, "features")
