@@ -268,7 +268,7 @@ def _check_out(path: Path, flag: str, inputs=(), beside=()) -> None:
     that exists on its way must let a file be created. ``beside``: names of the files written
     next to it (``metrics.json``), checked alike.
     """
-    from autodeuq.fileio import refuse_special
+    from autodeuq.fileio import refuse_special, same_file
 
     if path.is_dir():
         raise CLIError(f"{flag} {path}: is a directory; give a file name")
@@ -279,7 +279,7 @@ def _check_out(path: Path, flag: str, inputs=(), beside=()) -> None:
             where = "" if target == path else f" (writes {target.name} beside it): {target}"
             raise CLIError(f"{flag} {path}{where}: {exc.strerror}") from None
         for input_flag, given in inputs:
-            if given is not None and _same_file(target, Path(given)):
+            if given is not None and same_file(target, given):
                 raise CLIError(f"{flag} {path}: is the same file as {input_flag} {given}; writing it would replace "
                                f"the input: give another output path")
     _check_writable_folder(_nearest_folder(path, flag), f"{flag} {path}")
@@ -321,34 +321,14 @@ def _say_foreign_catalog(manifest: Path, ensemble) -> None:
               f"catalog beside it", file=sys.stderr)
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    """Whether ``a`` and ``b`` are one file: the same absolute path, or the same inode (links)."""
-    import os
-
-    if os.path.abspath(a) == os.path.abspath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet)
-        return False
-
-
 def _check_writable_folder(folder: Path, what: str) -> None:
-    """Create and remove a probe file in ``folder``: a folder where no file can be made (read-only,
-    ``/proc``, no permission) fails here, before any work, instead of after the search."""
-    import os
-    import secrets
+    """Refuse, before any work, a folder where no file can be made (:func:`autodeuq.fileio.probe_folder`)."""
+    from autodeuq.fileio import os_reason, probe_folder
 
-    from autodeuq.fileio import TEMP_SUFFIX, os_reason
-
-    probe = folder / f".autodeuq-probe.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        probe_folder(folder)
     except OSError as exc:
         raise CLIError(f"{what}: cannot create a file in {folder}: {os_reason(exc)}") from None
-    os.close(fd)
-    with contextlib.suppress(OSError):
-        os.unlink(probe)
 
 
 def _os_error(exc: OSError) -> CLIError:
@@ -362,12 +342,12 @@ def cmd_ensemble(args, run_dir=None, deadline=None, config=None, search=None):
     search configuration of ``run``, whose workers refit the members."""
     from autodeuq.options import EnsembleConfig
     from autodeuq.pipeline import refit_where
-    from autodeuq.report import build_and_report
+    from autodeuq.report import METRICS_NAME, build_and_report
 
     config = config or _configs(args, EnsembleConfig)[0]
     run_dir = Path(run_dir or args.run_dir)
     out = Path(args.out) if args.out else run_dir / "ensemble.json"
-    _check_out(out, "--out", inputs=_inputs(args), beside=("metrics.json",))
+    _check_out(out, "--out", inputs=_inputs(args), beside=(METRICS_NAME,))
     with warnings.catch_warnings(record=True) as caught:  # shown after the report's lines
         try:
             report = build_and_report(run_dir, config, test_file=getattr(args, "test", None), manifest=out,
@@ -574,7 +554,9 @@ def cmd_run(args):
     # Every output location before any work: the run directory, the manifest and metrics.json.
     _check_run_dir(search.run_dir)
     if args.out:
-        _check_out(Path(args.out), "--out", inputs=_inputs(args), beside=("metrics.json",))
+        from autodeuq.report import METRICS_NAME
+
+        _check_out(Path(args.out), "--out", inputs=_inputs(args), beside=(METRICS_NAME,))
     # --timeout bounds the whole run: the search stops early enough for the ensemble step, whose
     # refit retrains only the members that fit in what is left.
     run_dir = cmd_search(args, timeout=search_timeout(search.timeout), configs=(table, search))

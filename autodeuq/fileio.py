@@ -104,6 +104,24 @@ def refuse_special(path: str | Path) -> None:
                                 f"(give the path of a regular file)", str(path))
 
 
+def probe_folder(folder: str | Path) -> None:
+    """Create, then remove, a temporary file in ``folder``: raises the ``OSError`` of a folder where
+    no file can be made (read-only, ``/proc``, no permission), so that a command finds it before
+    its work rather than after."""
+    _write_temp(Path(folder) / ".autodeuq-probe", b"").unlink()
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same absolute path, or the same file through a
+    link (symbolic or hard)."""
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
