@@ -99,13 +99,7 @@ class TableOptions:
             raise ParameterError("categorical", f"must be one of {list(CATEGORICAL)}", self.categorical)
         if self.impute not in IMPUTE:
             raise ParameterError("impute", f"must be one of {list(IMPUTE)}", self.impute)
-        drop = self.drop if self.drop is not None else ()
-        if isinstance(drop, str) or not all(isinstance(c, str) for c in drop):
-            raise ParameterError("drop", "must be a list of column names", self.drop)
-        object.__setattr__(self, "drop", tuple(drop))
-        repeated = sorted({c for c in self.drop if self.drop.count(c) > 1})
-        if repeated:
-            raise ParameterError("drop", "must name each column once", list(self.drop))
+        self._check_column_names("drop")
         if self.id_column is not None and not isinstance(self.id_column, str):
             raise ParameterError("id_column", "must be None or a column name", self.id_column)
         if not isinstance(self.drop_missing_target, (bool, np.bool_)):
@@ -115,14 +109,20 @@ class TableOptions:
                             parameters=("id_column", "drop"))
         self._check_declared()
 
+    def _check_column_names(self, name: str) -> None:
+        """The option ``name`` (``drop``, ``categorical_columns``): None or distinct column names,
+        kept as a tuple."""
+        given = getattr(self, name)
+        names = given if given is not None else ()
+        if isinstance(names, str) or not all(isinstance(c, str) for c in names):
+            raise ParameterError(name, "must be a list of column names", given)
+        names = tuple(names)
+        object.__setattr__(self, name, names)
+        if len(set(names)) != len(names):
+            raise ParameterError(name, "must name each column once", list(names))
+
     def _check_declared(self):
-        declared = self.categorical_columns if self.categorical_columns is not None else ()
-        if isinstance(declared, str) or not all(isinstance(c, str) for c in declared):
-            raise ParameterError("categorical_columns", "must be a list of column names", self.categorical_columns)
-        object.__setattr__(self, "categorical_columns", tuple(declared))
-        repeated = sorted({c for c in self.categorical_columns if self.categorical_columns.count(c) > 1})
-        if repeated:
-            raise ParameterError("categorical_columns", "must name each column once", list(self.categorical_columns))
+        self._check_column_names("categorical_columns")
         ignored = [c for c in self.categorical_columns if c in self.ignored]
         if ignored:
             raise DataError(f"column {ignored[0]!r} is declared categorical and is also "

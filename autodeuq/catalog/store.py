@@ -423,13 +423,7 @@ class Catalog:
 
     def _decoded_config(self, row: sqlite3.Row) -> dict[str, Any]:
         """An entry's configuration; CatalogError ("damaged catalog") unless it is a point of the run's space."""
-        config = decode_json(row["config_json"], self._where(row), "config_json")
-        try:
-            self.space.validate(config)
-        except ValueError as exc:
-            raise CatalogError(f"{self._where(row)}: damaged catalog: config_json is not a configuration of the "
-                               f"run's space: {exc}") from None
-        return config
+        return self._space_value(row, "config_json", self.space.validate, "a configuration")
 
     def best(self) -> tuple[int, float] | None:
         """(id, objective) of the entry with a model of lowest objective, or None when there is none."""
@@ -518,13 +512,19 @@ class Catalog:
         return [*LEADING_COLUMNS, *self.space.hp_names, *TRAILING_COLUMNS, *PLACEMENT_COLUMNS]
 
     def _architecture_words(self, row: sqlite3.Row) -> str:
-        arch = decode_json(row["arch_json"], self._where(row), "arch_json")
+        return self.space.describe_arch(self._space_value(row, "arch_json", self.space.validate_arch,
+                                                          "an architecture"))
+
+    def _space_value(self, row: sqlite3.Row, column: str, validate, what: str):
+        """The JSON of ``column`` decoded and ``validate``d by the run's space; CatalogError ("damaged
+        catalog ... is not ``what`` of the run's space") when it is not."""
+        value = decode_json(row[column], self._where(row), column)
         try:
-            self.space.validate_arch(arch)
+            validate(value)
         except ValueError as exc:
-            raise CatalogError(f"{self._where(row)}: damaged catalog: arch_json is not an architecture "
-                               f"of the run's space: {exc}") from None
-        return self.space.describe_arch(arch)
+            raise CatalogError(f"{self._where(row)}: damaged catalog: {column} is not {what} of the run's space: "
+                               f"{exc}") from None
+        return value
 
     def to_dataframe(self):
         """One row per evaluation (all statuses), ordered by id.
