@@ -252,16 +252,16 @@ def _load_self_contained(path: Path, manifest: dict) -> Ensemble:
     except DataError as exc:
         raise ManifestError(f"{path}: {exc}") from None
     folder = path.parent.resolve()
-    models = {}
+    models, configs = {}, {}
     for k, (entry_id, member) in enumerate(zip(ids, manifest["members"])):
         name = f"{MEMBERS_DIR}/{entry_id}.keras"
         if member.get("model") != name:
             raise ManifestError(f"{path}: members[{k}]: 'model' must be {name!r}, got {_short(member.get('model'))}")
-        models[entry_id] = _member_file(path, k, member, name, "model file", "the ensemble folder")
+        models[entry_id], configs[entry_id] = _member_file(path, k, member, name, "model file", "the ensemble folder")
     selection, calibration = _selection_and_calibration(path, manifest)
     labels = _manifest_labels(path, manifest.get("labels"), targets)
     if labels is None:
-        _check_target_count(path, models, targets)
+        _check_target_count(path, configs, targets)
     source = ExportedMembers(folder, models, features, targets, standardization, preprocessor, labels)
     try:
         return ensemble_class("regression" if labels is None else "classification")(
@@ -270,11 +270,12 @@ def _load_self_contained(path: Path, manifest: dict) -> Ensemble:
         raise ManifestError(f"{path}: {exc}") from None
 
 
-def _check_target_count(path: Path, models: dict[int, bytes], targets: list[str]) -> None:
+def _check_target_count(path: Path, configs: dict[int, dict], targets: list[str]) -> None:
     """Refuse a regression manifest whose ``targets`` do not match its members' Gaussian heads
-    (an edited manifest): found here, before any network is built, not after the prediction."""
-    for entry_id, data in models.items():
-        heads = [layer.get("config", {}).get("n_targets") for layer in _layers(checked_keras_config(data, str(path)))
+    (``configs``: each member's checked Keras config; an edited manifest): found here, before any
+    network is built, not after the prediction."""
+    for entry_id, config in configs.items():
+        heads = [layer.get("config", {}).get("n_targets") for layer in _layers(config)
                  if layer.get("class_name") == "GaussianHead"]
         if heads and heads[0] != len(targets):
             raise ManifestError(f"{path}: 'targets' names {len(targets)} target(s) {targets}, but member {entry_id} "
@@ -308,10 +309,10 @@ def _manifest_labels(path: Path, recorded, targets: list[str]):
     return Labels(classes, recorded["target"])
 
 
-def _member_file(path: Path, k: int, member: dict, name: str, what: str, held_in: str) -> bytes:
+def _member_file(path: Path, k: int, member: dict, name: str, what: str, held_in: str) -> tuple[bytes, dict]:
     """The checked ``.keras`` bytes of the file ``name`` beside the manifest ``path`` that its
-    ``members[k]`` lists with its SHA-256 and size; read at most the recorded size, so a grown
-    file is refused before it is read."""
+    ``members[k]`` lists with its SHA-256 and size, and their Keras config; read at most the
+    recorded size, so a grown file is refused before it is read."""
     folder = path.parent.resolve()
     sha, size = member.get("sha256"), member.get("bytes")
     if not (isinstance(sha, str) and _SHA256_HEX.fullmatch(sha)):
@@ -323,10 +324,10 @@ def _member_file(path: Path, k: int, member: dict, name: str, what: str, held_in
     where = f"{path}: members[{k}]: {what} {folder / name}"
     try:
         data = read_verified(folder / name, folder, sha, size, where, held_in)
-        checked_keras_config(data, where)
+        config = checked_keras_config(data, where)
     except CatalogError as exc:
         raise ManifestError(str(exc)) from None
-    return data
+    return data, config
 
 
 def _refitted_members(path: Path, manifest: dict) -> dict[int, bytes]:
@@ -340,7 +341,7 @@ def _refitted_members(path: Path, manifest: dict) -> dict[int, bytes]:
         if not (isinstance(name, str) and re.fullmatch(rf"[^/\\]+/{entry_id}\.keras", name)):
             raise ManifestError(f"{path}: members[{k}]: 'refit_model' must be 'FOLDER/{entry_id}.keras' beside the "
                                 f"manifest, got {_short(name)}")
-        refitted[entry_id] = _member_file(path, k, member, name, "refitted model file", "the manifest's folder")
+        refitted[entry_id] = _member_file(path, k, member, name, "refitted model file", "the manifest's folder")[0]
     if not refitted:
         raise ManifestError(f"{path}: a {REFIT_FORMAT!r} manifest must list at least one member's 'refit_model'")
     return refitted
