@@ -131,10 +131,11 @@ class _AutoDEUQ(BaseEstimator):
             raise interrupt(f"search interrupted; {self.run_dir_} is consistent: fit again with "
                             f"run_dir={str(self.run_dir_)!r} to resume it")
         summary.raise_for_error()
-        ensemble = select_ensemble(self.run_dir_, ensemble_config, seed=seed)
-        # The members retrain in parallel on the search's workers (still up) when it ran on Ray.
-        self.ensemble_, _ = refit_ensemble(ensemble, ensemble_config.refit,
-                                           deadline=ensemble_deadline(started, config.timeout),
+        # Fold networks and refits train in parallel on the search's workers (still up) when it ran on Ray.
+        deadline = ensemble_deadline(started, config.timeout)
+        ensemble = select_ensemble(self.run_dir_, ensemble_config, seed=seed, deadline=deadline,
+                                   where=refit_where(config))
+        self.ensemble_, _ = refit_ensemble(ensemble, ensemble_config.refit, deadline=deadline,
                                            where=refit_where(config))
         return self
 

@@ -15,7 +15,7 @@ import time
 from autodeuq.errors import ParameterError
 
 __all__ = ["discarder", "ensemble_deadline", "fill_catalog", "refit_ensemble", "refit_where", "search_timeout",
-           "searcher_options", "select_ensemble"]
+           "searcher_options", "select_ensemble", "should_crossfit"]
 
 #: Part of a whole-run time budget (search, then ensemble) kept for the ensemble step: this share
 #: of the budget, within these bounds in seconds, and never more than half of it. Selecting from a
@@ -261,21 +261,66 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
                           recorded=recorded_search)
 
 
-def select_ensemble(run_dir, config, *, seed: int | None = 0):
+def select_ensemble(run_dir, config, *, seed: int | None = 0, deadline: float | None = None,
+                    where: dict | None = None, log=None):
     """The first half of the ensemble stage: the ensemble that ``config`` (an
     :class:`~autodeuq.options.EnsembleConfig`) selects and calibrates from the catalog in
     ``run_dir`` (:meth:`autodeuq.ensemble.Ensemble.from_catalog`), its members loaded, so that a
     member that cannot be read fails before anything is refitted or written.
+
+    When ``config.crossfit`` says so (:func:`should_crossfit`), the best configurations are
+    first cross-fitted (:func:`autodeuq.ensemble.crossfit.cross_fit`, on the evaluator ``where``
+    names, :func:`refit_where`, each while it fits before ``deadline``) and the ensemble is
+    selected and calibrated on their out-of-fold predictions; ``log`` receives the line saying
+    whether it was cross-fitted.
     """
     from autodeuq.ensemble import Ensemble
+    from autodeuq.ensemble.crossfit import CONFIGS_PER_MEMBER, cross_fit
 
-    ensemble = Ensemble.from_catalog(run_dir, size=config.ensemble_size, selector=config.selector,
-                                     score=config.selection_score, stop=config.selection_stop,
-                                     diversity=config.diversity, calibrate=config.calibrate,
-                                     bags=config.selection_bags, seed=0 if seed is None else int(seed),
-                                     pool=config.selection_pool)
+    seed = 0 if seed is None else int(seed)
+    options = dict(size=config.ensemble_size, selector=config.selector, score=config.selection_score,
+                   stop=config.selection_stop, diversity=config.diversity, calibrate=config.calibrate,
+                   bags=config.selection_bags, seed=seed, pool=config.selection_pool)
+    crossfit = None
+    go, why = should_crossfit(config.crossfit, run_dir)
+    if go:
+        from autodeuq.catalog import Catalog
+
+        configs = (CONFIGS_PER_MEMBER * config.ensemble_size if config.crossfit_configs == "auto"
+                   else config.crossfit_configs)
+        with Catalog(run_dir) as catalog:
+            crossfit = cross_fit(catalog, configs, config.crossfit_folds, seed=seed, deadline=deadline,
+                                 evaluator=(where or {}).get("evaluator", "serial"),
+                                 evaluator_options=(where or {}).get("evaluator_options"), log=log)
+        record = crossfit.record
+        why += (f"; {record['configurations']} configuration(s) x {record['folds']} folds, {record['trained']} "
+                f"network(s) trained, {record['resumed']} read back, in {record['seconds']:.1f} s")
+    if log is not None:
+        log(why)
+    ensemble = Ensemble.from_catalog(run_dir, **options, crossfit=crossfit)
     ensemble.load_members()
     return ensemble
+
+
+def should_crossfit(crossfit, run_dir) -> tuple[bool, str]:
+    """Whether ``crossfit`` (True, False or "auto") cross-fits the ensemble of the catalog in
+    ``run_dir``, and why: "auto" does on small tables (:func:`autodeuq.data.is_small`)."""
+    from autodeuq.catalog import Catalog
+    from autodeuq.data import SMALL_DATA_ROWS, is_small
+
+    if crossfit is True:
+        return True, "cross-fitted: asked for"
+    if crossfit is False:
+        return False, "not cross-fitted: turned off"
+    with Catalog(run_dir) as catalog:
+        counts = catalog.row_counts()
+    if counts is None:
+        return False, "not cross-fitted: the catalog does not record its number of rows"
+    rows = sum(counts)
+    if is_small(rows):
+        return True, f"cross-fitted: {rows} training and validation rows (auto: at most {SMALL_DATA_ROWS})"
+    return False, (f"not cross-fitted: {rows} training and validation rows, more than the {SMALL_DATA_ROWS} up to "
+                   f"which cross-fitting is on by default (crossfit=True, --crossfit, cross-fits anyway)")
 
 
 def refit_where(config) -> dict:
@@ -305,6 +350,9 @@ def refit_ensemble(ensemble, when="auto", *, deadline: float | None = None, wher
     from autodeuq.catalog import CatalogError
     from autodeuq.ensemble.refit import not_refitted, refit_selected, should_refit
 
+    if "crossfit" in ensemble.selection:
+        why = "not refitted: the cross-fitted members have learned from every row"
+        return not_refitted(ensemble, why), why
     if when is False:
         why = should_refit(False, 0)[1]
         return not_refitted(ensemble, why), why

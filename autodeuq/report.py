@@ -16,6 +16,7 @@ from autodeuq.data import load_test_file
 from autodeuq.ensemble import Ensemble
 from autodeuq.ensemble.categorical import CategoricalPrediction, log_probabilities
 from autodeuq.ensemble.classifier import ClassifierEnsemble
+from autodeuq.ensemble.crossfit import configuration_view
 from autodeuq.fileio import atomic_write, refuse_linked_folders
 from autodeuq.result import Status
 
@@ -85,11 +86,12 @@ def build_and_report(run_dir, config=None, *, test_file=None, manifest=None, dea
     manifest = Path(manifest) if manifest else run_dir / MANIFEST_NAME
     out_dir = manifest.parent
     refuse_linked_folders(run_dir, out_dir)  # before any work: every output goes there
-    ensemble = select_ensemble(run_dir, config, seed=seed)  # an unreadable member fails before any file is written
+    lines = []
+    # An unreadable member fails before any file is written.
+    ensemble = select_ensemble(run_dir, config, seed=seed, deadline=deadline, where=refit_where, log=lines.append)
     catalog = ensemble.catalog
     task = ClassificationScores if isinstance(ensemble, ClassifierEnsemble) else RegressionScores
-    validation = task.validation(ensemble, catalog)  # recalibrated when the ensemble is
-    valid_targets = catalog.validation_targets()
+    validation, valid_targets = task.validation(ensemble, catalog)  # recalibrated when the ensemble is
     results = {"validation": task.scores(validation, valid_targets)}
     calibration = dict(ensemble.calibration) if ensemble.calibration else None
     test, train = _test_and_training_data(catalog, ensemble, test_file)
@@ -118,7 +120,7 @@ def build_and_report(run_dir, config=None, *, test_file=None, manifest=None, dea
     written = [atomic_write(out_dir / name, png) for name, png in figures.items()]
     atomic_write(out_dir / METRICS_NAME, json.dumps(document, indent=2).encode())
     ensemble.save(manifest)
-    return Report(ensemble, results, written, refit_line)
+    return Report(ensemble, results, written, "\n".join([*lines, refit_line]))
 
 
 class RegressionScores:
@@ -126,8 +128,13 @@ class RegressionScores:
 
     @staticmethod
     def validation(ensemble, catalog):
+        """The ensemble's prediction of the validation rows and their targets; a cross-fitted
+        ensemble's out-of-fold prediction of every training and validation row."""
+        if "crossfit" in ensemble.selection:
+            view, (means, variances), y = configuration_view(ensemble)
+            return view.mixture(means, variances), y
         _, means, variances = catalog.validation_predictions(ensemble.member_ids)
-        return ensemble.mixture(means, variances)
+        return ensemble.mixture(means, variances), catalog.validation_targets()
 
     @staticmethod
     def scores(prediction, y) -> dict:
@@ -165,8 +172,12 @@ class ClassificationScores:
 
     @staticmethod
     def validation(ensemble, catalog):
+        """As :meth:`RegressionScores.validation`, of the class probabilities."""
+        if "crossfit" in ensemble.selection:
+            view, (probas,), y = configuration_view(ensemble)
+            return view.mixture(log_probabilities(probas)), y
         _, probas, _ = catalog.validation_probabilities(ensemble.member_ids)
-        return ensemble.mixture(log_probabilities(probas))
+        return ensemble.mixture(log_probabilities(probas)), catalog.validation_targets()
 
     @staticmethod
     def scores(prediction, y) -> dict:

@@ -39,6 +39,7 @@ from autodeuq.catalog.artifacts import (
     refuse_links,
     sha256_hex,
 )
+from autodeuq.catalog.folds import FoldWriter, check_folds_table, describe_fold, has_folds_table, is_fold_id, plan_key
 from autodeuq.catalog.schema import (
     DB_FILES,
     DB_NAME,
@@ -415,11 +416,66 @@ class Catalog:
         return out
 
     def entry(self, entry_id: int) -> dict[str, Any]:
-        """Everything recorded about one entry (config and training history decoded)."""
+        """Everything recorded about one entry (config and training history decoded); a fold
+        entry's is its search entry's, with its own id, training record and ``fold`` record
+        (:mod:`autodeuq.catalog.folds`)."""
+        if is_fold_id(entry_id):
+            fold = self.fold_entry(entry_id)
+            entry = self._entry_dict(self._row(fold["entry"]))
+            entry.update({k: fold[k] for k in ("id", "objective", "epochs", "best_epoch", "wall_time", "n_params")})
+            return {**entry, "history": {}, "fold": fold}
         return self._entry_dict(self._row(entry_id))
 
     def config(self, entry_id: int) -> dict[str, Any]:
+        if is_fold_id(entry_id):
+            entry_id = self.fold_entry(entry_id)["entry"]
         return self._decoded_config(self._row(entry_id))
+
+    # ----------------------------------------------------------------- fold entries
+    def _fold_rows(self, where: str = "", params: Iterable = ()) -> list[sqlite3.Row]:
+        db = self.run_dir / DB_NAME
+        with self._lock, self._conn.limited(db):
+            if not has_folds_table(self._conn):
+                return []
+            check_folds_table(self._conn, db)
+        return self._query(f"SELECT * FROM folds {where} ORDER BY id", params)
+
+    def fold_entries(self, plan: dict | None = None) -> list[dict[str, Any]]:
+        """The fold entries (:mod:`autodeuq.catalog.folds`), by id; those of ``plan`` only when given."""
+        rows = self._fold_rows(*(("WHERE plan_json = ?", (plan_key(plan),)) if plan is not None else ()))
+        return [describe_fold(r) for r in rows]
+
+    def fold_entry(self, fold_id: int) -> dict[str, Any]:
+        rows = self._fold_rows("WHERE id = ?", (int(fold_id),))
+        if not rows:
+            raise CatalogError(f"{self.run_dir}: no fold entry {fold_id}")
+        return describe_fold(rows[0])
+
+    def fold_predictions(self, fold_id: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        """A fold entry's held-out rows (their numbers among :meth:`fit_data`'s rows) and its
+        predictions of them, in the order of :attr:`prediction_arrays`."""
+        fold = self.fold_entry(fold_id)
+        names = self.prediction_arrays
+        n_rows = int(fold["plan"]["rows"])
+        width = self.labels.n_classes if self.task == "classification" else len(self.meta["data"]["targets"])
+        array_bytes = n_rows * max(width, 1) * 8 + 4096
+        data = self._read_checked(fold_id, self.predictions_path(fold_id), fold["predictions_sha256"], "predictions",
+                                  (len(names) + 1) * array_bytes + (1 << 16))
+        try:
+            arrays = load_npz(data, ("rows", *names), array_bytes)
+            rows = arrays["rows"][:, 0] if arrays["rows"].shape[1:] == (1,) else np.empty(0)
+            if len(rows) == 0 or rows.min() < 0 or rows.max() >= n_rows or np.any(rows != np.round(rows)):
+                raise ValueError(f"row numbers outside 0..{n_rows - 1}")
+            if any(arrays[name].shape != (len(rows), width) for name in names):
+                raise ValueError(f"predictions of shape {[arrays[n].shape for n in names]} for {len(rows)} rows")
+        except Exception as exc:  # noqa: BLE001 - any decoding failure means a corrupt file
+            raise CatalogError(f"{self.run_dir}: fold entry {fold_id}: predictions file "
+                               f"{self.predictions_path(fold_id)} is corrupt: {exc}") from None
+        return rows.astype(np.int64), tuple(arrays[name] for name in names)
+
+    def fold_writer(self) -> FoldWriter:
+        """A :class:`~autodeuq.catalog.folds.FoldWriter` of this run (it takes the run's lock)."""
+        return FoldWriter(self.run_dir, MODELS_DIR, PREDICTIONS_DIR)
 
     def _decoded_config(self, row: sqlite3.Row) -> dict[str, Any]:
         """An entry's configuration; CatalogError ("damaged catalog") unless it is a point of the run's space."""
@@ -723,8 +779,8 @@ class Catalog:
         Refused (:class:`CatalogError`) when the file is missing, outside the run directory,
         without a recorded checksum or not matching it, or larger than :data:`MAX_MODEL_BYTES`.
         """
-        row = self._done_row(entry_id, "model")
-        return self._read_checked(entry_id, self.model_path(entry_id), row["model_sha256"], "model", MAX_MODEL_BYTES)
+        sha = (self.fold_entry(entry_id) if is_fold_id(entry_id) else self._done_row(entry_id, "model"))["model_sha256"]
+        return self._read_checked(entry_id, self.model_path(entry_id), sha, "model", MAX_MODEL_BYTES)
 
     def load_model(self, entry_id: int):
         """The trained Keras model of a done entry (inputs and outputs in original units).

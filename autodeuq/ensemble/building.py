@@ -38,7 +38,8 @@ ONE_MODEL_EFFECTIVE_SIZE = 1.5
 
 def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: str = "mixture", *,  # noqa: C901
                  stop: str = "size", diversity: str = "none", calibrate: str = "auto",
-                 calibration_folds: int = 2, bags: int = 0, seed: int = 0, pool: float | str = "auto"):
+                 calibration_folds: int = 2, bags: int = 0, seed: int = 0, pool: float | str = "auto",
+                 crossfit=None):
     """The ensemble of class ``cls`` selected and calibrated on the catalog in ``run_dir``.
 
     What :meth:`Ensemble.from_catalog <autodeuq.ensemble.Ensemble.from_catalog>` does; its
@@ -54,6 +55,12 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
         calibration=...)`` (:func:`~autodeuq.ensemble.predictive.ensemble_class` of the run's task).
     run_dir, size, selector, score, stop, diversity, calibrate, calibration_folds, bags, seed, pool :
         As :meth:`Ensemble.from_catalog <autodeuq.ensemble.Ensemble.from_catalog>` takes them.
+    crossfit : CrossFit, optional
+        The cross-fitted configurations (:func:`autodeuq.ensemble.crossfit.cross_fit`): selection
+        and recalibration then run on their out-of-fold predictions of every training and
+        validation row, and each configuration selected brings its fold networks as members,
+        each of its weight / K. ``calibrate="auto"`` recalibrates there on any number of rows
+        (the factor is fitted on all of them, not on the validation part).
 
     Returns
     -------
@@ -69,9 +76,9 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
     cls = ensemble_class(catalog.task, cls)
     if selector == "auto":
         selector = AUTO_SELECTOR[catalog.task]
-    if pool == "auto":
-        pool = AUTO_POOL[catalog.task]
-    ids = catalog.model_ids()
+    if pool == "auto":  # a cross-fit's candidates are the catalog's best already
+        pool = AUTO_POOL[catalog.task] if crossfit is None else 1.0
+    ids = catalog.model_ids() if crossfit is None else list(crossfit.entries)
     if not ids:
         raise EnsembleError(f"{run_dir}: the catalog has no successful evaluation to build an ensemble from")
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
@@ -82,13 +89,18 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
         warnings.warn(f"{run_dir}: ensemble size {size} asked, but the catalog has only {len(ids)} successful "
                       f"entries: selecting among those, at most {len(ids)} members", EnsembleSizeWarning,
                       stacklevel=3)
-    candidates = (ClassifierCandidates if catalog.task == "classification" else GaussianCandidates)(catalog, ids)
+    kind = ClassifierCandidates if catalog.task == "classification" else GaussianCandidates
+    candidates = kind(catalog, ids) if crossfit is None else kind.of_arrays(ids, crossfit.arrays, crossfit.y)
     ids, n_valid = candidates.ids, candidates.n_rows
     if catalog.task == "classification":
         selection["score"] = "log_loss"
-    counts = catalog.row_counts() if calibrate == "auto" else None
-    calibrate, selection["calibration"] = resolve_calibration(calibrate, sum(counts) if counts else None,
-                                                              catalog.task)
+    if crossfit is not None and calibrate == "auto":
+        calibrate = "temperature" if catalog.task == "classification" else "scale"
+        selection["calibration"] = f"recalibrated: out-of-fold predictions of {n_valid} rows (auto: cross-fitted)"
+    else:
+        counts = catalog.row_counts() if calibrate == "auto" else None
+        calibrate, selection["calibration"] = resolve_calibration(calibrate, sum(counts) if counts else None,
+                                                                  catalog.task)
     if calibrate != "none" and n_valid < calibration_folds:
         raise EnsembleError(f"{run_dir}: recalibration cross-fits on {calibration_folds} folds of the validation "
                             f"rows, and there are {n_valid}; give more validation rows or no recalibration",
@@ -118,7 +130,13 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
     calibration = None
     if calibrate != "none":
         calibration = candidates.calibrate(select_rows, calibration_folds, seed)
-    return cls(run_dir, members, chosen.weights, selection=selection, calibration=calibration)
+    weights = chosen.weights
+    if crossfit is not None:  # each configuration selected: its K fold networks, each of its weight / K
+        selection["crossfit"] = {**crossfit.record, "entries": members, "weights": [float(w) for w in weights]}
+        members = [i for entry in members for i in crossfit.fold_ids[entry]]
+        weights = np.repeat(np.asarray(weights, dtype=float) / crossfit.plan["folds"], crossfit.plan["folds"])
+        weights = weights / weights.sum()
+    return cls(run_dir, members, weights, selection=selection, calibration=calibration)
 
 
 class GaussianCandidates:
@@ -131,6 +149,15 @@ class GaussianCandidates:
                                f"({next(iter(loaded.skipped.values()))})")
         self.y = catalog.validation_targets()
         self.n_rows = len(self.y)
+
+    @classmethod
+    def of_arrays(cls, ids, arrays, y):
+        """Candidates ``ids`` with predictions ``arrays = (means, variances)`` of the rows of ``y``
+        (the out-of-fold predictions of a cross-fit)."""
+        self = cls.__new__(cls)
+        self.ids, (self.means, self.variances) = list(ids), arrays
+        self.y, self.n_rows = np.asarray(y, dtype=np.float64), len(y)
+        return self
 
     def select(self, rows, size, *, selector, score, stop, groups, bags, seed, pool):
         options = dict(selector=selector, score=score, stop=stop, groups=groups, pool=pool)
@@ -162,6 +189,16 @@ class ClassifierCandidates:
                                f"({next(iter(skipped.values()))})")
         self.y = catalog.validation_targets()[:, 0].astype(np.int64)
         self.n_rows = len(self.y)
+
+    @classmethod
+    def of_arrays(cls, ids, arrays, y):
+        """Candidates ``ids`` with class probabilities ``arrays = (probas,)`` of the rows whose
+        class codes are ``y`` (the out-of-fold predictions of a cross-fit)."""
+        self = cls.__new__(cls)
+        self.ids, (self.probas,) = list(ids), arrays
+        self.y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)[:, 0].astype(np.int64)
+        self.n_rows = len(self.y)
+        return self
 
     def select(self, rows, size, *, selector, score, stop, groups, bags, seed, pool):
         if score != "mixture":

@@ -287,7 +287,7 @@ class Ensemble:
     def from_catalog(cls, run_dir, size: int = 5, selector: str = "auto", score: str = "mixture", *,
                      stop: str = "size", diversity: str = "none", calibrate: str = "auto",
                      calibration_folds: int = 2, bags: int = 0, seed: int = 0,
-                     pool: float | str = "auto") -> "Ensemble":
+                     pool: float | str = "auto", crossfit=None) -> "Ensemble":
         """Select members greedily (or top-k) on the cached validation predictions of a catalog.
 
         Parameters
@@ -340,7 +340,8 @@ class Ensemble:
         from autodeuq.ensemble.building import from_catalog
 
         return from_catalog(cls, run_dir, size, selector, score, stop=stop, diversity=diversity, calibrate=calibrate,
-                            calibration_folds=calibration_folds, bags=bags, seed=seed, pool=pool)
+                            calibration_folds=calibration_folds, bags=bags, seed=seed, pool=pool,
+                            crossfit=crossfit)
 
     def save(self, path, self_contained: bool = False, format: str = "keras") -> Path:
         """Write the ensemble as JSON (no pickle), creating missing parent folders; or, with

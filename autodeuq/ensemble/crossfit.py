@@ -1,0 +1,316 @@
+"""The cross-fitted ensemble stage: every training and validation row both fits and checks.
+
+On a small table the search's validation part (20 to 300 rows) decides everything after the
+search: which members, their weights, the recalibration and, with a refit, nothing checks the
+networks retrained on all the rows. Cross-fitting, as K-fold bagging does for stacked models
+(van der Laan, Polley & Hubbard 2007, "Super learner"; Erickson et al. 2020, "AutoGluon-Tabular",
+sec. 3.3), uses every row for both:
+
+1. the ``configs`` best configurations of the search (by validation loss, distinct) are trained
+   again on K folds of the training and validation rows together: configuration c's network k
+   trains on every fold but k and stops early on fold k (the search's training otherwise: the
+   same epoch budget, early stopping, learning-rate schedule and initial weights);
+2. each configuration's out-of-fold prediction (fold k's rows predicted by the network that left
+   them out) covers every row once; the greedy selection, the recalibration (std scale or
+   temperature) and the conformal scores are fitted on these out-of-fold predictions of all the
+   rows instead of on the validation part's;
+3. the ensemble's members are the K fold networks of each selected configuration, each weighing
+   its configuration's weight / K: the prediction is their mixture, so the split into
+   aleatoric and epistemic parts stays the exact law-of-total-variance split of a mixture.
+
+The fold networks are catalog entries (:mod:`autodeuq.catalog.folds`), recorded as each one
+ends: a stage interrupted (or run again with the same plan) trains only the folds it lacks.
+The fold assignment is a function of the number of folds, the seed and the rows (stratified by
+class for a classifier), so the same command draws the same folds.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autodeuq import data
+from autodeuq.errors import AutoDEUQError, ParameterError
+from autodeuq.evaluator.base import TrainingObjective, evaluation_seed, evaluation_threads
+
+#: Folds of the training and validation rows (K), and the configurations cross-fitted per ensemble
+#: member asked for (the candidates of the out-of-fold selection: ``CONFIGS_PER_MEMBER * size``).
+DEFAULT_FOLDS = 5
+CONFIGS_PER_MEMBER = 2
+
+
+class CrossFitError(AutoDEUQError, RuntimeError):
+    """No configuration could be cross-fitted (every one had a fold whose training failed)."""
+
+
+def fold_plan(n_rows: int, folds: int, seed: int) -> dict:
+    """What fixes the fold assignment of ``n_rows`` rows (recorded with each fold entry)."""
+    return {"folds": int(folds), "seed": int(seed), "rows": int(n_rows)}
+
+
+def assign_folds(plan: dict, codes=None) -> np.ndarray:
+    """The fold (0..K-1) of each row under ``plan``: a random permutation dealt round-robin, by
+    class when ``codes`` (a classifier's class codes) are given, so that every fold holds each
+    class in proportion.
+
+    >>> folds = assign_folds({"folds": 3, "seed": 0, "rows": 10})
+    >>> sorted(np.bincount(folds).tolist())
+    [3, 3, 4]
+    >>> folds = assign_folds({"folds": 2, "seed": 0, "rows": 6}, codes=[0, 0, 0, 0, 1, 1])
+    >>> np.bincount(folds[:4]).tolist(), np.bincount(folds[4:]).tolist()
+    ([2, 2], [1, 1])
+    """
+    n, k = int(plan["rows"]), int(plan["folds"])
+    rng = np.random.default_rng([int(plan["seed"]), 0xC0F0])
+    folds = np.empty(n, dtype=np.int64)
+    groups = [np.arange(n)] if codes is None else [np.flatnonzero(np.asarray(codes) == c) for c in np.unique(codes)]
+    offset = 0
+    for rows in groups:
+        rows = rng.permutation(rows)
+        folds[rows] = (np.arange(len(rows)) + offset) % k
+        offset += len(rows)
+    return folds
+
+
+def check_folds(folds, n_rows: int, codes=None) -> None:
+    """Refuse ``folds`` that leave a fold without a row (or, for a classifier, a training part
+    without a class: its network could not learn the class)."""
+    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
+        raise ParameterError("crossfit_folds", "must be an integer >= 2", folds)
+    if n_rows < 2 * folds:
+        raise ParameterError("crossfit_folds", f"leaves fewer than 2 rows per fold: the catalog stores {n_rows} "
+                                               f"training and validation rows", folds)
+    if codes is not None:
+        counts = np.bincount(np.asarray(codes, dtype=np.int64))
+        rare = int(counts[counts > 0].min())
+        if rare < 2:
+            raise ParameterError("crossfit_folds", f"cannot cross-fit a class of {rare} row: every fold's training "
+                                                   f"part must see each class", folds)
+
+
+def candidate_entries(catalog, n: int) -> list[int]:
+    """The ``n`` search entries of lowest validation loss trained to their end, one per
+    configuration (a configuration drawn twice counts once)."""
+    rows = catalog._query("SELECT id, config_json FROM evaluations WHERE status = 'done' AND objective IS NOT NULL "
+                          "ORDER BY objective, id")
+    chosen, seen = [], set()
+    for row in rows:
+        if row["config_json"] in seen:
+            continue
+        seen.add(row["config_json"])
+        chosen.append(int(row["id"]))
+        if len(chosen) == n:
+            break
+    return chosen
+
+
+class FoldObjective(TrainingObjective):
+    """Train a catalog entry's configuration on all folds but one: evaluation ``job`` trains
+    ``jobs[job] = (entry, fold)``, from the initial weights of that entry's search training.
+
+    Parameters
+    ----------
+    space : SearchSpace
+    rows : tuple of ndarray
+        ``(x, y)``: every training and validation row, original units (a classifier's class codes).
+    folds : ndarray
+        The fold of each row (:func:`assign_folds`).
+    jobs : dict
+        Evaluation id -> (catalog entry, fold left out).
+    seed : int
+        The search's base seed.
+    epochs : int, optional
+        The search's epoch budget, when it overrode the space's.
+    dataset_options : dict
+        ``feature_names``, ``target_names``, ``labels``, ``class_weight``, ``label_smoothing`` of
+        :func:`autodeuq.data.from_arrays`, as the search's data had them.
+    threads : int, optional
+    """
+
+    def __init__(self, space, rows, folds, jobs: dict, seed: int, epochs: int | None, dataset_options: dict,
+                 threads: int | None = None):
+        x, y = rows
+        super().__init__(space, data.from_arrays(x, y, x, y, name="crossfit", **dataset_options), seed=seed,
+                         epochs=epochs, threads=threads)
+        self.folds = np.asarray(folds)
+        self.jobs = {int(i): (int(e), int(k)) for i, (e, k) in jobs.items()}
+        self.dataset_options = dataset_options
+
+    def fold_dataset(self, fold: int):
+        x, y = self.dataset.x_train, self.dataset.y_train
+        keep, out = self.folds != fold, self.folds == fold
+        return data.from_arrays(x[keep], y[keep], x[out], y[out], name=f"crossfit fold {fold}", **self.dataset_options)
+
+    def __call__(self, job: int, config: dict):
+        from autodeuq.space import SearchSpace
+        from autodeuq.train import configure_threads, train
+
+        if self.threads:
+            configure_threads(self.threads)
+        if self._space is None:
+            self._space = SearchSpace(self.space_spec, source=self.space_source)
+        entry, fold = self.jobs[int(job)]
+        return train(config, self._space, self.fold_dataset(fold), seed=evaluation_seed(self.seed, entry),
+                     epochs=self.epochs)
+
+
+@dataclass
+class CrossFit:
+    """What :func:`cross_fit` made: the configurations with every fold, their fold entries and
+    their out-of-fold predictions of every row."""
+
+    plan: dict
+    entries: list[int]  #: the search entries cross-fitted, by validation loss
+    fold_ids: dict[int, list[int]]  #: entry -> its fold entries, fold 0 first
+    arrays: tuple[np.ndarray, ...]  #: out-of-fold predictions, each (len(entries), n_rows, width)
+    y: np.ndarray  #: every row's targets (original units; a classifier's class codes)
+    record: dict = field(default_factory=dict)  #: what was trained, resumed, dropped, how long it took
+
+
+def cross_fit(catalog, configs: int, folds: int = DEFAULT_FOLDS, *, seed: int = 0, deadline: float | None = None,
+              evaluator: str = "serial", evaluator_options: dict | None = None, log=None) -> CrossFit:
+    """Train the ``configs`` best configurations of ``catalog`` on ``folds`` folds of its
+    training and validation rows (see the module documentation), recording each fold network in
+    the catalog; folds already recorded under the same plan are read, not trained again.
+
+    Parameters
+    ----------
+    catalog : Catalog
+        A catalog that stores its training and validation rows (every catalog of this version).
+    configs, folds : int
+    seed : int
+        Seed of the fold assignment (the networks' initial weights are their search entries').
+    deadline : float, optional
+        A :func:`time.monotonic` time: a configuration whose fold trainings are not all expected
+        to end before it (each estimated from its search training's seconds, scaled by the rows)
+        is left out.
+    evaluator, evaluator_options
+        Where the trainings run, as for the refit (:func:`autodeuq.ensemble.refit.refit`).
+    log : callable, optional
+        Receives a line when configurations are left out.
+
+    Raises
+    ------
+    CrossFitError
+        No configuration has all its folds.
+    """
+    from autodeuq import evaluator as evaluators
+    from autodeuq.catalog import CatalogError
+    from autodeuq.ensemble.refit import plan_within_deadline
+
+    started = time.monotonic()
+    rows = catalog.fit_data()
+    if rows is None:
+        raise CatalogError(f"{catalog.run_dir}: its catalog does not store the training and validation rows, so "
+                           f"it cannot be cross-fitted; search again in a new run directory",
+                           parameters=("crossfit", "run_dir"))
+    x, y = rows
+    labels = catalog.labels
+    codes = None if labels is None else y[:, 0].astype(np.int64)
+    check_folds(folds, len(x), codes)
+    plan = fold_plan(len(x), folds, seed)
+    assignment = assign_folds(plan, codes)
+    entries = candidate_entries(catalog, configs)
+    done = {(f["entry"], f["fold"]): f["id"] for f in catalog.fold_entries(plan)}
+    recorded = catalog.meta.get("data") or {}
+    options = {"feature_names": list(recorded.get("features") or []) or None,
+               "target_names": list(recorded.get("targets") or []) or None, "labels": labels,
+               "class_weight": recorded.get("class_weight", "none"),
+               "label_smoothing": recorded.get("label_smoothing", 0.0)}
+    jobs, estimates, configs_of = {}, {}, {}
+    n_train = (catalog.row_counts() or (len(x), 0))[0]
+    for entry_id in entries:
+        entry = catalog.entry(entry_id)
+        configs_of[entry_id] = entry["config"]
+        for fold in range(folds):
+            if (entry_id, fold) not in done:
+                job = len(jobs)
+                jobs[job] = (entry_id, fold)
+                fit_rows = int(np.sum(assignment != fold))
+                estimates[job] = float(entry.get("wall_time") or 0.0) * fit_rows / max(n_train, 1)
+    threads = None
+    if evaluator == "ray":
+        threads = evaluation_threads((evaluator_options or {}).get("cpus_per_eval"))
+    objective = FoldObjective(catalog.space, (x, y), assignment, jobs, int(catalog.meta.get("seed") or 0),
+                              (catalog.meta.get("search") or {}).get("epochs"), options, threads)
+    failed, late_entries = {}, set()
+    if jobs:
+        with evaluators.create(evaluator, objective, **(evaluator_options or {})) as runner, \
+                catalog.fold_writer() as writer:
+            planned, late = plan_within_deadline(estimates, runner.n_slots, time.monotonic(), deadline)
+            late_entries = {jobs[job][0] for job in late}
+            for job in planned:
+                if jobs[job][0] not in late_entries:
+                    runner.submit(job, configs_of[jobs[job][0]])
+            while runner.n_running:
+                for job, result in runner.wait():
+                    entry_id, fold = jobs[job]
+                    if not result.ok:
+                        failed[entry_id] = str(result.reason)
+                        continue
+                    held_out = np.flatnonzero(assignment == fold)
+                    arrays = {name: getattr(result, f"valid_{name}") for name in catalog.prediction_arrays}
+                    done[(entry_id, fold)] = writer.record(entry_id, fold, plan, result, held_out, arrays)
+    usable = [e for e in entries if e not in failed and e not in late_entries
+              and all((e, k) in done for k in range(folds))]
+    if log is not None and (failed or late_entries):
+        left = [f"{e} (a fold's training failed: {failed[e]})" for e in failed] + \
+               [f"{e} (no time left)" for e in sorted(late_entries - set(failed))]
+        log(f"cross-fitting: configuration(s) of entry {', '.join(left)} left out")
+    if not usable:
+        raise CrossFitError(f"{catalog.run_dir}: no configuration could be cross-fitted on {folds} folds"
+                            + (f" ({'; '.join(f'entry {e}: {r}' for e, r in failed.items())})" if failed else ""))
+    fold_ids = {e: [int(done[(e, k)]) for k in range(folds)] for e in usable}
+    arrays = out_of_fold(catalog, [fold_ids[e] for e in usable])
+    record = {"folds": int(folds), "plan": plan, "configurations": len(usable), "asked": int(configs),
+              "trained": len(jobs) - sum(1 for j in jobs.values() if j[0] in late_entries or j[0] in failed),
+              "resumed": sum(len(v) for v in fold_ids.values()) - len([j for j in jobs.values() if j[0] in usable]),
+              "left_out": {str(e): failed.get(e, "no time left") for e in sorted(set(failed) | late_entries)},
+              "seconds": round(time.monotonic() - started, 1)}
+    return CrossFit(plan, usable, fold_ids, arrays, y, record)
+
+
+def out_of_fold(catalog, groups) -> tuple[np.ndarray, ...]:
+    """The out-of-fold predictions of every row by each group of fold entries (a configuration's
+    K networks): arrays of shape (len(groups), n_rows, width), in the order of
+    :attr:`~autodeuq.catalog.Catalog.prediction_arrays`."""
+    out = None
+    for g, ids in enumerate(groups):
+        seen = None
+        for fold_id in ids:
+            rows, arrays = catalog.fold_predictions(fold_id)
+            if out is None:
+                n_rows = catalog.fold_entry(fold_id)["plan"]["rows"]
+                out = tuple(np.full((len(groups), n_rows, a.shape[1]), np.nan) for a in arrays)
+                seen = np.zeros(n_rows, dtype=np.int64)
+            if seen is None:
+                seen = np.zeros(out[0].shape[1], dtype=np.int64)
+            for target, values in zip(out, arrays):
+                target[g, rows] = values
+            seen[rows] += 1
+        if seen is None or np.any(seen != 1):
+            raise AutoDEUQError(f"{catalog.run_dir}: the fold entries {ids} do not predict every row exactly once")
+    return out
+
+
+def configuration_view(ensemble):
+    """``(view, arrays, y)`` of a cross-fitted ensemble: ``view`` an ensemble of the same class and
+    calibration whose members are the selected search entries with their configurations' weights
+    (it holds no networks), and ``arrays`` their out-of-fold predictions of every training and
+    validation row, so that ``view.mixture(*arrays)`` (a classifier's ``view.mixture(log
+    probabilities)``) is the ensemble's out-of-fold prediction of ``y``."""
+    catalog = ensemble.catalog
+    by_entry: dict[int, list[int]] = {}
+    weights: dict[int, float] = {}
+    for member, weight in zip(ensemble.member_ids, ensemble.weights):
+        entry = catalog.fold_entry(member)["entry"]
+        by_entry.setdefault(entry, []).append(member)
+        weights[entry] = weights.get(entry, 0.0) + float(weight)
+    entries = list(by_entry)
+    arrays = out_of_fold(catalog, [sorted(by_entry[e], key=lambda i: catalog.fold_entry(i)["fold"])
+                                   for e in entries])
+    w = np.array([weights[e] for e in entries])
+    view = type(ensemble)(ensemble.run_dir, entries, w / w.sum(), selection=ensemble.selection,
+                          calibration=ensemble.calibration)
+    return view, arrays, catalog.fit_data()[1]
