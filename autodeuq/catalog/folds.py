@@ -136,7 +136,8 @@ class FoldWriter:
             last = self._conn.execute("SELECT MAX(id) FROM folds").fetchone()[0]
         fold_id = max(int(last) + 1, FOLD_ID_START) if last is not None else FOLD_ID_START
         model = bytes(result.model_bytes)
-        npz = npz_bytes(rows=np.asarray(rows, dtype=np.float64).reshape(-1, 1),  # .npy arrays of the catalog are 2-D floats
+        # The catalog's .npy arrays are 2-D floats: the row numbers too.
+        npz = npz_bytes(rows=np.asarray(rows, dtype=np.float64).reshape(-1, 1),
                         **{k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()})
         replace_files([(self.models_dir / f"{fold_id}.keras", model), (self.predictions_dir / f"{fold_id}.npz", npz)])
         with self._conn.limited(db):

@@ -195,9 +195,7 @@ def cross_fit(catalog, configs: int, folds: int = DEFAULT_FOLDS, *, seed: int = 
     CrossFitError
         No configuration has all its folds.
     """
-    from autodeuq import evaluator as evaluators
     from autodeuq.catalog import CatalogError
-    from autodeuq.ensemble.refit import plan_within_deadline
 
     started = time.monotonic()
     rows = catalog.fit_data()
@@ -206,69 +204,84 @@ def cross_fit(catalog, configs: int, folds: int = DEFAULT_FOLDS, *, seed: int = 
                            f"it cannot be cross-fitted; search again in a new run directory",
                            parameters=("crossfit", "run_dir"))
     x, y = rows
-    labels = catalog.labels
-    codes = None if labels is None else y[:, 0].astype(np.int64)
+    codes = None if catalog.labels is None else y[:, 0].astype(np.int64)
     check_folds(folds, len(x), codes)
     plan = fold_plan(len(x), folds, seed)
     assignment = assign_folds(plan, codes)
     entries = candidate_entries(catalog, configs)
     done = {(f["entry"], f["fold"]): f["id"] for f in catalog.fold_entries(plan)}
-    recorded = catalog.meta.get("data") or {}
-    options = {"feature_names": list(recorded.get("features") or []) or None,
-               "target_names": list(recorded.get("targets") or []) or None, "labels": labels,
-               "class_weight": recorded.get("class_weight", "none"),
-               "label_smoothing": recorded.get("label_smoothing", 0.0)}
-    jobs, estimates, configs_of = {}, {}, {}
-    n_train = (catalog.row_counts() or (len(x), 0))[0]
-    for entry_id in entries:
-        entry = catalog.entry(entry_id)
-        configs_of[entry_id] = entry["config"]
-        for fold in range(folds):
-            if (entry_id, fold) not in done:
-                job = len(jobs)
-                jobs[job] = (entry_id, fold)
-                fit_rows = int(np.sum(assignment != fold))
-                estimates[job] = float(entry.get("wall_time") or 0.0) * fit_rows / max(n_train, 1)
-    threads = None
-    if evaluator == "ray":
-        threads = evaluation_threads((evaluator_options or {}).get("cpus_per_eval"))
-    objective = FoldObjective(catalog.space, (x, y), assignment, jobs, int(catalog.meta.get("seed") or 0),
-                              (catalog.meta.get("search") or {}).get("epochs"), options, threads)
-    failed, late_entries = {}, set()
+    jobs, estimates, configs_of = _missing_folds(catalog, entries, assignment, done)
+    failed, late = {}, set()
     if jobs:
-        with evaluators.create(evaluator, objective, **(evaluator_options or {})) as runner, \
-                catalog.fold_writer() as writer:
-            planned, late = plan_within_deadline(estimates, runner.n_slots, time.monotonic(), deadline)
-            late_entries = {jobs[job][0] for job in late}
-            for job in planned:
-                if jobs[job][0] not in late_entries:
-                    runner.submit(job, configs_of[jobs[job][0]])
-            while runner.n_running:
-                for job, result in runner.wait():
-                    entry_id, fold = jobs[job]
-                    if not result.ok:
-                        failed[entry_id] = str(result.reason)
-                        continue
-                    held_out = np.flatnonzero(assignment == fold)
-                    arrays = {name: getattr(result, f"valid_{name}") for name in catalog.prediction_arrays}
-                    done[(entry_id, fold)] = writer.record(entry_id, fold, plan, result, held_out, arrays)
-    usable = [e for e in entries if e not in failed and e not in late_entries
-              and all((e, k) in done for k in range(folds))]
-    if log is not None and (failed or late_entries):
+        failed, late = _train_folds(catalog, rows, plan, assignment, jobs, estimates, configs_of, done, deadline,
+                                    evaluator, evaluator_options)
+    usable = [e for e in entries if e not in failed and e not in late and all((e, k) in done for k in range(folds))]
+    if log is not None and (failed or late):
         left = [f"{e} (a fold's training failed: {failed[e]})" for e in failed] + \
-               [f"{e} (no time left)" for e in sorted(late_entries - set(failed))]
+               [f"{e} (no time left)" for e in sorted(late - set(failed))]
         log(f"cross-fitting: configuration(s) of entry {', '.join(left)} left out")
     if not usable:
         raise CrossFitError(f"{catalog.run_dir}: no configuration could be cross-fitted on {folds} folds"
                             + (f" ({'; '.join(f'entry {e}: {r}' for e, r in failed.items())})" if failed else ""))
     fold_ids = {e: [int(done[(e, k)]) for k in range(folds)] for e in usable}
-    arrays = out_of_fold(catalog, [fold_ids[e] for e in usable])
+    trained = [j for j in jobs.values() if j[0] in usable]
     record = {"folds": int(folds), "plan": plan, "configurations": len(usable), "asked": int(configs),
-              "trained": len(jobs) - sum(1 for j in jobs.values() if j[0] in late_entries or j[0] in failed),
-              "resumed": sum(len(v) for v in fold_ids.values()) - len([j for j in jobs.values() if j[0] in usable]),
-              "left_out": {str(e): failed.get(e, "no time left") for e in sorted(set(failed) | late_entries)},
+              "trained": len(trained), "resumed": len(usable) * folds - len(trained),
+              "left_out": {str(e): failed.get(e, "no time left") for e in sorted(set(failed) | late)},
               "seconds": round(time.monotonic() - started, 1)}
-    return CrossFit(plan, usable, fold_ids, arrays, y, record)
+    return CrossFit(plan, usable, fold_ids, out_of_fold(catalog, [fold_ids[e] for e in usable]), y, record)
+
+
+def _missing_folds(catalog, entries, assignment, done) -> tuple[dict, dict, dict]:
+    """The fold trainings still to run: ``(jobs, estimates, configurations)``, job -> (entry, fold),
+    job -> expected seconds (the entry's search training scaled by the rows), entry -> configuration."""
+    jobs, estimates, configs_of = {}, {}, {}
+    n_train = (catalog.row_counts() or (len(assignment), 0))[0]
+    for entry_id in entries:
+        entry = catalog.entry(entry_id)
+        configs_of[entry_id] = entry["config"]
+        for fold in range(int(assignment.max()) + 1):
+            if (entry_id, fold) not in done:
+                job = len(jobs)
+                jobs[job] = (entry_id, fold)
+                fit_rows = int(np.sum(assignment != fold))
+                estimates[job] = float(entry.get("wall_time") or 0.0) * fit_rows / max(n_train, 1)
+    return jobs, estimates, configs_of
+
+
+def _train_folds(catalog, rows, plan, assignment, jobs, estimates, configs_of, done, deadline, evaluator,
+                 evaluator_options) -> tuple[dict, set]:
+    """Run the fold trainings ``jobs`` that fit before ``deadline``, recording each in the catalog
+    (and in ``done``) as it ends; ``(failed entries -> reason, entries left out for time)``."""
+    from autodeuq import evaluator as evaluators
+    from autodeuq.ensemble.refit import plan_within_deadline
+
+    recorded = catalog.meta.get("data") or {}
+    options = {"feature_names": list(recorded.get("features") or []) or None,
+               "target_names": list(recorded.get("targets") or []) or None, "labels": catalog.labels,
+               "class_weight": recorded.get("class_weight", "none"),
+               "label_smoothing": recorded.get("label_smoothing", 0.0)}
+    threads = evaluation_threads((evaluator_options or {}).get("cpus_per_eval")) if evaluator == "ray" else None
+    objective = FoldObjective(catalog.space, rows, assignment, jobs, int(catalog.meta.get("seed") or 0),
+                              (catalog.meta.get("search") or {}).get("epochs"), options, threads)
+    failed = {}
+    with evaluators.create(evaluator, objective, **(evaluator_options or {})) as runner, \
+            catalog.fold_writer() as writer:
+        planned, late_jobs = plan_within_deadline(estimates, runner.n_slots, time.monotonic(), deadline)
+        late = {jobs[job][0] for job in late_jobs}
+        for job in planned:
+            if jobs[job][0] not in late:
+                runner.submit(job, configs_of[jobs[job][0]])
+        while runner.n_running:
+            for job, result in runner.wait():
+                entry_id, fold = jobs[job]
+                if not result.ok:
+                    failed[entry_id] = str(result.reason)
+                    continue
+                arrays = {name: getattr(result, f"valid_{name}") for name in catalog.prediction_arrays}
+                done[(entry_id, fold)] = writer.record(entry_id, fold, plan, result,
+                                                       np.flatnonzero(assignment == fold), arrays)
+    return failed, late
 
 
 def out_of_fold(catalog, groups) -> tuple[np.ndarray, ...]:
