@@ -48,7 +48,10 @@ Methods (``--methods``):
 * ``autodeuq-noreplace``: the same catalogs (run ``autodeuq`` first: its catalog is resumed, no
   search runs again), the ensemble selected by ``selector="greedy-noreplace"`` (each member
   once, equal weights), what ``selector="auto"``, the default, does for classification; the
-  members are refitted again.
+  members are refitted again; selected on the validation part (``crossfit=False``).
+* ``autodeuq-crossfit``: the same catalogs, the ensemble cross-fitted (``crossfit=True``: the
+  best configurations trained on 5 folds of the fitting and validation rows, selected and
+  calibrated on their out-of-fold predictions; :mod:`autodeuq.ensemble.crossfit`).
 * ``--selection-pool F`` passes ``selection_pool=F`` to the AutoDEUQ methods (greedy selection
   among the best fraction F of the catalog; default: the estimator's); each record names the
   fraction used and the members selected.
@@ -137,8 +140,9 @@ RESULTS = REPO / "benchmarks" / "results" / "classification"
 TABLES = ("wine", "penguins", "breast_cancer", "titanic", "digits", "credit_default")  # smallest first
 LABEL_SMOOTHING = 0.01  # autodeuq-ls
 RAW_FORMAT = "autodeuq-classification-raw/1"
-METHODS = ("autodeuq", "autodeuq-noreplace", "autodeuq-ls", "catboost", "deep-ensemble", "hgb")
-LABELS = {"autodeuq": "AutoDEUQ (greedy)", "autodeuq-noreplace": "AutoDEUQ (defaults: no replacement)",
+METHODS = ("autodeuq", "autodeuq-noreplace", "autodeuq-crossfit", "autodeuq-ls", "catboost", "deep-ensemble", "hgb")
+LABELS = {"autodeuq": "AutoDEUQ (greedy)", "autodeuq-noreplace": "AutoDEUQ (validation part: no replacement)",
+          "autodeuq-crossfit": "AutoDEUQ (cross-fitted)",
           "autodeuq-ls": f"AutoDEUQ (label smoothing {LABEL_SMOOTHING})",
           "catboost": "CatBoost",
           "deep-ensemble": "Deep Ensemble", "hgb": "HGB"}
@@ -150,6 +154,7 @@ SUM_TOL = 1e-4  # a row of probabilities must sum to 1 within this, then it is r
 OOD_TABLE, OOD_CLASSES = "digits", (8, 9)
 #: What each method's epistemic measure is; None: the method has none (its total entropy stands in).
 EPISTEMIC = {"autodeuq": "mutual information", "autodeuq-noreplace": "mutual information",
+             "autodeuq-crossfit": "mutual information",
              "autodeuq-ls": "mutual information",
              "catboost": "knowledge uncertainty",
              "deep-ensemble": "mutual information", "hgb": None}
@@ -519,8 +524,13 @@ def run_autodeuq(data: Split, args, selector: str = "greedy", **options) -> Pred
 
 
 def run_autodeuq_noreplace(data: Split, args) -> Prediction:
-    """AutoDEUQ on the same catalog, each member selected once (equal weights)."""
-    return run_autodeuq(data, args, selector="greedy-noreplace")
+    """AutoDEUQ on the same catalog, each member selected once (equal weights) on the validation part."""
+    return run_autodeuq(data, args, selector="greedy-noreplace", crossfit=False)
+
+
+def run_autodeuq_crossfit(data: Split, args) -> Prediction:
+    """AutoDEUQ on the same catalog, its ensemble cross-fitted (``crossfit=True``)."""
+    return run_autodeuq(data, args, selector="greedy-noreplace", crossfit=True)
 
 
 def run_autodeuq_ls(data: Split, args) -> Prediction:
@@ -528,7 +538,8 @@ def run_autodeuq_ls(data: Split, args) -> Prediction:
     return run_autodeuq(data, args, selector="greedy-noreplace", label_smoothing=LABEL_SMOOTHING)
 
 
-RUNNERS = {"autodeuq": run_autodeuq, "autodeuq-noreplace": run_autodeuq_noreplace, "autodeuq-ls": run_autodeuq_ls,
+RUNNERS = {"autodeuq": run_autodeuq, "autodeuq-noreplace": run_autodeuq_noreplace,
+           "autodeuq-crossfit": run_autodeuq_crossfit, "autodeuq-ls": run_autodeuq_ls,
            "catboost": run_catboost, "deep-ensemble": run_deep_ensemble, "hgb": run_hgb}
 
 
