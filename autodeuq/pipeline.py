@@ -348,11 +348,15 @@ def refit_ensemble(ensemble, when="auto", *, deadline: float | None = None, wher
         The catalog does not store the rows (every catalog of this version does).
     """
     from autodeuq.catalog import CatalogError
+    from autodeuq.ensemble.crossfit import configuration_view, is_cross_fitted, refit_folds
     from autodeuq.ensemble.refit import not_refitted, refit_selected, should_refit
 
-    if "crossfit" in ensemble.selection:
-        why = "not refitted: the cross-fitted members have learned from every row"
-        return not_refitted(ensemble, why), why
+    if is_cross_fitted(ensemble):
+        go, why = refit_folds(when, ensemble.catalog.task)
+        if not go:
+            return not_refitted(ensemble, why), why
+        # The configurations selected, with their weights and the out-of-fold calibration, retrain on every row.
+        ensemble, when = configuration_view(ensemble)[0], True
     if when is False:
         why = should_refit(False, 0)[1]
         return not_refitted(ensemble, why), why
@@ -363,5 +367,9 @@ def refit_ensemble(ensemble, when="auto", *, deadline: float | None = None, wher
                            f"or refit in Python with autodeuq.ensemble.refit.refit(ensemble, x, y)",
                            parameters=("refit", "run_dir"))
     where = where or {}
-    return refit_selected(ensemble, rows[0], rows[1], when, deadline=deadline,
-                          evaluator=where.get("evaluator", "serial"), evaluator_options=where.get("evaluator_options"))
+    refitted, line = refit_selected(ensemble, rows[0], rows[1], when, deadline=deadline,
+                                    evaluator=where.get("evaluator", "serial"),
+                                    evaluator_options=where.get("evaluator_options"))
+    if "crossfit" in ensemble.selection and line.startswith("refit: asked for"):
+        line = why + line[len("refit: asked for"):]
+    return refitted, line

@@ -55,9 +55,7 @@ def test_fold_counts_the_rows_cannot_carry_are_refused():
         check_folds(2, 20, codes=[0] * 19 + [1])
 
 
-def test_crossfit_and_refit_together_are_refused():
-    with pytest.raises(ParameterError, match="^refit cannot be asked for with crossfit=True"):
-        configure(EnsembleConfig, crossfit=True, refit=True)
+def test_a_fold_count_below_two_is_refused_before_any_work():
     with pytest.raises(ParameterError, match="^crossfit_folds must be an integer >= 2"):
         configure(EnsembleConfig, crossfit_folds=1)
 
@@ -123,8 +121,21 @@ def test_the_ensemble_is_selected_on_the_out_of_fold_predictions_and_predicts_wi
     np.testing.assert_allclose(value.aleatoric, np.sum(w * variances, axis=0), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(value.epistemic, np.sum(w * (means - mean) ** 2, axis=0), rtol=1e-9, atol=1e-12)
     # Not refitted: the line says why.
-    same, line = pipeline.refit_ensemble(ensemble, "auto")
-    assert line.startswith("not refitted: the cross-fitted members") and same.member_ids == ensemble.member_ids
+    same, line = pipeline.refit_ensemble(ensemble, False)
+    assert line.startswith("not refitted: the members are the fold networks") and same.member_ids == ensemble.member_ids
+
+
+def test_a_refit_after_a_crossfit_retrains_the_configurations_selected_on_every_row(searched):
+    ensemble = pipeline.select_ensemble(searched, ensemble_config(), seed=0)
+    record = ensemble.selection["crossfit"]
+    refitted, line = pipeline.refit_ensemble(ensemble, "auto")  # regression: auto refits
+    assert line.startswith("refit: the configurations selected retrain on every row (auto: regression)")
+    assert refitted.member_ids == record["entries"]  # the search entries, their networks retrained
+    np.testing.assert_allclose(refitted.weights, np.asarray(record["weights"]) / np.sum(record["weights"]),
+                               atol=1e-12)
+    assert refitted.calibration == ensemble.calibration  # fitted on the out-of-fold predictions
+    assert refitted.selection["refit"]["rows"] == len(Catalog(searched).fit_data()[0])
+    assert set(refitted.refitted_ids) | set(refitted.selection["refit"]["kept_original"]) == set(record["entries"])
 
 
 def test_a_cross_fitted_ensemble_saves_and_loads_with_its_fold_members(searched, tmp_path):
@@ -143,8 +154,8 @@ def test_a_cross_fitted_ensemble_saves_and_loads_with_its_fold_members(searched,
 def test_the_report_scores_the_out_of_fold_prediction_of_every_row(searched, tmp_path):
     from autodeuq.report import RegressionScores, build_and_report
 
-    report = build_and_report(searched, ensemble_config(), manifest=tmp_path / "ensemble.json")
-    assert "cross-fitted: asked for" in report.refit and "not refitted" in report.refit
+    report = build_and_report(searched, ensemble_config(refit=False), manifest=tmp_path / "ensemble.json")
+    assert "cross-fitted: asked for" in report.refit and "not refitted: the members are the fold" in report.refit
     with Catalog(searched) as catalog:
         n_rows = len(catalog.fit_data()[0])
     with Catalog(searched) as catalog:

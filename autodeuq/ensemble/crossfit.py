@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autodeuq import data
+from autodeuq.catalog.folds import is_fold_id
 from autodeuq.errors import AutoDEUQError, ParameterError
 from autodeuq.evaluator.base import TrainingObjective, evaluation_seed, evaluation_threads
 
@@ -40,8 +41,35 @@ DEFAULT_FOLDS = 5
 CONFIGS_PER_MEMBER = 2
 
 
+#: Whether ``refit="auto"`` retrains the configurations a cross-fit selected on every row (their
+#: networks then replace the fold networks as members), by task; the measurements are in the
+#: documentation (docs/decisions/crossfit.md).
+REFIT_AFTER_CROSSFIT = {"regression": True, "classification": False}
+
+
 class CrossFitError(AutoDEUQError, RuntimeError):
     """No configuration could be cross-fitted (every one had a fold whose training failed)."""
+
+
+def is_cross_fitted(ensemble) -> bool:
+    """Whether ``ensemble``'s members are the fold networks of a cross-fit."""
+    return "crossfit" in ensemble.selection and any(is_fold_id(i) for i in ensemble.member_ids)
+
+
+def refit_folds(refit, task: str) -> tuple[bool, str]:
+    """Whether ``refit`` (True, False or "auto") retrains the configurations that a cross-fit
+    selected on every training and validation row, in place of their fold networks, and why.
+
+    >>> refit_folds("auto", "regression")[0], refit_folds("auto", "classification")[0], refit_folds(False, "x")[0]
+    (True, False, False)
+    """
+    if refit is True:
+        return True, "refit: the configurations selected retrain on every row (asked for)"
+    if refit is False:
+        return False, "not refitted: the members are the fold networks (turned off)"
+    if REFIT_AFTER_CROSSFIT[task]:
+        return True, f"refit: the configurations selected retrain on every row (auto: {task})"
+    return False, f"not refitted: the members are the fold networks (auto: {task})"
 
 
 def fold_plan(n_rows: int, folds: int, seed: int) -> dict:
@@ -209,6 +237,10 @@ def cross_fit(catalog, configs: int, folds: int = DEFAULT_FOLDS, *, seed: int = 
     plan = fold_plan(len(x), folds, seed)
     assignment = assign_folds(plan, codes)
     entries = candidate_entries(catalog, configs)
+    if not entries:
+        from autodeuq.ensemble.predictive import EnsembleError
+
+        raise EnsembleError(f"{catalog.run_dir}: the catalog has no successful evaluation to build an ensemble from")
     done = {(f["entry"], f["fold"]): f["id"] for f in catalog.fold_entries(plan)}
     jobs, estimates, configs_of = _missing_folds(catalog, entries, assignment, done)
     failed, late = {}, set()
