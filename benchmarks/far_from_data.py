@@ -1,5 +1,6 @@
 """How much the epistemic part grows far from the data: each numeric feature of the test rows
-multiplied by 10 in turn, with today's ensemble stage and the cross-fitted one, on catalogs that
+multiplied by 10 in turn, with today's ensemble stage (selection on the validation part, refit)
+and the cross-fitted one (its fold networks, or the configurations it selected refitted), on catalogs that
 ``benchmarks/crossfit.py`` searched (both stages read their networks back: nothing trains).
 
 For each dataset, split and feature: the ratio of the mean epistemic std (original units) on the
@@ -64,8 +65,9 @@ def main(argv=None) -> None:
             data = load_split(args.data_dir, name, split)
             run_dir = Path(args.runs_dir) / f"{name}-split{split}"
             record = {"dataset": name, "split": split}
-            for stage, crossfit in (("today", False), ("crossfit", True)):
-                config = configure(EnsembleConfig, crossfit=crossfit, crossfit_configs=args.configs)
+            for stage, crossfit, refit in (("today", False, "auto"), ("crossfit_folds", True, False),
+                                           ("crossfit_refit", True, True)):
+                config = configure(EnsembleConfig, crossfit=crossfit, crossfit_configs=args.configs, refit=refit)
                 ensemble, _ = refit_ensemble(select_ensemble(run_dir, config, seed=split), config.refit)
                 if crossfit:
                     assert ensemble.selection["crossfit"]["trained"] == 0, "the folds must be read back"
