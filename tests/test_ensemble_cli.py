@@ -33,6 +33,7 @@ def test_run_writes_manifest_metrics_and_plots(run_dir):
     assert set(metrics) == {"validation", "test"}
     expected = {"nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_95",
                 "coverage_gaussian_50", "coverage_gaussian_90", "coverage_gaussian_95",
+                "coverage_conformal_50", "coverage_conformal_90", "coverage_conformal_95",
                 "miscalibration_area", "sharpness"}
     for split in metrics.values():
         assert set(split) == expected

@@ -3,6 +3,7 @@
 Real (tiny) trainings of the toy data: a 3-model catalog and a 2-member ensemble.
 """
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -260,3 +261,28 @@ def test_a_level_beyond_the_held_out_rows_is_an_infinite_interval_with_a_warning
     assert len(infinite) == 1 and infinite[0].startswith("autodeuq: warning: conformal level")
     assert f"the ensemble has {ens.conformal['n']}: its interval is infinite" in infinite[0]
 
+
+
+def test_predict_on_onnx_runtime_writes_the_same_conformal_intervals(run_dir, table, tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    outs = {engine: tmp_path / f"{engine}.csv" for engine in ("tensorflow", "onnx")}
+    for engine, out in outs.items():
+        assert main(["predict", "--ensemble", str(run_dir / "ensemble.json"), "--data", str(table), "--out", str(out),
+                     "--interval", "0.9", "--engine", engine]) == 0
+    have, want = pd.read_csv(outs["onnx"]), pd.read_csv(outs["tensorflow"])
+    assert list(have.columns) == list(want.columns)
+    scale = np.abs(want.to_numpy()).max()  # the members compute in float32 on ONNX Runtime
+    np.testing.assert_allclose(have.to_numpy(), want.to_numpy(), rtol=0, atol=1e-4 * scale)
+    ens = load_ensemble(run_dir / "ensemble.json", engine="tensorflow")
+    pred = ens.predict(pd.read_csv(table))
+    assert not np.allclose(want["y_upper_90"], pred.interval(0.9, "mixture")[1][:, 0])
+    q = conformal_quantile(ens, 0.9)
+    np.testing.assert_allclose(want["y_upper_90"], pred.mean[:, 0] + q * pred.std[:, 0], rtol=1e-12)
+    shutil.rmtree(run_dir / "onnx")  # the other tests' ensemble predicts with TensorFlow again
+
+
+def conformal_quantile(ens, level):
+    from autodeuq.ensemble import conformal
+
+    return conformal.quantile(ens.conformal, level)[0]
