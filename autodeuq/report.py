@@ -20,8 +20,9 @@ from autodeuq.fileio import atomic_write, refuse_linked_folders
 from autodeuq.result import Status
 
 TABLE_METRICS = ("nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_gaussian_90",
-                 "coverage_95", "miscalibration_area", "sharpness")
+                 "coverage_conformal_90", "coverage_95", "miscalibration_area", "sharpness")
 CLASSIFICATION_TABLE_METRICS = ("log_loss", "accuracy", "balanced_accuracy", "brier", "ece",
+                                "set_coverage_conformal_90", "set_size_conformal_90",
                                 "auroc_misclassified_total_entropy", "auroc_misclassified_epistemic_mi")
 #: The uncertainties of a classifier's prediction that metrics.json scores for flagging misclassified rows.
 CLASS_UNCERTAINTIES = ("total_entropy", "aleatoric_entropy", "epistemic_mi")
@@ -47,8 +48,9 @@ class Report:
                 lines.append(f"{name:<34}" + "".join(f"{'-':>14}" if v is None else f"{v:>14.4f}" for v in values))
             return "\n".join(lines)
         lines = [f"{'metric':<22}" + "".join(f"{s:>14}" for s in splits)]
-        for name in TABLE_METRICS:
-            lines.append(f"{name:<22}" + "".join(f"{self.metrics[s][name]['mean']:>14.4f}" for s in splits))
+        for name in TABLE_METRICS:  # coverage_conformal_90: "-" for an ensemble without conformal scores
+            values = [self.metrics[s].get(name, {}).get("mean") for s in splits]
+            lines.append(f"{name:<22}" + "".join(f"{'-':>14}" if v is None else f"{v:>14.4f}" for v in values))
         return "\n".join(lines)
 
 

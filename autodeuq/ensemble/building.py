@@ -132,15 +132,16 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
     if calibrate != "none":
         calibration = candidates.calibrate(select_rows, calibration_folds, seed)
     conformal = None
-    if n_valid >= max(calibration_folds, 2):
+    if 2 <= calibration_folds <= n_valid:
         folds = held_out_selections(select_rows, n_valid, calibration_folds, seed)
         conformal = candidates.conformal(folds, calibration)
         conformal.update({"held_out": "validation rows, out of selection", "folds": calibration_folds, "seed": seed})
         selection["conformal"] = (f"{conformal['method']} scores of {n_valid} validation rows, each predicted by "
                                   f"an ensemble selected on the other {calibration_folds - 1} fold(s)")
     else:
-        selection["conformal"] = (f"none: {n_valid} validation row(s), fewer than the {calibration_folds} folds "
-                                  f"the held-out predictions need; intervals are the mixture's")
+        selection["conformal"] = (f"none: the held-out predictions need 2 or more folds of the validation rows, and "
+                                  f"at least one row per fold ({calibration_folds} fold(s), {n_valid} row(s)); "
+                                  f"intervals are the mixture's")
     return cls(run_dir, members, chosen.weights, selection=selection, calibration=calibration, conformal=conformal)
 
 
@@ -187,7 +188,6 @@ class GaussianCandidates:
                                           for level in COVERAGE_LEVELS},
         }
 
-
     def conformal(self, folds, calibration: dict | None) -> dict:
         """Normalized conformal scores (:func:`autodeuq.ensemble.conformal.fit_regression`) of every
         validation row's out-of-selection mixture, recalibrated by ``calibration``'s scale when
@@ -233,7 +233,6 @@ class ClassifierCandidates:
         return {"method": "temperature", "temperature": float(temperature), "folds": folds, "seed": seed,
                 "validation_log_loss_before": pooled_log_loss(chunks),
                 "validation_log_loss_after": pooled_log_loss(chunks, temperature)}
-
 
     def conformal(self, folds, calibration: dict | None) -> dict:
         """LAC conformal scores (:func:`autodeuq.ensemble.conformal.fit_classification`) of every
