@@ -377,6 +377,9 @@ def cmd_ensemble(args, run_dir=None, deadline=None, config=None, search=None):
         else:
             scale = ", ".join(factor_text(c) for c in report.ensemble.scale)
             print(f"{why}; predictive std x {scale} (per target)")
+    conformal = (report.ensemble.selection or {}).get("conformal")
+    if conformal:  # which held-out rows the intervals' (or sets') conformal scores come from
+        print(f"conformal {'sets' if report.ensemble.task == 'classification' else 'intervals'}: {conformal}")
     print(f"ensemble: {report.ensemble}")
     print(f"wrote {out}, {out.parent / 'metrics.json'}")
     for plot in report.plots:

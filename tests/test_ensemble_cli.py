@@ -466,7 +466,10 @@ def test_auto_recalibration_follows_the_number_of_rows(run_dir, tmp_path, monkey
     shutil.copytree(run_dir, copy)
     assert main(["ensemble", "--run-dir", str(copy), "--size", "3", "--no-refit"]) == 0
     scale = load_ensemble(copy / "ensemble.json").scale
-    assert f"{why}; predictive std x {scale[0]:.3g} (per target)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"{why}; predictive std x {scale[0]:.3g} (per target)" in out
+    assert "\nconformal intervals: normalized scores of " in out
+    assert "validation rows, each predicted by an ensemble selected on the other 1 fold(s)" in out
 
 
 def test_from_catalog_fits_conformal_scores_on_the_out_of_selection_mixtures(tmp_path):
