@@ -7,6 +7,11 @@ intervals of the mixture (``coverage_*``), of the moment-matched Gaussian
 markdown table of the means over seeds (and each seed's 90 % coverages).
 
     python benchmarks/conformal.py --out /tmp/conformal --seeds 1 2 3 4 5 --max-evals 12
+
+``--quantiles MANIFEST_NAME`` then prints, per table and seed, the 90 % quantile of the normalized
+scores ``|y - mean| / std``: the conformal one (held-out selections of the validation rows), the
+saved ensemble's own on the validation rows, and its own on the test rows (e.g.
+``--quantiles norefit/ensemble.json`` after ``autodeuq ensemble --no-refit --out RUN/norefit/ensemble.json``).
 """
 from __future__ import annotations
 
@@ -56,13 +61,44 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def quantiles(out: Path, datasets, seeds, manifest: str) -> str:
+    """The 90 % quantiles of the normalized scores: conformal (held-out), on validation, on test."""
+    import warnings
+
+    from autodeuq.ensemble import conformal, load_ensemble
+
+    lines = []
+    for dataset in datasets:
+        held, valid, test = [], [], []
+        for seed in seeds:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ens = load_ensemble(out / f"{dataset}-{seed}" / manifest, engine="tensorflow")
+                x, y = ens.catalog.test_data()
+                predicted = ens.predict(x, encoded=True)
+            _, means, variances = ens.catalog.validation_predictions(ens.member_ids)
+            own = ens.without_refit().mixture(means, variances) if ens.refitted_ids else ens.mixture(means, variances)
+            held.append(conformal.quantile(ens.conformal, 0.9)[0])
+            valid.append(np.quantile(np.abs(ens.catalog.validation_targets() - own.mean) / own.std, 0.9))
+            test.append(np.quantile(np.abs(y - predicted.mean) / predicted.std, 0.9))
+        lines.append(f"{dataset}: held-out selections {np.round(held, 2).tolist()} (mean {np.mean(held):.2f}); "
+                     f"the ensemble on validation {np.round(valid, 2).tolist()} (mean {np.mean(valid):.2f}); "
+                     f"on test {np.round(test, 2).tolist()} (mean {np.mean(test):.2f})")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder of the runs (a run already there is read)")
     parser.add_argument("--datasets", nargs="+", default=["boston", "concrete"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--max-evals", type=int, default=12)
+    parser.add_argument("--quantiles", metavar="MANIFEST_NAME", default=None,
+                        help="print the 90 %% quantiles of the normalized scores of the runs' ensembles saved there")
     args = parser.parse_args(argv)
+    if args.quantiles:
+        print(quantiles(args.out, args.datasets, args.seeds, args.quantiles))
+        return
     records = [run(d, s, args.out, args.max_evals) for d in args.datasets for s in args.seeds]
     print(table(records))
 
