@@ -246,6 +246,7 @@ class AutoDEUQRegressor(RegressorMixin, _AutoDEUQ):
     >>> mean, std = model.predict(X_new, return_std=True)           # doctest: +SKIP
     >>> parts = model.predict_uncertainty(X_new)                    # doctest: +SKIP
     >>> parts.aleatoric_std, parts.epistemic_std                    # doctest: +SKIP
+    >>> lower, upper = model.predict_interval(X_new, 0.9)           # doctest: +SKIP
     """
 
     _TASK = "regression"
@@ -273,7 +274,31 @@ class AutoDEUQRegressor(RegressorMixin, _AutoDEUQ):
                                                 for f in dataclasses.fields(result)})
         # The mixture itself stays (n_members, n, n_targets): intervals and tables come from it.
         shaped.means, shaped.variances, shaped.weights = result.means, result.variances, result.weights
+        shaped.conformal = result.conformal
         return shaped
+
+    def predict_interval(self, X, level: float = 0.9, method: str = "auto"):
+        """The ``level`` prediction interval of each row, shaped like :meth:`predict`'s output.
+
+        ``method="auto"``: conformal (``mean +- q_L std``, ``q_L`` from the held-out scores the
+        ensemble keeps: coverage at least ``level`` on rows exchangeable with the validation
+        rows; infinite, with a :class:`~autodeuq.ensemble.conformal.ConformalLevelWarning`, when
+        the level needs more held-out rows than there were) where the ensemble has the scores,
+        else ``"mixture"``: the central interval of the ensemble's Gaussian mixture
+        (:meth:`UncertaintyPrediction.interval <autodeuq.ensemble.UncertaintyPrediction.interval>`).
+
+        Returns
+        -------
+        lower, upper : ndarray of shape (n,) or (n, n_targets)
+        """
+        from autodeuq.ensemble.conformal import resolve_method
+        from autodeuq.metrics import check_level
+
+        level = check_level(level)  # before any prediction
+        check_is_fitted(self, "ensemble_")
+        resolve_method(method, self.ensemble_.conformal)
+        lower, upper = self._ensemble_prediction(X).interval(level, method)
+        return self._shape(lower), self._shape(upper)
 
     def predict(self, X, return_std=False):
         """Ensemble mean (and total predictive std when ``return_std``)."""
@@ -345,7 +370,9 @@ class AutoDEUQClassifier(ClassifierMixin, _AutoDEUQ):
     def predict_uncertainty(self, X):
         """The ensemble's class prediction: a :class:`~autodeuq.ensemble.categorical.CategoricalPrediction`
         with ``proba``, ``label``, ``total_entropy``, ``aleatoric_entropy``, ``epistemic_mi``,
-        the per-class ``variance`` of the members' probabilities and ``prediction_set(level)``."""
+        the per-class ``variance`` of the members' probabilities and ``prediction_set(level)``
+        (conformal where the ensemble keeps held-out scores; ``prediction_set(level, "mixture")``
+        the mixture's)."""
         return self._ensemble_prediction(X)
 
     def predict_proba(self, X):

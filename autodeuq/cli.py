@@ -29,13 +29,17 @@ PREDICT_COLUMNS = (
     "Columns, for each target, in the target's units: <target>_mean (predictive mean), <target>_std "
     "(total predictive standard deviation), <target>_aleatoric_std and <target>_epistemic_std (standard "
     "deviations of the two parts; their squares, the variances, add up: std^2 = aleatoric_std^2 + "
-    "epistemic_std^2), and with --interval L, <target>_lower_<100 L> and <target>_upper_<100 L> (the central "
-    "L interval, from the quantiles of the ensemble's Gaussian mixture). No column is a variance. "
+    "epistemic_std^2), and with --interval L, <target>_lower_<100 L> and <target>_upper_<100 L> (the L "
+    "interval: conformal, mean +- q std with q from the ensemble's held-out scores, where the ensemble has them; "
+    "else, or with --interval-method mixture, the central interval of the ensemble's Gaussian mixture). No "
+    "column is a variance. "
     "A classifier's: <target>_pred (the most probable class), <target>_p_<class> (one probability per class), "
     "<target>_entropy (total, nats), <target>_aleatoric_entropy (the members' mean entropy) and "
-    "<target>_epistemic_mi (their difference, the mutual information), and with --set L, <target>_set (the most "
-    "probable classes whose probabilities add up to at least L, joined by '|'; a class holding '|', a double "
-    "quote or a line break is quoted as in CSV: the cell is one record with the delimiter '|')."
+    "<target>_epistemic_mi (their difference, the mutual information), and with --set L, <target>_set (the "
+    "conformal set: the classes of probability at least 1 - q, q from the held-out scores, and the most probable "
+    "one; else, or with --interval-method mixture, the most probable classes whose probabilities add up to at "
+    "least L), most probable first, joined by '|'; a class holding '|', a double quote or a line break is quoted "
+    "as in CSV: the cell is one record with the delimiter '|')."
 )
 
 
@@ -143,11 +147,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, action=_Once, metavar="FILE", help="table with the model's feature columns")
     p.add_argument("--out", required=True, action=_Once, metavar="FILE.csv", help="where to write the predictions")
     p.add_argument("--interval", type=float, action="append", metavar="LEVEL",
-                   help="also write the central LEVEL prediction interval of the ensemble's mixture, e.g. 0.9: "
-                        "columns <target>_lower_90 and <target>_upper_90; repeat for several levels (default: none)")
+                   help="also write the LEVEL prediction interval, e.g. 0.9: columns <target>_lower_90 and "
+                        "<target>_upper_90 (see --interval-method); repeat for several levels (default: none)")
     p.add_argument("--set", type=float, metavar="LEVEL", default=None, dest="set_level", action=_Once,
-                   help="a classifier's prediction set: also write <target>_set, the most probable classes whose "
-                        "probabilities reach LEVEL together, e.g. 0.9 (default: none)")
+                   help="a classifier's prediction set of level LEVEL, e.g. 0.9: also write <target>_set (see "
+                        "--interval-method; default: none)")
+    p.add_argument("--interval-method", choices=["auto", "conformal", "mixture"], default=None, action=_Once,
+                   help="how --interval and --set are made: conformal: from the held-out conformity scores the "
+                        "ensemble keeps (coverage >= LEVEL on rows like the validation rows; infinite, with a "
+                        "warning, when LEVEL needs more held-out rows than there were); mixture: the central "
+                        "interval of the ensemble's Gaussian mixture, or the most probable classes whose "
+                        "probabilities reach LEVEL together; auto (default): conformal where the ensemble has the "
+                        "scores (an ensemble saved by an older autodeuq has none), else mixture")
     p.add_argument("--engine", choices=["auto", "tensorflow", "onnx"], default="auto",
                    help="what predicts: onnx: ONNX Runtime, on the ensemble's ONNX conversion cached beside its "
                         "catalog (DIR/onnx/), made the first time; auto: ONNX Runtime for an .onnx file or when that "
@@ -366,6 +377,9 @@ def cmd_ensemble(args, run_dir=None, deadline=None, config=None, search=None):
         else:
             scale = ", ".join(factor_text(c) for c in report.ensemble.scale)
             print(f"{why}; predictive std x {scale} (per target)")
+    conformal = (report.ensemble.selection or {}).get("conformal")
+    if conformal:  # which held-out rows the intervals' (or sets') conformal scores come from
+        print(f"conformal {'sets' if report.ensemble.task == 'classification' else 'intervals'}: {conformal}")
     print(f"ensemble: {report.ensemble}")
     print(f"wrote {out}, {out.parent / 'metrics.json'}")
     for plot in report.plots:
@@ -406,6 +420,17 @@ def _split_id_column(table, ensemble, id_column, source):
     return ids, table.drop(columns=[table.columns[columns.index(id_column)]])
 
 
+def _interval_method(args, ensemble) -> str:
+    """What ``--interval-method`` asks of ``ensemble`` (default ``auto``), refused when it asks for
+    conformal scores the ensemble does not hold."""
+    method = args.interval_method or "auto"
+    if method == "conformal" and ensemble.conformal is None:
+        raise CLIError(f"--interval-method conformal: {args.ensemble} holds no conformal scores (an ensemble of "
+                       f"an older autodeuq, or of fewer than 2 validation rows); use --interval-method mixture, or "
+                       f"rebuild it with 'autodeuq ensemble'")
+    return method
+
+
 def cmd_predict(args):
     import pandas as pd
 
@@ -435,6 +460,7 @@ def cmd_predict(args):
             raise CLIError("--interval: a classifier has no intervals; its prediction sets are --set LEVEL")
         if not classifier and args.set_level is not None:
             raise CLIError("--set: prediction sets are a classifier's; a regression ensemble has --interval LEVEL")
+        method = _interval_method(args, ensemble)
         # Columns are matched by name; target columns, when present, are ignored.
         x = read_table(args.data, targets=False)
         if Path(args.data).suffix.lower() == ".npz" and x.shape[1] == len(ensemble.columns):
@@ -446,9 +472,10 @@ def cmd_predict(args):
     except OSError as exc:
         raise _os_error(exc) from None
     if classifier:
-        frame = prediction.to_frame(ensemble.target_names[0], set_level=args.set_level)
+        frame = prediction.to_frame(ensemble.target_names[0], set_level=args.set_level, method=method)
     else:
-        frame = prediction.to_frame(ensemble.target_names, levels=[level for level, _ in levels])
+        frame = prediction.to_frame(ensemble.target_names, levels=[level for level, _ in levels],
+                                    method=method)
     columns = {} if ids is None else {ids.name: ids.to_numpy()}  # an id column goes first
     columns.update((name, frame[name].to_numpy()) for name in frame.columns)
     try:

@@ -13,7 +13,7 @@ from autodeuq import classification_plots as class_plots
 from autodeuq import metrics, plots
 from autodeuq.classification_metrics import classification_metrics
 from autodeuq.data import load_test_file
-from autodeuq.ensemble import Ensemble
+from autodeuq.ensemble import Ensemble, conformal
 from autodeuq.ensemble.categorical import CategoricalPrediction, log_probabilities
 from autodeuq.ensemble.classifier import ClassifierEnsemble
 from autodeuq.ensemble.crossfit import configuration_view
@@ -21,11 +21,14 @@ from autodeuq.fileio import atomic_write, refuse_linked_folders
 from autodeuq.result import Status
 
 TABLE_METRICS = ("nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_gaussian_90",
-                 "coverage_95", "miscalibration_area", "sharpness")
+                 "coverage_conformal_90", "coverage_95", "miscalibration_area", "sharpness")
 CLASSIFICATION_TABLE_METRICS = ("log_loss", "accuracy", "balanced_accuracy", "brier", "ece",
+                                "set_coverage_conformal_90", "set_size_conformal_90",
                                 "auroc_misclassified_total_entropy", "auroc_misclassified_epistemic_mi")
 #: The uncertainties of a classifier's prediction that metrics.json scores for flagging misclassified rows.
 CLASS_UNCERTAINTIES = ("total_entropy", "aleatoric_entropy", "epistemic_mi")
+#: The levels whose coverage metrics.json reports (``coverage_conformal_90``, ``set_coverage_90``, ...).
+COVERAGE_LEVELS = (0.5, 0.9, 0.95)
 MANIFEST_NAME = "ensemble.json"
 METRICS_NAME = "metrics.json"
 
@@ -46,8 +49,9 @@ class Report:
                 lines.append(f"{name:<34}" + "".join(f"{'-':>14}" if v is None else f"{v:>14.4f}" for v in values))
             return "\n".join(lines)
         lines = [f"{'metric':<22}" + "".join(f"{s:>14}" for s in splits)]
-        for name in TABLE_METRICS:
-            lines.append(f"{name:<22}" + "".join(f"{self.metrics[s][name]['mean']:>14.4f}" for s in splits))
+        for name in TABLE_METRICS:  # coverage_conformal_90: "-" for an ensemble without conformal scores
+            values = [self.metrics[s].get(name, {}).get("mean") for s in splits]
+            lines.append(f"{name:<22}" + "".join(f"{'-':>14}" if v is None else f"{v:>14.4f}" for v in values))
         return "\n".join(lines)
 
 
@@ -138,7 +142,17 @@ class RegressionScores:
 
     @staticmethod
     def scores(prediction, y) -> dict:
-        return metrics.evaluate(prediction.means, prediction.variances, prediction.weights, y)
+        """:func:`autodeuq.metrics.evaluate`'s scores, and ``coverage_conformal_50/90/95`` (rows
+        inside the conformal intervals, :func:`autodeuq.ensemble.conformal.coverage`) when the
+        ensemble keeps held-out scores."""
+        scores = metrics.evaluate(prediction.means, prediction.variances, prediction.weights, y)
+        if prediction.conformal is not None:
+            mean, std = np.asarray(prediction.mean), np.asarray(prediction.std)
+            for level in COVERAGE_LEVELS:
+                values = conformal.coverage(prediction.conformal, mean, std, y, level)
+                scores[f"coverage_conformal_{round(100 * level)}"] = {"per_target": [float(v) for v in values],
+                                                                      "mean": float(np.mean(values))}
+        return scores
 
     @staticmethod
     def test(ensemble, test, calibration):
@@ -181,8 +195,22 @@ class ClassificationScores:
 
     @staticmethod
     def scores(prediction, y) -> dict:
+        """:func:`~autodeuq.classification_metrics.classification_metrics`, the coverage and mean size
+        of the mixture's prediction sets (``set_coverage_90``, ``set_size_90``, ...) and, when the
+        ensemble keeps held-out scores, of its conformal sets (``set_coverage_conformal_90``, ...)."""
         uncertainties = {name: getattr(prediction, name) for name in CLASS_UNCERTAINTIES}
-        return classification_metrics(prediction.proba, _codes(y), uncertainties)
+        codes = _codes(y)
+        scores = classification_metrics(prediction.proba, codes, uncertainties)
+        labels = prediction.classes[codes]
+        for level in COVERAGE_LEVELS:
+            suffix = round(100 * level)
+            sets = prediction.prediction_set(level, "mixture")
+            scores[f"set_coverage_{suffix}"] = float(np.mean([label in s for label, s in zip(labels, sets)]))
+            scores[f"set_size_{suffix}"] = float(np.mean([len(s) for s in sets]))
+            if prediction.conformal is not None:
+                covered, size = conformal.set_coverage(prediction.conformal, prediction.proba, codes, level)
+                scores[f"set_coverage_conformal_{suffix}"], scores[f"set_size_conformal_{suffix}"] = covered, size
+        return scores
 
     @staticmethod
     def test(ensemble, test, calibration):

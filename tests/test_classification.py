@@ -285,6 +285,7 @@ def test_the_temperature_and_the_classes_survive_pickle_and_export(fitted, tmp_p
     for where in (tmp_path / "export", tmp_path / "ensemble.json"):
         loaded = load_ensemble(where)
         assert type(loaded).__name__ == "ClassifierEnsemble" and loaded.temperature == model.ensemble_.temperature
+        assert loaded.conformal == model.ensemble_.conformal and loaded.conformal["method"] == "lac"
         np.testing.assert_allclose(loaded.predict(frame[["a", "b"]]).proba, expected, **same)
     untempered = type(model.ensemble_)(model.ensemble_.run_dir, model.ensemble_.member_ids, model.ensemble_.weights)
     if model.ensemble_.temperature != 1.0:
@@ -412,6 +413,25 @@ def test_cli_runs_a_csv_with_a_text_label_and_predicts_its_columns(tmp_path, cap
                                      "y_epistemic_mi", "y_set"]
     np.testing.assert_allclose(pred[["y_p_maybe", "y_p_no", "y_p_yes"]].sum(axis=1), 1.0, rtol=1e-9)
     assert all(p in s.split("|") for p, s in zip(pred["y_pred"], pred["y_set"]))
+    # the set is conformal (LAC on the held-out validation rows); metrics.json gives both sets' coverage and size
+    from autodeuq.ensemble import conformal, load_ensemble
+    from autodeuq.ensemble.categorical import join_prediction_set
+
+    ensemble = load_ensemble(tmp_path / "run" / "ensemble.json")
+    assert ensemble.conformal["method"] == "lac"
+    assert ensemble.conformal["n"] == len(ensemble.catalog.validation_targets())
+    value = ensemble.predict(pd.read_csv(tmp_path / "t.csv"))
+    inside = conformal.prediction_sets(ensemble.conformal, value.proba, 0.9)
+    assert all(set(s.split("|")) == set(ensemble.classes[row].tolist()) for s, row in zip(pred["y_set"], inside))
+    assert main(["predict", "--ensemble", str(tmp_path / "run" / "ensemble.json"), "--data", str(tmp_path / "t.csv"),
+                 "--out", str(tmp_path / "mixture.csv"), "--set", "0.9", "--interval-method", "mixture"]) == 0
+    mixture = pd.read_csv(tmp_path / "mixture.csv")["y_set"].tolist()
+    assert mixture == [join_prediction_set(s) for s in value.prediction_set(0.9, "mixture")]
+    for split in ("validation", "test") if "test" in document else ("validation",):
+        for level in (50, 90, 95):
+            for key in (f"set_coverage_{level}", f"set_size_{level}", f"set_coverage_conformal_{level}",
+                        f"set_size_conformal_{level}"):
+                assert key in document[split], key
     capsys.readouterr()
     code = main(["predict", "--ensemble", str(tmp_path / "run" / "ensemble.json"), "--data", str(tmp_path / "t.csv"),
                  "--out", str(tmp_path / "pred2.csv"), "--interval", "0.9"])

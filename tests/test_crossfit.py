@@ -120,6 +120,8 @@ def test_the_ensemble_is_selected_on_the_out_of_fold_predictions_and_predicts_wi
     np.testing.assert_allclose(value.mean, mean, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(value.aleatoric, np.sum(w * variances, axis=0), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(value.epistemic, np.sum(w * (means - mean) ** 2, axis=0), rtol=1e-9, atol=1e-12)
+    # The conformal scores: one per training and validation row, out of fold and out of selection.
+    assert ensemble.conformal["n"] == len(fitted.y) and "out-of-fold" in ensemble.conformal["held_out"]
     # Not refitted: the line says why.
     same, line = pipeline.refit_ensemble(ensemble, False)
     assert line.startswith("not refitted: the members are the fold networks") and same.member_ids == ensemble.member_ids
@@ -134,6 +136,7 @@ def test_a_refit_after_a_crossfit_retrains_the_configurations_selected_on_every_
     np.testing.assert_allclose(refitted.weights, np.asarray(record["weights"]) / np.sum(record["weights"]),
                                atol=1e-12)
     assert refitted.calibration == ensemble.calibration  # fitted on the out-of-fold predictions
+    assert refitted.conformal == ensemble.conformal
     assert refitted.selection["refit"]["rows"] == len(Catalog(searched).fit_data()[0])
     assert set(refitted.refitted_ids) | set(refitted.selection["refit"]["kept_original"]) == set(record["entries"])
 

@@ -33,6 +33,7 @@ def test_run_writes_manifest_metrics_and_plots(run_dir):
     assert set(metrics) == {"validation", "test"}
     expected = {"nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_95",
                 "coverage_gaussian_50", "coverage_gaussian_90", "coverage_gaussian_95",
+                "coverage_conformal_50", "coverage_conformal_90", "coverage_conformal_95",
                 "miscalibration_area", "sharpness"}
     for split in metrics.values():
         assert set(split) == expected
@@ -465,4 +466,45 @@ def test_auto_recalibration_follows_the_number_of_rows(run_dir, tmp_path, monkey
     shutil.copytree(run_dir, copy)
     assert main(["ensemble", "--run-dir", str(copy), "--size", "3", "--no-refit"]) == 0
     scale = load_ensemble(copy / "ensemble.json").scale
-    assert f"{why}; predictive std x {scale[0]:.3g} (per target)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"{why}; predictive std x {scale[0]:.3g} (per target)" in out
+    assert "\nconformal intervals: normalized scores of " in out
+    assert "validation rows, each predicted by an ensemble selected on the other 1 fold(s)" in out
+
+
+def test_from_catalog_fits_conformal_scores_on_the_out_of_selection_mixtures(tmp_path):
+    """The scores are those of the recalibration's held-out mixtures, one per validation row; the
+    recalibration's scale does not move the conformal intervals; too few rows: none, and why."""
+    from autodeuq.catalog import Catalog
+    from autodeuq.ensemble import conformal, select
+    from autodeuq.ensemble.calibration import apply_scale
+
+    run = fake_catalog(tmp_path / "run", 12, n_valid=40, predict=lambda i, y: y + (i + 1) * 0.1)
+    plain = Ensemble.from_catalog(run, size=3, calibrate="none", calibration_folds=2, seed=3)
+    scaled = Ensemble.from_catalog(run, size=3, calibrate="scale", calibration_folds=2, seed=3)
+    assert plain.conformal["n"] == scaled.conformal["n"] == 40 and plain.conformal["folds"] == 2
+    assert "40 validation rows, each predicted by an ensemble selected on the other 1 fold" in \
+        plain.selection["conformal"]
+    # the scaled ensemble's scores, rebuilt from the selections without each fold of its recalibration
+    catalog = Catalog(run)
+    ids, means, variances = catalog.validation_predictions(catalog.model_ids())
+    y = catalog.validation_targets()
+    held_out = []
+    for held in np.array_split(np.random.default_rng(3).permutation(40), 2):
+        rows = np.setdiff1d(np.arange(40), held)
+        pick = select(means[:, rows], variances[:, rows], y[rows], 3, "greedy", stop="size",
+                      pool=plain.selection["pool"])
+        m, v = apply_scale(means[pick.indices][:, held], variances[pick.indices][:, held], pick.weights,
+                           scaled.scale)
+        mean = np.tensordot(pick.weights, m, axes=1)
+        std = np.sqrt(np.tensordot(pick.weights, v + (m - mean) ** 2, axes=1))
+        held_out.append((y[held], mean, std))
+    want = conformal.fit_regression(*(np.concatenate(parts) for parts in zip(*held_out)))
+    np.testing.assert_allclose(scaled.conformal["scores"], want["scores"], rtol=1e-12)
+    # the same members, so the scale cancels in the interval: mean +- (q / c) (c std)
+    assert plain.member_ids == scaled.member_ids
+    members = [ids.index(i) for i in plain.member_ids]
+    np.testing.assert_allclose(scaled.mixture(means[members], variances[members]).interval(0.9),
+                               plain.mixture(means[members], variances[members]).interval(0.9), rtol=1e-9)
+    few = Ensemble.from_catalog(fake_catalog(tmp_path / "few", 3, n_valid=1), size=2, calibrate="none")
+    assert few.conformal is None and few.selection["conformal"].startswith("none:")

@@ -319,6 +319,35 @@ def test_a_recalibrated_numeric_ensemble_round_trips(tmp_path):
     np.testing.assert_array_equal(again.predict(built.x_encoded).mean, loaded.predict(built.x_encoded).mean)
 
 
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_conformal_scores_travel_in_the_onnx_file_and_give_the_same_intervals_and_sets(tmp_path, task):
+    """The intervals and sets are numpy on the prediction: the ONNX path makes the same ones."""
+    from autodeuq.ensemble import conformal
+
+    built, prep, test = build_table_ensemble(tmp_path, "onehot", task)
+    ens = built.ens
+    rng = np.random.default_rng(5)
+    if task == "regression":
+        table = conformal.fit_regression(rng.normal(size=(30, 2)), np.zeros((30, 2)), np.ones((30, 2)))
+    else:
+        table = conformal.fit_classification(rng.integers(0, 3, 30), rng.dirichlet(np.ones(3), 30))
+    conformed = type(ens)(ens.source, ens.member_ids, ens.weights, conformal=table)
+    loaded = load_ensemble(conformed.save(tmp_path / "c.onnx", format="onnx"))
+    assert loaded.conformal == table
+    with pytest.warns(Warning):
+        have, want = loaded.predict(test), conformed.predict(test)
+    if task == "regression":
+        assert_same_prediction(have, want, built)  # intervals of level 0.9 within the float32 bound, conformal
+        q = conformal.quantile(table, 0.9)
+        np.testing.assert_allclose(have.interval(0.9)[1], have.mean + q * have.std, rtol=1e-12)
+    else:
+        q = conformal.quantile(table, 0.9)[0]
+        clear = np.abs(want.proba - (1 - q)).min(axis=1) > 1e-4  # rows no class of which is at the threshold
+        have_sets, want_sets = have.prediction_set(0.9), want.prediction_set(0.9)
+        assert clear.sum() > 30
+        assert all(set(a) == set(b) for a, b, c in zip(have_sets, want_sets, clear) if c)
+
+
 def test_saving_refuses_what_is_not_an_onnx_file(tmp_path):
     ens = build(tmp_path).ens
     with pytest.raises(EnsembleError, match="ending in .onnx"):

@@ -3,7 +3,8 @@
 :func:`from_catalog` (behind :meth:`Ensemble.from_catalog
 <autodeuq.ensemble.Ensemble.from_catalog>`) selects members on the catalog's cached validation
 predictions (:mod:`autodeuq.ensemble.selection`), kept apart by :func:`member_groups` when asked,
-and fits the recalibration on out-of-fold selections (:mod:`autodeuq.ensemble.calibration`),
+fits the recalibration on out-of-fold selections (:mod:`autodeuq.ensemble.calibration`) and the
+conformal scores on the same held-out predictions (:mod:`autodeuq.ensemble.conformal`),
 warning (:class:`EnsembleSizeWarning`) when the ensemble has fewer members than asked or is
 effectively one model.
 """
@@ -15,8 +16,14 @@ import warnings
 import numpy as np
 
 from autodeuq.catalog import Catalog, CatalogError
-from autodeuq.ensemble.calibration import cross_fitted_scale, pooled_coverage, resolve_calibration
-from autodeuq.ensemble.categorical import cross_fitted_temperature, log_probabilities, pooled_log_loss
+from autodeuq.ensemble import conformal as conformal_scores
+from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage, resolve_calibration
+from autodeuq.ensemble.categorical import (
+    apply_temperature,
+    cross_fitted_temperature,
+    log_probabilities,
+    pooled_log_loss,
+)
 from autodeuq.ensemble.options import AUTO_POOL, AUTO_SELECTOR, CALIBRATIONS, DIVERSITY
 from autodeuq.ensemble.predictive import EnsembleError, ensemble_class
 from autodeuq.ensemble.selection import select, select_bagged, select_categorical, select_categorical_bagged
@@ -107,9 +114,15 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
                             parameters=("calibrate",))
     groups = None if diversity == "none" else member_groups(catalog, ids, diversity)
 
+    selections = {}
+
     def select_rows(rows):
-        return candidates.select(rows, selection["size"], selector=selector, score=score, stop=stop, groups=groups,
-                                 bags=bags, seed=seed, pool=pool)
+        # Each fold's selection runs once, for the recalibration and the conformal scores alike.
+        key = np.asarray(rows, dtype=np.int64).tobytes()
+        if key not in selections:
+            selections[key] = candidates.select(rows, selection["size"], selector=selector, score=score, stop=stop,
+                                                groups=groups, bags=bags, seed=seed, pool=pool)
+        return selections[key]
 
     chosen = select_rows(np.arange(n_valid))
     members = [int(ids[i]) for i in chosen.indices]
@@ -130,13 +143,39 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
     calibration = None
     if calibrate != "none":
         calibration = candidates.calibrate(select_rows, calibration_folds, seed)
+    conformal = None
+    if 2 <= calibration_folds <= n_valid:
+        folds = held_out_selections(select_rows, n_valid, calibration_folds, seed)
+        conformal = candidates.conformal(folds, calibration)
+        rows = "validation rows" if crossfit is None else "training and validation rows' out-of-fold predictions"
+        conformal.update({"held_out": f"{rows}, out of selection", "folds": calibration_folds, "seed": seed})
+        selection["conformal"] = (f"{conformal['method']} scores of {n_valid} {rows}, each predicted by "
+                                  f"an ensemble selected on the other {calibration_folds - 1} fold(s)")
+    else:
+        selection["conformal"] = (f"none: the held-out predictions need 2 or more folds of the validation rows, and "
+                                  f"at least one row per fold ({calibration_folds} fold(s), {n_valid} row(s)); "
+                                  f"intervals are the mixture's")
     weights = chosen.weights
     if crossfit is not None:  # each configuration selected: its K fold networks, each of its weight / K
         selection["crossfit"] = {**crossfit.record, "entries": members, "weights": [float(w) for w in weights]}
         members = [i for entry in members for i in crossfit.fold_ids[entry]]
         weights = np.repeat(np.asarray(weights, dtype=float) / crossfit.plan["folds"], crossfit.plan["folds"])
         weights = weights / weights.sum()
-    return cls(run_dir, members, weights, selection=selection, calibration=calibration)
+    return cls(run_dir, members, weights, selection=selection, calibration=calibration, conformal=conformal)
+
+
+def held_out_selections(select_rows, n_rows: int, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray,
+                                                                                      np.ndarray]]:
+    """Each fold of ``n_rows`` validation rows with the selection made without it: ``(held rows,
+    catalog indices, weights)``, the rows split as :func:`~autodeuq.ensemble.calibration.cross_fitted_scale`
+    and :func:`~autodeuq.ensemble.categorical.cross_fitted_temperature` split them (the same
+    permutation of the same seed), so ``select_rows`` (memoized) runs once per fold."""
+    order = np.random.default_rng(seed).permutation(n_rows)
+    out = []
+    for held in np.array_split(order, folds):
+        indices, weights = select_rows(np.setdiff1d(np.arange(n_rows), held))
+        out.append((np.sort(held), np.asarray(indices), np.asarray(weights, dtype=float)))
+    return out
 
 
 class GaussianCandidates:
@@ -176,6 +215,21 @@ class GaussianCandidates:
             "validation_coverage_after": {str(level): pooled_coverage(chunks, level, scale).tolist()
                                           for level in COVERAGE_LEVELS},
         }
+
+    def conformal(self, folds, calibration: dict | None) -> dict:
+        """Normalized conformal scores (:func:`autodeuq.ensemble.conformal.fit_regression`) of every
+        validation row's out-of-selection mixture, recalibrated by ``calibration``'s scale when
+        there is one."""
+        rows, means, stds = [], [], []
+        for held, indices, weights in folds:
+            m, v = self.means[indices][:, held], self.variances[indices][:, held]
+            if calibration is not None:
+                m, v = apply_scale(m, v, weights, calibration["scale"])
+            mean = np.tensordot(weights, m, axes=1)
+            total = np.tensordot(weights, v + np.square(m - mean), axes=1)  # aleatoric + epistemic
+            rows.append(held), means.append(mean), stds.append(np.sqrt(total))
+        rows = np.concatenate(rows)
+        return conformal_scores.fit_regression(self.y[rows], np.concatenate(means), np.concatenate(stds))
 
 
 class ClassifierCandidates:
@@ -217,6 +271,18 @@ class ClassifierCandidates:
         return {"method": "temperature", "temperature": float(temperature), "folds": folds, "seed": seed,
                 "validation_log_loss_before": pooled_log_loss(chunks),
                 "validation_log_loss_after": pooled_log_loss(chunks, temperature)}
+
+    def conformal(self, folds, calibration: dict | None) -> dict:
+        """LAC conformal scores (:func:`autodeuq.ensemble.conformal.fit_classification`) of every
+        validation row's out-of-selection mixture, tempered by ``calibration``'s temperature when
+        there is one."""
+        temperature = 1.0 if calibration is None else calibration["temperature"]
+        rows, probas = [], []
+        for held, indices, weights in folds:
+            members = apply_temperature(log_probabilities(self.probas[indices][:, held]), temperature)
+            rows.append(held), probas.append(np.tensordot(weights, members, axes=1))
+        rows = np.concatenate(rows)
+        return conformal_scores.fit_classification(self.y[rows], np.concatenate(probas))
 
 
 def member_groups(catalog, ids, by: str) -> list[str]:

@@ -116,6 +116,10 @@ class CategoricalPrediction:
     weights: np.ndarray
     classes: np.ndarray
 
+    #: The ensemble's held-out conformity scores (:func:`autodeuq.ensemble.conformal.fit_classification`),
+    #: or None: :meth:`prediction_set` is then the mixture's. Not a field (set by the ensemble).
+    conformal = None
+
     def __post_init__(self):
         members = np.asarray(self.members, dtype=np.float64)
         if members.ndim != 3 or 0 in members.shape:
@@ -178,17 +182,23 @@ class CategoricalPrediction:
         """(n, K): weighted variance of the members' probability of each class, ``sum_m w_m (p_m - p)**2``."""
         return np.tensordot(self.weights, np.square(self.members - self.proba), axes=1)
 
-    def prediction_set(self, level: float) -> list[np.ndarray]:
-        """The smallest set of classes, per row, whose probability reaches ``level``.
+    def prediction_set(self, level: float, method: str = "auto") -> list[np.ndarray]:
+        """The prediction set of level ``level`` of each row.
 
-        Classes are taken by descending probability (a tie goes to the class listed first)
-        until their cumulative probability reaches ``level`` (within :data:`SET_LEVEL_TOL`
-        for round-off).
+        ``method="conformal"`` (what ``"auto"`` is when the prediction holds the ensemble's
+        held-out scores, :attr:`conformal`): every class of probability at least ``1 - q_L``, and
+        the most probable one (LAC sets, Sadinle et al. 2019; :mod:`autodeuq.ensemble.conformal`),
+        whose coverage has a finite-sample guarantee on exchangeable rows. ``"mixture"`` (what
+        ``"auto"`` is otherwise): the smallest set whose probability under the mixture reaches
+        ``level``: classes taken by descending probability (a tie goes to the class listed
+        first) until their cumulative probability reaches ``level`` (within
+        :data:`SET_LEVEL_TOL` for round-off).
 
         Parameters
         ----------
         level : float
             A probability in ``(0, 1)`` (at most ``1 - 1e-9``).
+        method : {"auto", "conformal", "mixture"}
 
         Returns
         -------
@@ -206,16 +216,21 @@ class CategoricalPrediction:
         >>> [s.tolist() for s in value.prediction_set(0.5)], [s.tolist() for s in value.prediction_set(0.85)]
         ([[10]], [[10, 20]])
         """
+        from autodeuq.ensemble import conformal
+
         level = check_level(level)
         proba = self.proba
         order = np.argsort(-proba, axis=1, kind="stable")
+        if conformal.resolve_method(method, self.conformal) == "conformal":
+            inside = conformal.prediction_sets(self.conformal, proba, level)
+            return [self.classes[row[inside[i, row]]] for i, row in enumerate(order)]
         cumulative = np.cumsum(np.take_along_axis(proba, order, axis=1), axis=1)
         reached = cumulative >= level - SET_LEVEL_TOL
         # a row whose total falls short by more than the tolerance keeps every class
         sizes = np.where(reached.any(axis=1), np.argmax(reached, axis=1) + 1, proba.shape[1])
         return [self.classes[row[:size]] for row, size in zip(order, sizes)]
 
-    def to_frame(self, target: str, index=None, set_level: float | None = None):
+    def to_frame(self, target: str, index=None, set_level: float | None = None, method: str = "auto"):
         """The prediction as a table, one row per input row.
 
         Parameters
@@ -226,6 +241,8 @@ class CategoricalPrediction:
             The table's index (default: 0, 1, ...).
         set_level : float, optional
             Adds the prediction set of this level (:meth:`prediction_set`).
+        method : {"auto", "conformal", "mixture"}
+            How that set is made (:meth:`prediction_set`).
 
         Returns
         -------
@@ -257,7 +274,8 @@ class CategoricalPrediction:
         columns[f"{target}_aleatoric_entropy"] = self.aleatoric_entropy
         columns[f"{target}_epistemic_mi"] = self.epistemic_mi
         if set_level is not None:
-            columns[f"{target}_set"] = [join_prediction_set(labels) for labels in self.prediction_set(set_level)]
+            sets = self.prediction_set(set_level, method)
+            columns[f"{target}_set"] = [join_prediction_set(labels) for labels in sets]
         return pd.DataFrame(columns, index=index)
 
 

@@ -29,6 +29,10 @@ class ClassifierEnsemble(Ensemble):
         The class labels (scikit-learn's ``classes_``).
     temperature : float
         1 unless calibrated.
+    conformal : dict or None
+        Held-out LAC scores (:func:`autodeuq.ensemble.conformal.fit_classification`): the
+        predictions' :meth:`~autodeuq.ensemble.categorical.CategoricalPrediction.prediction_set`
+        is then conformal unless asked for the mixture's.
 
     Examples
     --------
@@ -38,11 +42,13 @@ class ClassifierEnsemble(Ensemble):
     >>> value.to_frame("moon", set_level=0.9)                       # doctest: +SKIP
     """
 
+    task = "classification"
+
     def __init__(self, source, member_ids, weights, selection: dict | None = None,
-                 calibration: dict | None = None):
+                 calibration: dict | None = None, conformal: dict | None = None):
         if calibration and calibration.get("method") != "temperature":
             raise ValueError(f"a classifier's calibration is a temperature, got {calibration!r}")
-        super().__init__(source, member_ids, weights, selection=selection)
+        super().__init__(source, member_ids, weights, selection=selection, conformal=conformal)
         self.calibration = dict(calibration) if calibration else None
         self.labels = self.source.labels
         if self.labels is None:
@@ -74,7 +80,9 @@ class ClassifierEnsemble(Ensemble):
         (:meth:`member_logits`, or the catalog's cached validation probabilities through
         :func:`~autodeuq.ensemble.categorical.log_probabilities`), tempered when the ensemble is
         calibrated: what :meth:`predict` returns for those rows."""
-        return CategoricalPrediction.from_log_proba(log_proba, self.weights, self.classes, self.temperature)
+        value = CategoricalPrediction.from_log_proba(log_proba, self.weights, self.classes, self.temperature)
+        value.conformal = self.conformal
+        return value
 
     def predict(self, x, *, source: str = "X", encoded: bool = False) -> CategoricalPrediction:
         """The weighted mixture of the members' class probabilities at each row of ``x``, with the

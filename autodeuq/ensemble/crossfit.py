@@ -340,8 +340,8 @@ def out_of_fold(catalog, groups) -> tuple[np.ndarray, ...]:
 
 
 def configuration_view(ensemble):
-    """``(view, arrays, y)`` of a cross-fitted ensemble: ``view`` an ensemble of the same class and
-    calibration whose members are the selected search entries with their configurations' weights
+    """``(view, arrays, y)`` of a cross-fitted ensemble: ``view`` an ensemble of the same class,
+    calibration and conformal scores whose members are the selected search entries with their configurations' weights
     (it holds no networks), and ``arrays`` their out-of-fold predictions of every training and
     validation row, so that ``view.mixture(*arrays)`` (a classifier's ``view.mixture(log
     probabilities)``) is the ensemble's out-of-fold prediction of ``y``."""
@@ -357,5 +357,5 @@ def configuration_view(ensemble):
                                    for e in entries])
     w = np.array([weights[e] for e in entries])
     view = type(ensemble)(ensemble.run_dir, entries, w / w.sum(), selection=ensemble.selection,
-                          calibration=ensemble.calibration)
+                          calibration=ensemble.calibration, conformal=ensemble.conformal)
     return view, arrays, catalog.fit_data()[1]

@@ -13,7 +13,7 @@ its SHA-256 in the manifest; the other members are read from the catalog. A self
         ensemble.json          format "autodeuq-ensemble/2": members (id, weight, file, SHA-256,
                                size), feature and target names, input standardization, the
                                table encoding (categories, fill values; or null), calibration,
-                               selection, package versions
+                               conformal scores, selection, package versions
         members/<id>.keras     the members' model files, the catalog's very bytes
 
 Input and output standardization live inside each ``.keras`` model; the manifest repeats the
@@ -101,6 +101,7 @@ def save_ensemble(ens, path, self_contained: bool = False) -> Path:
         "members": members,
         "selection": ens.selection,
         "calibration": ens.calibration,
+        **({} if ens.conformal is None else {"conformal": ens.conformal}),
         "features": ens.feature_names,
         "targets": ens.target_names,
     }
@@ -193,7 +194,7 @@ def _load_manifest(path: Path) -> Ensemble:
     try:
         source = CatalogMembers((path.parent.resolve() / run_dir).resolve(), refitted)
         return ensemble_class(source.catalog.task)(source, ids, weights, selection=selection,
-                                                   calibration=calibration)
+                                                   calibration=calibration, conformal=_conformal(path, manifest))
     except CatalogError:
         raise
     except ValueError as exc:
@@ -238,6 +239,15 @@ def _selection_and_calibration(path: Path, manifest: dict) -> tuple[dict | None,
     return (selection if isinstance(selection, dict) else None), calibration
 
 
+def _conformal(path: Path, manifest: dict) -> dict | None:
+    """The manifest's conformal scores (an object, checked by the ensemble), or None: a manifest of an
+    older autodeuq has none, and its ensemble's intervals are its mixture's."""
+    conformal = manifest.get("conformal")
+    if conformal is not None and not isinstance(conformal, dict):
+        raise ManifestError(f"{path}: 'conformal' must be an object or absent, got {_short(conformal)}")
+    return conformal
+
+
 def _load_self_contained(path: Path, manifest: dict) -> Ensemble:
     """The ensemble of a self-contained folder: every field checked, every member file verified."""
     if manifest.get("self_contained") is not True:
@@ -265,7 +275,7 @@ def _load_self_contained(path: Path, manifest: dict) -> Ensemble:
     source = ExportedMembers(folder, models, features, targets, standardization, preprocessor, labels)
     try:
         return ensemble_class("regression" if labels is None else "classification")(
-            source, ids, weights, selection=selection, calibration=calibration)
+            source, ids, weights, selection=selection, calibration=calibration, conformal=_conformal(path, manifest))
     except ValueError as exc:
         raise ManifestError(f"{path}: {exc}") from None
 
@@ -422,6 +432,7 @@ def _export(ens: Ensemble, folder: Path) -> Path:
                     for i, w in zip(ens.member_ids, ens.weights)],
         "selection": ens.selection,
         "calibration": ens.calibration,
+        **({} if ens.conformal is None else {"conformal": ens.conformal}),
         "features": ens.feature_names,
         "targets": ens.target_names,
         "standardization": ens.source.standardization,

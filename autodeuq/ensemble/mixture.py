@@ -107,6 +107,9 @@ class UncertaintyPrediction:
     means = None
     variances = None
     weights = None
+    #: The ensemble's held-out conformity scores (:func:`autodeuq.ensemble.conformal.fit_regression`),
+    #: or None: :meth:`interval` is then the mixture's.
+    conformal = None
 
     @classmethod
     def from_mixture(cls, means, variances, weights) -> "UncertaintyPrediction":
@@ -164,17 +167,24 @@ class UncertaintyPrediction:
         """
         return Moments(self.mean, self.aleatoric, self.epistemic)
 
-    def interval(self, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
-        """Central ``level`` prediction interval of the mixture, original units.
+    def interval(self, level: float = 0.9, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+        """The ``level`` prediction interval at each row, original units.
 
-        The ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the weighted Gaussian
-        mixture (:func:`autodeuq.metrics.central_interval`), not ``mean +- z std``: a mixture
-        need not be Gaussian.
+        ``method="conformal"`` (what ``"auto"`` is when the prediction holds the ensemble's
+        held-out scores, :attr:`conformal`): ``mean +- q_L std``, ``q_L`` the conformal quantile of
+        the held-out normalized scores (:func:`autodeuq.ensemble.conformal.interval`), whose
+        coverage has a finite-sample guarantee on exchangeable rows; infinite, with a
+        :class:`~autodeuq.ensemble.conformal.ConformalLevelWarning`, when the level needs more
+        held-out rows than there were. ``"mixture"`` (what ``"auto"`` is otherwise): the central
+        interval of the mixture, its ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles
+        (:func:`autodeuq.metrics.central_interval`), not ``mean +- z std``: a mixture need not be
+        Gaussian.
 
         Parameters
         ----------
         level : float
             A probability in ``(0, 1 - 1e-9]``.
+        method : {"auto", "conformal", "mixture"}
 
         Returns
         -------
@@ -187,13 +197,17 @@ class UncertaintyPrediction:
         AutoDEUQError
             The value holds no mixture (it was built from its moments alone).
         """
+        from autodeuq.ensemble import conformal
+
         level = check_level(level)
+        if conformal.resolve_method(method, self.conformal) == "conformal":
+            return conformal.interval(self.conformal, _by_target(self.mean), _by_target(self.std), level)
         if self.means is None:
             raise AutoDEUQError("this prediction holds its moments only, not the mixture its intervals are "
                                 "quantiles of; the predictions of Ensemble.predict hold it")
         return central_interval(self.means, self.variances, self.weights, level)
 
-    def to_frame(self, target_names, levels=()):
+    def to_frame(self, target_names, levels=(), method: str = "auto"):
         """The prediction as the table ``autodeuq predict`` writes, one row per input row.
 
         Parameters
@@ -203,6 +217,8 @@ class UncertaintyPrediction:
         levels : sequence of float, optional
             Central interval levels (:meth:`interval`); a level whose column suffix repeats an
             earlier one's is written once (:func:`interval_levels`).
+        method : {"auto", "conformal", "mixture"}
+            How the intervals are made (:meth:`interval`).
 
         Returns
         -------
@@ -226,7 +242,7 @@ class UncertaintyPrediction:
         names = list(target_names)
         if len(names) != mean.shape[1]:
             raise ParameterError("target_names", f"must name the prediction's {mean.shape[1]} target(s)", names)
-        intervals = [(suffix, self.interval(level)) for level, suffix in levels]
+        intervals = [(suffix, self.interval(level, method)) for level, suffix in levels]
         columns = {}
         for j, t in enumerate(names):
             columns[f"{t}_mean"] = mean[:, j]

@@ -357,6 +357,7 @@ def _metadata(ens, classifier: bool) -> dict:
         "standardization": ens.source.standardization,
         "preprocessing": None if ens.preprocessor is None else ens.preprocessor.to_dict(),
         "calibration": ens.calibration,
+        **({} if ens.conformal is None else {"conformal": ens.conformal}),
         "selection": ens.selection,
         "opset": OPSET,
         "autodeuq_version": __version__,

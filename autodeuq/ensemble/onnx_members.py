@@ -208,7 +208,13 @@ def load_onnx_ensemble(path):
         The file is missing, too large, not an ONNX model ONNX Runtime loads, or holds no
         autodeuq metadata (the message names the field at fault).
     """
-    from autodeuq.ensemble.manifest import _manifest_members, _manifest_names, _selection_and_calibration, read_capped
+    from autodeuq.ensemble.manifest import (
+        _conformal,
+        _manifest_members,
+        _manifest_names,
+        _selection_and_calibration,
+        read_capped,
+    )
     from autodeuq.ensemble.predictive import ManifestError, ensemble_class
 
     path = Path(path)
@@ -225,7 +231,8 @@ def load_onnx_ensemble(path):
     source._session = session
     try:
         return ensemble_class(metadata.get("task", "regression"))(source, ids, weights, selection=selection,
-                                                                  calibration=calibration)
+                                                                  calibration=calibration,
+                                                                  conformal=_conformal(path, metadata))
     except ValueError as exc:
         raise ManifestError(f"{path}: {exc}") from None
 
@@ -248,6 +255,8 @@ def conversion_key(ens) -> str:
         "features": ens.feature_names, "targets": ens.target_names, "calibration": ens.calibration,
         "preprocessing": None if ens.preprocessor is None else ens.preprocessor.to_dict(),
         "standardization": ens.source.standardization, "labels": None if labels is None else labels.to_dict(),
+        # the scores are in the file's metadata: another set of them is another file
+        **({} if getattr(ens, "conformal", None) is None else {"conformal": ens.conformal}),
     }
     return hashlib.sha256(json.dumps(description, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from autodeuq.catalog import Catalog, CatalogError, load_network
 from autodeuq.data import DataError
+from autodeuq.ensemble import conformal as conformal_scores
 from autodeuq.ensemble.calibration import apply_scale
 from autodeuq.ensemble.inputs import checked_preprocessor, encode_inputs
 from autodeuq.ensemble.mixture import UncertaintyPrediction
@@ -171,6 +172,10 @@ class Ensemble:
         Post-hoc recalibration: ``{"method": "scale", "scale": [c_1, ..., c_T], ...}`` stretches
         each target's predictive mixture about its mean by ``c_t`` (see
         :mod:`autodeuq.ensemble.calibration`); ``None``: predictions as the members make them.
+    conformal : dict, optional
+        Held-out conformity scores (:func:`autodeuq.ensemble.conformal.fit_regression`):
+        :meth:`interval` is then the conformal interval of any level unless asked for the
+        mixture's; ``None`` (an ensemble of an older autodeuq): the mixture's intervals.
 
     Attributes
     ----------
@@ -200,8 +205,10 @@ class Ensemble:
     >>> load_ensemble("model_dir").predict(X)                     # doctest: +SKIP
     """
 
+    task = "regression"  #: the run's task: what the conformal scores are of
+
     def __init__(self, source, member_ids, weights, selection: dict | None = None,
-                 calibration: dict | None = None):
+                 calibration: dict | None = None, conformal: dict | None = None):
         self.source = CatalogMembers(source) if isinstance(source, (str, os.PathLike)) else source
         self.member_ids = [int(i) for i in member_ids]
         self.weights = np.asarray(weights, dtype=float)
@@ -222,6 +229,9 @@ class Ensemble:
             if self.scale.shape != (len(self.target_names),) or not np.all(np.isfinite(self.scale) & (self.scale > 0)):
                 raise ValueError(f"calibration scale must hold one positive number per target "
                                  f"{self.target_names}, got {self.calibration.get('scale')!r}")
+        self.conformal = None
+        if conformal is not None:
+            self.conformal = conformal_scores.check_conformal(dict(conformal), len(self.target_names), self.task)
         self._models = None
         self._predict_fn = None
 
@@ -265,7 +275,7 @@ class Ensemble:
         selection = {k: v for k, v in self.selection.items() if k != "refit"}
         # Of this ensemble's own class: a classifier's stays one, with its temperature.
         return type(self)(self.run_dir, self.member_ids, self.weights, selection=selection,
-                          calibration=self.calibration)
+                          calibration=self.calibration, conformal=self.conformal)
 
     def __getstate__(self):
         # Loaded networks and the compiled prediction graph are rebuilt on first use after
@@ -280,6 +290,7 @@ class Ensemble:
             state["source"] = CatalogMembers(state.pop("run_dir"))
             state.pop("catalog", None)
         state.setdefault("preprocessor", None)  # pickled before table preprocessing
+        state.setdefault("conformal", None)  # pickled before conformal scores
         self.__dict__.update(state)
 
     # ------------------------------------------------------------------ building
@@ -516,7 +527,9 @@ class Ensemble:
             The mixture, recalibrated when the ensemble is (:meth:`recalibrated`), weighted by
             :attr:`weights`, with its moments: what :meth:`predict` returns for those rows.
         """
-        return UncertaintyPrediction.from_mixture(*self.recalibrated(means, variances), self.weights)
+        value = UncertaintyPrediction.from_mixture(*self.recalibrated(means, variances), self.weights)
+        value.conformal = self.conformal
+        return value
 
     def predict(self, x, *, source: str = "X", encoded: bool = False) -> UncertaintyPrediction:
         """The predictive mixture at each row of ``x``, with its mean and aleatoric / epistemic / total variances.
@@ -533,14 +546,20 @@ class Ensemble:
             Holding the mixture too: :meth:`~UncertaintyPrediction.interval` gives its central
             intervals, :meth:`~UncertaintyPrediction.to_frame` the table ``autodeuq predict`` writes.
         """
-        return UncertaintyPrediction.from_mixture(*self.components(x, source=source, encoded=encoded), self.weights)
+        return self.mixture(*self.member_predictions(x, source=source, encoded=encoded))
 
-    def interval(self, x, level: float = 0.9, *, source: str = "X") -> tuple[np.ndarray, np.ndarray]:
-        """Central ``level`` prediction interval of the predictive mixture, original units.
+    def interval(self, x, level: float = 0.9, *, source: str = "X", method: str = "auto"
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``level`` prediction interval at each row of ``x``, original units
+        (:meth:`UncertaintyPrediction.interval <autodeuq.ensemble.UncertaintyPrediction.interval>`).
 
-        The ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the weighted Gaussian
-        mixture (recalibrated when the ensemble is), not ``mean +- z std``: a mixture need not be
-        Gaussian. ``x`` and ``source`` as in :meth:`member_predictions`.
+        ``method="auto"``: the conformal interval ``mean +- q_L std`` where the ensemble holds
+        held-out scores (:attr:`conformal`), whose coverage has a finite-sample guarantee on
+        exchangeable rows (:mod:`autodeuq.ensemble.conformal`); else, and with
+        ``method="mixture"``, the central interval of the predictive mixture (recalibrated when
+        the ensemble is): its ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles, not
+        ``mean +- z std``, since a mixture need not be Gaussian. ``x`` and ``source`` as in
+        :meth:`member_predictions`.
 
         Returns
         -------
@@ -552,7 +571,8 @@ class Ensemble:
             ``level`` is not a probability in ``(0, 1 - 1e-9]`` (a ``ValueError``).
         """
         level = check_level(level)  # before any prediction
-        return self.predict(x, source=source).interval(level)
+        conformal_scores.resolve_method(method, self.conformal)
+        return self.predict(x, source=source).interval(level, method=method)
 
     def distribution(self, x):
         """The weighted Gaussian mixture as a TFP ``MixtureSameFamily``, batch shape (n, n_targets)."""

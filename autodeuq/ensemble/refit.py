@@ -307,7 +307,8 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
               "seconds": round(time.monotonic() - started, 1)}
     source = CatalogMembers(catalog.run_dir, models)
     return type(ensemble)(source, ensemble.member_ids, ensemble.weights,
-                          selection={**ensemble.selection, "refit": record}, calibration=ensemble.calibration)
+                          selection={**ensemble.selection, "refit": record}, calibration=ensemble.calibration,
+                          conformal=ensemble.conformal)
 
 
 def refit_selected(ensemble: Ensemble, x, y, when="auto", *, deadline: float | None = None,
@@ -357,6 +358,7 @@ def not_refitted(ensemble: Ensemble, why: str | dict) -> Ensemble:
     refitted (a reason, or the record of a refit that kept every original network)."""
     record = why if isinstance(why, dict) else {"refitted": False, "reason": why}
     same = type(ensemble)(ensemble.source, ensemble.member_ids, ensemble.weights,
-                          selection={**ensemble.selection, "refit": record}, calibration=ensemble.calibration)
+                          selection={**ensemble.selection, "refit": record}, calibration=ensemble.calibration,
+                          conformal=ensemble.conformal)
     same._models = ensemble._models  # the same networks: loaded once
     return same
