@@ -20,7 +20,7 @@ from pathlib import Path
 
 from autodeuq.data import BUILTIN_DATASETS
 from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError, ParameterWarning
-from autodeuq.options import BY_NAME, add_option, add_to_parser
+from autodeuq.options import BY_NAME, add_option, add_to_parser, option_of
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1  # an unexpected exception (a bug), as for any Python program that dies of one
@@ -43,10 +43,9 @@ class CLIError(AutoDEUQError):
     """A user-facing error: printed as one line, exit status 2."""
 
 
-# Parameters of the library's functions (not options of a run) and the options that set them.
-PARAMETER_FLAGS = {"size": "--size", "address": "--ray-address", "min_epochs": "--sha-min-epochs",
-                   "reduction": "--sha-reduction", "score": "--selection-score", "stop": "--selection-stop",
-                   "bags": "--selection-bags", "pool": "--selection-pool", "manifest": "--out", "level": "--interval"}
+# Parameters of the library's functions set by a command-line option that is not an option of a run
+# (those set by an option of a run are found in the table: autodeuq.options.option_of).
+PARAMETER_FLAGS = {"manifest": "--out", "level": "--interval"}
 #: The command line's options that are not options of a run (:data:`autodeuq.options.OPTIONS`):
 #: what they give, and how the estimator receives the same.
 INPUTS = {
@@ -61,8 +60,9 @@ INPUTS = {
 
 def option(parameter: str) -> str:
     """The command-line option that sets a library parameter."""
-    if parameter in BY_NAME:
-        return BY_NAME[parameter].cli_flag
+    known = option_of(parameter)
+    if known is not None:
+        return known.cli_flag
     return PARAMETER_FLAGS.get(parameter, "--" + parameter.replace("_", "-"))
 
 
@@ -599,7 +599,7 @@ def main(argv=None) -> int:
         return 143 if getattr(sigterm, "received", False) else getattr(exc, "exit_status", 130)
     except SystemExit as exc:
         return int(exc.code or 0)
-    except Exception:  # noqa: BLE001 - not one of autodeuq's errors: a bug, whose traceback helps fix it
+    except Exception:  # not one of autodeuq's errors: a bug, whose traceback helps fix it
         traceback.print_exc()
         print("autodeuq: internal error: this is a bug in autodeuq; please report it with the traceback above",
               file=sys.stderr)

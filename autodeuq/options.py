@@ -6,7 +6,7 @@ come the options of ``autodeuq search | ensemble | run`` (:func:`add_to_parser`)
 parameters of :class:`~autodeuq.AutoDEUQRegressor` and their documentation, and the command-line
 reference of the documentation. The values a front end received are checked once, before any
 work, into three typed configurations (:class:`TableConfig`, :class:`SearchConfig`,
-:class:`EnsembleConfig`; :func:`resolve`), which the stages of the job (:mod:`autodeuq.job`)
+:class:`EnsembleConfig`; :func:`resolve`), which the stages of the job (:mod:`autodeuq.pipeline`)
 take.
 
 A help text names other options in braces (``{max_evals}``): the command line shows them as its
@@ -27,11 +27,12 @@ from typing import Any
 
 from autodeuq import discard, evaluator, labels, preprocess, search
 from autodeuq.data import DEFAULT_VALID_FRACTION, SMALL_DATA_ROWS
+from autodeuq.discard.sha import RUNG_UNITS
 from autodeuq.ensemble import options as ensemble_choices
 from autodeuq.errors import ParameterError, ParameterWarning
 
 __all__ = ["OPTIONS", "EnsembleConfig", "Option", "SearchConfig", "TableConfig", "add_option", "add_to_parser",
-           "configure", "flag", "given", "numpydoc_parameters", "resolve", "signature_parameters"]
+           "configure", "flag", "given", "numpydoc_parameters", "option_of", "resolve", "signature_parameters"]
 
 #: Seconds in ten years: the largest time limit that is a setting rather than a slip of the keyboard.
 _TEN_YEARS = 10 * 365 * 86400.0
@@ -306,6 +307,10 @@ class Option:
     unused: str = "ignore"
     requirement: str = ""  #: what ``applies`` asks for, in the words of an error (with {option} fields)
     depends: str = "search"  #: the option ``applies`` reads
+    #: The name of the library parameter the option sets, when not its own (``ensemble_size`` sets
+    #: ``Ensemble.from_catalog``'s ``size``): an error raised there names it, and a front end shows
+    #: the option instead (:func:`option_of`).
+    parameter: str | None = None
 
     @property
     def cli_flag(self) -> str:
@@ -352,7 +357,10 @@ def _takes_surrogate(values):
     return values["search"] in search.surrogate_searchers()
 
 
-_SEARCHES = (*search.SEARCHERS, *search.ABLATIONS)
+def _searches():  # read when first needed: a searcher registered later is a choice too
+    return (*search.SEARCHERS, *search.ABLATIONS)
+
+
 _AUTO_ONLY = "applies to {early_discarding} auto, not to {early_discarding} {value}"
 _SHA_ONLY = "applies to {early_discarding} auto or sha, not to {early_discarding} {value}"
 _IEPOCH_ONLY = "applies to {early_discarding} iepoch, not to {early_discarding} {value}"
@@ -404,7 +412,7 @@ OPTIONS: tuple[Option, ...] = (
     # ------------------------------------------------------------------ search
     Option("space", "search", "tabular", Space(), "search space: 'toy', 'tabular' or a YAML/JSON file",
            metavar="NAME_OR_FILE", default_text="tabular (toy for the built-in dataset toy-sine)"),
-    Option("search", "search", "agebo", OneOf(_SEARCHES),
+    Option("search", "search", "agebo", OneOf(_searches),
            "search algorithm; the ablations: age-fixed-hp (aging evolution over the architecture, training "
            "hyperparameters fixed by {fixed_hp}), bo-fixed-arch (BO over the training hyperparameters, "
            "architecture fixed by {fixed_arch})"),
@@ -453,7 +461,7 @@ OPTIONS: tuple[Option, ...] = (
            "keeping its best epoch so far, like an early stop", metavar="S"),
     Option("epochs", "search", None, Integer(1, 10**5, optional=True), "override of the space's epoch budget",
            metavar="E", default_text="the space's"),
-    Option("early_discarding", "search", "auto", OneOf(discard.POLICIES),
+    Option("early_discarding", "search", "auto", OneOf(discard.policies),
            "auto: none, until the trainings tell what the search will cost: sha from then on if the search "
            "is projected to take longer than {discard_budget} on the workers at hand (a resumed run keeps "
            "sha once on; one without decides again from its own trainings). none: every configuration trains "
@@ -471,10 +479,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("sha_min_epochs", "search", "auto", Integer(1, 10**5, auto=True),
            f"first rung of successive halving; auto: 3 up to {SMALL_DATA_ROWS} training + validation rows, else 1 "
            "(a resumed run keeps its catalog's)", metavar="E", applies=_is_sha, requirement=_SHA_ONLY,
-           depends="early_discarding"),
+           depends="early_discarding", parameter="min_epochs"),
     Option("sha_reduction", "search", 3, Integer(2, 1000), "reduction factor of successive halving", metavar="R",
-           applies=_is_sha, requirement=_SHA_ONLY, depends="early_discarding"),
-    Option("sha_rungs", "search", "auto", OneOf(discard.RUNG_UNITS),
+           applies=_is_sha, requirement=_SHA_ONLY, depends="early_discarding", parameter="reduction"),
+    Option("sha_rungs", "search", "auto", OneOf(RUNG_UNITS),
            "what the rungs of successive halving count: epochs, or steps (the optimizer steps of as many epochs "
            "with the space's middle batch size (geometric mean), so larger batches are judged after more epochs, "
            "smaller ones after fewer); auto: epochs (a resumed run keeps its catalog's)", applies=_is_sha,
@@ -501,7 +509,7 @@ OPTIONS: tuple[Option, ...] = (
            default_text="what the Ray cluster can run", applies=_on_ray, requirement=_RAY_ONLY, depends="evaluator"),
     Option("ray_address", "evaluation", None, Text(), "join an existing Ray cluster ('auto' or host:port)",
            metavar="ADDR", default_text="the RAY_ADDRESS environment variable when set, else a new local instance",
-           applies=_on_ray, requirement=_RAY_ONLY, depends="evaluator"),
+           applies=_on_ray, requirement=_RAY_ONLY, depends="evaluator", parameter="address"),
     Option("cpus_per_eval", "evaluation", None, Real(0, 4096.0),
            "CPUs per evaluation; TensorFlow uses that many threads", metavar="C", default_text="1"),
     Option("gpus_per_eval", "evaluation", None, Real(0, 1024.0, strict=False),
@@ -510,26 +518,27 @@ OPTIONS: tuple[Option, ...] = (
            depends="evaluator"),
     # ------------------------------------------------------------------ ensemble
     Option("ensemble_size", "ensemble", 5, Integer(1, 1000), "distinct ensemble members (at most)", flag="--size",
-           metavar="K"),
+           metavar="K", parameter="size"),
     Option("selector", "ensemble", "auto", OneOf(ensemble_choices.SELECTORS),
            "selection method: greedy with replacement (Caruana et al. 2004), without (each member once, equal "
            "weights), or the best {ensemble_size} models; auto: greedy for regression, greedy-noreplace for "
            "classification"),
     Option("selection_score", "ensemble", "mixture", OneOf(ensemble_choices.SCORES),
            "what selection minimizes on the validation rows: the ensemble's exact mixture NLL or its moment-matched "
-           "Gaussian NLL"),
+           "Gaussian NLL", parameter="score"),
     Option("selection_stop", "ensemble", "size", OneOf(ensemble_choices.STOPS),
            "size: always {ensemble_size} distinct members (when the catalog has that many usable models); "
-           "improvement: stop as soon as no addition improves the validation NLL (may leave one member)"),
+           "improvement: stop as soon as no addition improves the validation NLL (may leave one member)",
+           parameter="stop"),
     Option("diversity", "ensemble", "none", OneOf(ensemble_choices.DIVERSITY),
            "at most one member per architecture, or per set of activation functions"),
     Option("selection_pool", "ensemble", "auto", Real(0.0, 1.0, optional=False, auto=True),
            "select only among the best fraction F of the catalog's models, ranked by their own validation NLL "
            "(at least {ensemble_size}; library pruning, Caruana et al. 2006); 1: the whole catalog", metavar="F",
-           default_text="auto: 0.4 for regression, 1 for classification"),
+           default_text="auto: 0.4 for regression, 1 for classification", parameter="pool"),
     Option("selection_bags", "ensemble", 0, Integer(0, 10**4),
            "repeat the selection on B random halves of the validation rows and average the weights (bagged "
-           "selection; 0: select once on all rows)", metavar="B"),
+           "selection; 0: select once on all rows)", metavar="B", parameter="bags"),
     Option("calibrate", "ensemble", "auto", OneOf(ensemble_choices.CALIBRATIONS),
            "scale (regression): recalibrate each target's predictive std by a factor fitted on out-of-fold "
            "selections of the validation rows; temperature (classification): divide the members' logits by one "
@@ -544,6 +553,18 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+#: The options by the library parameter they set (:attr:`Option.parameter`).
+BY_PARAMETER: dict[str, Option] = {o.parameter: o for o in OPTIONS if o.parameter}
+
+
+def option_of(parameter: str) -> Option | None:
+    """The option that sets the library parameter ``parameter`` (its own name or
+    :attr:`Option.parameter`), or None.
+
+    >>> option_of("size").name, option_of("max_evals").name, option_of("manifest")
+    ('ensemble_size', 'max_evals', None)
+    """
+    return BY_NAME.get(parameter) or BY_PARAMETER.get(parameter)
 
 
 def flag(name: str) -> str:
@@ -616,15 +637,9 @@ def _unused(o: Option, value, full) -> ParameterError:
 
 def _check_search(v: Mapping) -> None:
     """The rules between search options."""
-    from autodeuq.pipeline import discarder, evolution_options
-
-    if v["early_discarding"] in ("auto", "sha", "iepoch"):  # the rule can be built
-        policy = "sha" if v["early_discarding"] == "auto" else v["early_discarding"]
-        discarder(policy, sha_min_epochs=1 if v["sha_min_epochs"] == "auto" else v["sha_min_epochs"],
-                  sha_reduction=v["sha_reduction"], iepoch_epochs=v["iepoch_epochs"], iepoch_top_k=v["iepoch_top_k"])
-    if v["early_discarding"] == "iepoch" and v["epochs"] is not None and v["iepoch_epochs"] >= v["epochs"]:
-        raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({v['epochs']})", v["iepoch_epochs"])
-    evolution_options(v["search"], v["population_size"], v["tournament_size"], v["max_evals"])
+    # The rule reads and checks its own options (those the data settles are checked when the search starts).
+    discard.create("sha" if v["early_discarding"] == "auto" else v["early_discarding"], v, epochs=v["epochs"])
+    search.evolution_options(v["search"], v["population_size"], v["tournament_size"], v["max_evals"])
 
 
 def configure(config_class, **values):

@@ -13,9 +13,10 @@ import os
 import time
 
 from autodeuq.errors import ParameterError
+from autodeuq.search import evolution_options  # its former home: the searchers' package owns it now
 
-__all__ = ["discarder", "ensemble_deadline", "fill_catalog", "refit_ensemble", "refit_where", "search_timeout",
-           "searcher_options", "select_ensemble"]
+__all__ = ["discarder", "ensemble_deadline", "evolution_options", "fill_catalog", "refit_ensemble", "refit_where",
+           "search_timeout", "searcher_options", "select_ensemble"]
 
 #: Part of a whole-run time budget (search, then ensemble) kept for the ensemble step: this share
 #: of the budget, within these bounds in seconds, and never more than half of it. Selecting from a
@@ -47,90 +48,26 @@ def ensemble_deadline(started: float, timeout: float | None) -> float | None:
     return None if timeout is None else started + timeout - min(REPORT_RESERVE_S, timeout / 10)
 
 
-def evolution_options(search, population_size="auto", tournament_size="auto", max_evals=100) -> dict:
-    """The options of aging evolution (P, S) for ``search``: those given, ``"auto"`` sized for a
-    budget of ``max_evals`` evaluations (:func:`autodeuq.search.age.population_for_budget`); {}
-    for a searcher without aging evolution, which refuses any other value than ``"auto"``.
-
-    >>> evolution_options("agebo"), evolution_options("agebo", 40, max_evals=500), evolution_options("bo")
-    ({'population_size': 20, 'sample_size': 7}, {'population_size': 40, 'sample_size': 13}, {})
-    """
-    from autodeuq.options import BY_NAME
-    from autodeuq.search import evolution_searchers
-    from autodeuq.search.age import population_for_budget, tournament_for
-
-    for name, value in (("population_size", population_size), ("tournament_size", tournament_size)):
-        if value != "auto":
-            if search not in evolution_searchers():
-                raise ParameterError(name, f'must be "auto" with search {search!r}: only aging evolution '
-                                           f'({", ".join(evolution_searchers())}) has a population', value)
-            BY_NAME[name].constraint.check(name, value)
-    size = population_for_budget(max_evals)[0] if population_size == "auto" else population_size
-    tournament = tournament_for(size) if tournament_size == "auto" else tournament_size
-    if tournament > size:
-        raise ParameterError("tournament_size", f"must be at most the population size ({size})", tournament_size)
-    if search not in evolution_searchers():
-        return {}
-    return {"population_size": size, "sample_size": tournament}
-
-
-def discarder(early_discarding="none", *, sha_min_epochs=1, sha_reduction=3, sha_reference_batch=None,
-              iepoch_epochs=1, iepoch_top_k=10):
-    """The early-discarding rule named ``early_discarding`` with its settings (None for ``"none"``);
-    ``sha_reference_batch`` counts the rungs of successive halving in optimizer steps.
+def discarder(early_discarding="none", **options):
+    """The early-discarding rule named ``early_discarding`` (a name of
+    :data:`autodeuq.discard.RULES`; None for ``"none"``), built from ``options`` (option name ->
+    value; those not given keep the table's defaults) as it reads them
+    (:meth:`~autodeuq.discard.base.DiscardRule.from_options`).
 
     >>> discarder("iepoch", iepoch_top_k=20).describe()
     {'policy': 'iepoch', 'epochs': 1, 'top_k': 20}
     """
-    from autodeuq.discard import IEpoch, SuccessiveHalving
+    from autodeuq import discard
+    from autodeuq.options import OPTIONS
 
-    if early_discarding == "sha":
-        return SuccessiveHalving(min_epochs=sha_min_epochs, reduction=sha_reduction,
-                                 reference_batch=sha_reference_batch)
-    if early_discarding == "iepoch":
-        return IEpoch(epochs=iepoch_epochs, top_k=iepoch_top_k)
-    if early_discarding == "auto":
-        raise ValueError('early_discarding="auto" depends on the data: resolve it first (discarding_policy)')
-    return None
-
-
-def first_rung(sha_min_epochs, dataset, recorded=None) -> tuple[int, str | None]:
-    """The first rung of successive halving that ``sha_min_epochs`` stands for on ``dataset``
-    (see :func:`autodeuq.discard.resolve_min_epochs`; ``"auto"`` keeps the first rung of the
-    ``recorded`` rule of a catalog being resumed, :func:`autodeuq.runner.recorded_rule`), and a
-    line for the user when ``"auto"`` chose a rung other than 1."""
-    from autodeuq.data import SMALL_DATA_ROWS
-    from autodeuq.discard import resolve_min_epochs
-
-    if sha_min_epochs == "auto" and (recorded or {}).get("policy") == "sha":
-        return int(recorded["min_epochs"]), None
-    rows = len(dataset.x_train) + len(dataset.x_valid)
-    epochs = resolve_min_epochs(sha_min_epochs, rows)
-    if sha_min_epochs != "auto" or epochs == 1:
-        return epochs, None
-    return epochs, (f"successive halving: first rung at epoch {epochs}, {rows} training and validation rows "
-                    f"(auto: epoch {epochs} up to {SMALL_DATA_ROWS})")
-
-
-def rung_unit(sha_rungs, space, recorded=None) -> int | None:
-    """The reference batch size of successive halving's rungs that ``sha_rungs`` stands for: with
-    ``"steps"``, the geometric middle of the batch sizes of ``space`` (already sized for the data;
-    :func:`autodeuq.discard.middle_batch`), None (rungs in epochs) with ``"epochs"``; ``"auto"``
-    keeps the unit of the ``recorded`` rule of a catalog being resumed, else
-    :data:`autodeuq.discard.AUTO_RUNG_UNIT`."""
-    from autodeuq.discard import AUTO_RUNG_UNIT, middle_batch
-
-    if sha_rungs == "auto" and (recorded or {}).get("policy") == "sha":
-        return recorded.get("reference_batch")
-    unit = AUTO_RUNG_UNIT if sha_rungs == "auto" else sha_rungs
-    return middle_batch(space.batch_size_min, space.batch_size_max) if unit == "steps" else None
+    return discard.create(early_discarding, {**{o.name: o.default for o in OPTIONS}, **options})
 
 
 def discarding_policy(early_discarding, recorded=None) -> str:
     """The policy that ``early_discarding`` stands for: as asked, or for ``"auto"`` the successive
     halving that the catalog being resumed turned on (``recorded``:
     :func:`autodeuq.runner.recorded_rule`), else ``"cost"``: decided from the trainings' cost
-    (:mod:`autodeuq.scheduler`), in a resumed search from the trainings of this run, as a search
+    (:mod:`autodeuq.discard.cost`), in a resumed search from the trainings of this run, as a search
     resumed to a larger budget may cost more than the one that decided. A catalog searched with
     successive halving before decisions were recorded keeps it.
 
@@ -187,9 +124,9 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
     run_dir : path
     config : SearchConfig
         Checked by :func:`autodeuq.options.resolve`. Early discarding ``"auto"`` is settled here
-        from the data and the catalog being resumed (:func:`discarding_policy`,
-        :func:`first_rung`, :func:`rung_unit`); ``"iepoch"`` runs i-Epoch's search, then trains
-        the best configurations to the full budget, in this call (with a timeout its search
+        from the data and the catalog being resumed (:func:`discarding_policy`, and each rule's
+        :meth:`~autodeuq.discard.base.DiscardRule.from_options`); ``"iepoch"`` runs i-Epoch's
+        search, then trains the best configurations to the full budget, in this call (with a timeout its search
         phase uses at most half of it).
     timeout : float, optional
         Wall-clock seconds for this call, starting the evaluator included (see
@@ -212,31 +149,27 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
     ParameterError
         A setting the space or the data refuse, before anything starts.
     """
+    from autodeuq import discard
     from autodeuq import evaluator as evaluators
+    from autodeuq.discard.cost import DiscardByCost, decide_after
+    from autodeuq.discard.scheduler import Scheduler
     from autodeuq.evaluator.base import evaluation_threads
     from autodeuq.runner import read_recorded, recorded_rule, run_search
-    from autodeuq.scheduler import DiscardByCost, Scheduler, decide_after
 
     c = config
     deadline = None if timeout is None else time.monotonic() + timeout
     search_options = searcher_options(c, space)
-    if c.early_discarding == "iepoch" and c.iepoch_epochs >= (c.epochs or space.epochs):
-        raise ParameterError("iepoch_epochs", f"must be below the epoch budget ({c.epochs or space.epochs})",
-                             c.iepoch_epochs)
     seed = 0 if c.seed is None else int(c.seed)
     # What a resumed catalog recorded, read once: "auto" settings keep its rule, and the driver
     # checks the resume against it without reading it again.
     recorded_search = None if c.new_run else read_recorded(run_dir)
-    recorded = recorded_rule(recorded_search) if c.early_discarding in ("auto", "sha") else None
+    recorded = recorded_rule(recorded_search)
     policy = discarding_policy(c.early_discarding, recorded)
-    min_epochs, reference_batch = c.sha_min_epochs, None
-    if policy in ("sha", "cost"):
-        min_epochs, why = first_rung(c.sha_min_epochs, dataset, recorded)
-        if why and log is not None and policy == "sha":
-            log(why)
-        reference_batch = rung_unit(c.sha_rungs, space, recorded)
-    rule = discarder("sha" if policy == "cost" else policy, sha_min_epochs=min_epochs, sha_reduction=c.sha_reduction,
-                     sha_reference_batch=reference_batch, iepoch_epochs=c.iepoch_epochs, iepoch_top_k=c.iepoch_top_k)
+    # The rule reads its own options, settles their "auto" values from the data, the space and the
+    # resumed catalog, and checks them against the epoch budget. The cost policy holds successive
+    # halving until it turns it on (its "auto" choices are then not worth a line).
+    rule = discard.create("sha" if policy == "cost" else policy, vars(c), epochs=c.epochs or space.epochs,
+                          dataset=dataset, space=space, recorded=recorded, log=None if policy == "cost" else log)
     # The driver owns the rule and hands it to the evaluator ("auto": none until the first trainings
     # tell what the search costs).
     objective = evaluators.TrainingObjective(space, dataset, seed=seed, epochs=c.epochs,

@@ -5,8 +5,9 @@ freed slot at once, and then records the finished one in the catalog. It is the 
 the catalog. Resuming a run directory rebuilds the searcher from the catalog's history and
 re-submits the evaluations that were running when the previous driver stopped.
 
-Under an early-discarding rule with a second phase (i-Epoch, :class:`autodeuq.discard.IEpoch`),
-the search is followed, in the same call, by the full trainings of the entries the rule promotes:
+Under an early-discarding rule with a second phase (i-Epoch, :class:`autodeuq.discard.iepoch.IEpoch`),
+the search is followed, in the same call, by the full trainings of the entries the rule names
+(:meth:`~autodeuq.discard.base.DiscardRule.after_search`):
 entries of their own, each naming the one it trains again, run by the same loop.
 
 A search whose first evaluations all fail the same way stops there (:data:`EARLY_FAILURES`):
@@ -220,7 +221,7 @@ def read_recorded(run_dir) -> dict | None:
 def recorded_rule(recorded: dict | None) -> dict | None:
     """The early-discarding rule that a catalog was searched with (``recorded``: from
     :func:`read_recorded`), as ``describe()`` gives it (``{"policy": "none"}`` without one), with
-    the ``decision`` of ``early_discarding="auto"`` when one was taken (:mod:`autodeuq.scheduler`);
+    the ``decision`` of ``early_discarding="auto"`` when one was taken (:mod:`autodeuq.discard.cost`);
     None when there is no catalog or it has no finished entry."""
     if not recorded or not recorded["n_finished"]:
         return None
@@ -286,7 +287,7 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
         how many interrupted ones run again), and the line of a decision the ``scheduler``
         took; nothing is logged per evaluation.
     scheduler : Scheduler, optional
-        The early discarding of the search (:class:`autodeuq.scheduler.Scheduler`): its rule is
+        The early discarding of the search (:class:`autodeuq.discard.scheduler.Scheduler`): its rule is
         handed to ``evaluator`` for the trainings it starts, and for ``early_discarding="auto"``
         its decision is taken once the first trainings tell what the search will cost, reviewed
         after each later result while discarding is off, and recorded in the catalog
@@ -317,7 +318,7 @@ def run_search(space, dataset, evaluator, run_dir, *, search: str = "agebo", sea
 
     With i-Epoch, ``max_evals`` counts the search phase's evaluations; the full trainings of the
     promoted ones follow (skipped after Ctrl-C, SIGTERM or early failures; resumed with the run),
-    and a ``timeout`` gives the search phase at most :attr:`~autodeuq.discard.IEpoch.search_share`
+    and a ``timeout`` gives the search phase at most :attr:`~autodeuq.discard.iepoch.IEpoch.search_share`
     of it.
     """
     if timeout is not None and not timeout > 0:
@@ -339,7 +340,7 @@ def _resume_line(writer, run_dir, n_pending: int) -> str:
 def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, max_evals, timeout, seed, new_run,
                 progress, run_options, prefetch, sigterm, log=None, scheduler=None,
                 recorded=NOT_READ) -> SearchSummary:
-    from autodeuq.scheduler import Scheduler
+    from autodeuq.discard.scheduler import Scheduler
 
     search_options = dict(search_options or {})
     scheduler = Scheduler(evaluator.discarder) if scheduler is None else scheduler
@@ -374,10 +375,9 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
                                  entries=entries, scheduler=scheduler, log=log)
         session.run(sigterm)
         sessions = [session]
-        rule = scheduler.rule
-        if rule is not None and not session.interrupted and session.stopped_by != "failing":
+        if scheduler.rule is not None and not session.interrupted and session.stopped_by != "failing":
             left = None if timeout is None else session.started + timeout - time.time()
-            promoted = _promoted_session(writer, searcher, evaluator, rule, timeout=left, progress=progress)
+            promoted = _promoted_session(writer, searcher, evaluator, scheduler, timeout=left, progress=progress)
             if promoted is not None:
                 handle = evaluator.discarder
                 evaluator.set_discarder(None)  # full trainings: no cap
@@ -391,21 +391,16 @@ def _run_search(space, dataset, evaluator, run_dir, *, search, search_options, m
         writer.close()
 
 
-def _promoted_session(writer, searcher, evaluator, discarder, *, timeout, progress) -> "_SearchSession | None":
-    """The session training to the full budget the search-phase entries the rule promotes, minus
-    those already trained (or being trained) so; None when there is nothing to train or no time.
+def _promoted_session(writer, searcher, evaluator, scheduler, *, timeout, progress) -> "_SearchSession | None":
+    """The session training to the full budget what the rule names after the search
+    (:meth:`~autodeuq.discard.base.DiscardRule.after_search`: i-Epoch's second phase), and the
+    interrupted ones of an earlier such session; None when there is nothing to train or no time.
 
     Its evaluations are entries of their own, each naming the entry it trains again
     (:data:`autodeuq.catalog.PROMOTED_FROM`); interrupted ones are re-run first.
     """
     full = writer.full_trainings()
-    candidates = []
-    for entry_id in writer.model_ids():
-        if entry_id not in full:
-            entry = writer.entry(entry_id)
-            candidates.append((entry_id, entry["config"], entry["objective"]))
-    done = set(full.values())
-    queue = [(i, writer.config(i)) for i in discarder.promotions(candidates) if i not in done]
+    queue = scheduler.after_search(writer)
     pending = [(i, c) for i, c in writer.pending() if i in full]
     if not (queue or pending) or (timeout is not None and timeout <= 0):
         return None

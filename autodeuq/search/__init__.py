@@ -75,6 +75,31 @@ def surrogate_searchers() -> tuple[str, ...]:
     return bo + tuple(name for name, (base, _) in ABLATIONS.items() if base in bo)
 
 
+def evolution_options(search, population_size="auto", tournament_size="auto", max_evals=100) -> dict:
+    """The options of aging evolution (P, S) for ``search``: those given, ``"auto"`` sized for a
+    budget of ``max_evals`` evaluations (:func:`autodeuq.search.age.population_for_budget`); {}
+    for a searcher without aging evolution, which refuses any other value than ``"auto"``. The values
+    are those of the options, already checked against the table (:func:`autodeuq.options.resolve`).
+
+    >>> evolution_options("agebo"), evolution_options("agebo", 40, max_evals=500), evolution_options("bo")
+    ({'population_size': 20, 'sample_size': 7}, {'population_size': 40, 'sample_size': 13}, {})
+    """
+    from autodeuq.search.age import population_for_budget, tournament_for
+
+    for name, value in (("population_size", population_size), ("tournament_size", tournament_size)):
+        if value != "auto":
+            if search not in evolution_searchers():
+                raise ParameterError(name, f'must be "auto" with search {search!r}: only aging evolution '
+                                           f'({", ".join(evolution_searchers())}) has a population', value)
+    size = population_for_budget(max_evals)[0] if population_size == "auto" else population_size
+    tournament = tournament_for(size) if tournament_size == "auto" else tournament_size
+    if tournament > size:
+        raise ParameterError("tournament_size", f"must be at most the population size ({size})", tournament_size)
+    if search not in evolution_searchers():
+        return {}
+    return {"population_size": size, "sample_size": tournament}
+
+
 def default_fixed_arch(space) -> list[int]:
     """Architecture of ``bo-fixed-arch`` by default: a plain MLP, every cell Dense with the units
     nearest 64 (the smaller on a tie) and tanh (else the space's first activation), no skip."""
@@ -184,4 +209,5 @@ __all__ = [
     "SEARCHERS", "SURROGATES", "ACQUISITIONS", "DEFAULT_SEARCHER", "ABLATIONS", "surrogate_searchers",
     "DEFAULT_FIXED_HP", "default_fixed_arch", "ablation_fixed_hp", "ablation_fixed_arch", "create", "Searcher",
     "RandomSearch", "AgingEvolution", "BayesianOptimization", "VectorBO", "AgEBO", "evolution_searchers",
+    "evolution_options",
 ]

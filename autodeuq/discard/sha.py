@@ -1,4 +1,4 @@
-"""Early discarding of hopeless trainings: asynchronous successive halving, and i-Epoch.
+"""Asynchronous successive halving: "vertical" early discarding of hopeless trainings.
 
 Successive halving (Jamieson & Talwalkar 2016) in its asynchronous form (Li et al. 2020, ASHA)
 needs no portfolio of configurations known in advance: each training, as it runs, reports its
@@ -26,32 +26,23 @@ them into a Ray actor that every worker consults at its rungs (a few calls per t
 resumed search replays the recorded validation-loss histories of its catalog
 (:meth:`SuccessiveHalving.replay`), so its decisions continue from the same records.
 
-:class:`IEpoch` is the "horizontal" alternative (Egele 2024, ch. 3.3.4 and 5, "i-Epoch"): the
-search trains every configuration for ``i`` epochs only, then the ``k`` configurations of lowest
-validation loss are trained again, from scratch, to the full epoch budget. The search driver runs
-that second phase (:func:`autodeuq.runner.run_search`); the policy says which entries it trains.
-
-Both policies answer the trainings the same way: :meth:`rungs` gives the epochs at which a
-training asks, :meth:`should_continue` the answer. :meth:`promotions` names what the driver trains
-to the full budget after the search (nothing for successive halving).
+The rule answers the trainings as every rule does (:class:`autodeuq.discard.base.DiscardRule`):
+:meth:`SuccessiveHalving.rungs` gives the epochs at which a training asks,
+:meth:`SuccessiveHalving.should_continue` the answer.
 """
 from __future__ import annotations
 
-import json
 import math
 import threading
 from collections import defaultdict
 from typing import Iterable, Sequence
 
 from autodeuq import data
+from autodeuq.discard.base import DiscardRule
 from autodeuq.errors import ParameterError
 
-__all__ = ["SuccessiveHalving", "IEpoch", "rung_epochs", "rung_schedule", "middle_batch", "POLICIES", "RUNG_UNITS",
-           "resolve_min_epochs"]
-
-#: Early-discarding policies by name (``none`` trains every configuration to its own early stop;
-#: ``auto`` is decided by the search's projected cost, :mod:`autodeuq.scheduler`).
-POLICIES = ("auto", "none", "sha", "iepoch")
+__all__ = ["SuccessiveHalving", "rung_epochs", "rung_schedule", "middle_batch", "RUNG_UNITS", "resolve_min_epochs",
+           "first_rung", "rung_unit"]
 
 # ``sha_min_epochs="auto"``: the first rung at epoch 3 on small tables, at epoch 1 above. The
 # measurements: docs/decisions/sha-first-rung.md.
@@ -124,7 +115,7 @@ def rung_schedule(max_epochs: int, min_epochs: int = 1, reduction: int = 3, batc
         rung *= int(reduction)
 
 
-class SuccessiveHalving:
+class SuccessiveHalving(DiscardRule):
     """Asynchronous successive halving: the rung schedule and the shared rung records.
 
     Parameters
@@ -143,6 +134,9 @@ class SuccessiveHalving:
     >>> [sha.should_continue(1, loss) for loss in (0.5, 0.4, 0.9, 0.3)]
     [True, True, False, True]
     """
+
+    name = "sha"
+    options = ("sha_min_epochs", "sha_reduction", "sha_rungs")
 
     def __init__(self, min_epochs: int = 1, reduction: int = 3, reference_batch: int | None = None):
         if int(min_epochs) != min_epochs or min_epochs < 1:
@@ -167,6 +161,25 @@ class SuccessiveHalving:
         self.__dict__.update(state)
         self._records = defaultdict(list, self._records)
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_options(cls, options, *, epochs=None, dataset=None, space=None, recorded=None,
+                     log=None) -> "SuccessiveHalving":
+        """Successive halving with ``sha_min_epochs`` (``"auto"``: from the rows of ``dataset``,
+        :func:`first_rung`; 1 while only the options are checked), ``sha_reduction`` and
+        ``sha_rungs`` (the rungs' unit, :func:`rung_unit`: from the batch sizes of ``space``;
+        epochs while only the options are checked); ``"auto"`` settings keep those of the
+        ``recorded`` rule of a catalog being resumed."""
+        min_epochs, reference_batch = options["sha_min_epochs"], None
+        if dataset is None:
+            min_epochs = 1 if min_epochs == "auto" else min_epochs
+        else:
+            min_epochs, why = first_rung(min_epochs, dataset, recorded)
+            if why and log is not None:
+                log(why)
+        if space is not None:
+            reference_batch = rung_unit(options["sha_rungs"], space, recorded)
+        return cls(min_epochs=min_epochs, reduction=options["sha_reduction"], reference_batch=reference_batch)
 
     def describe(self) -> dict:
         return _describe(self)
@@ -273,83 +286,27 @@ def _describe(rule) -> dict:
     return described
 
 
-class IEpoch:
-    """i-Epoch: every configuration of the search trained ``epochs`` epochs, the best ``top_k`` then
-    trained to the full budget (Egele 2024, ch. 3.3.4 and 5).
-
-    During the search a training stops after ``epochs`` epochs (status ``discarded``, the model of
-    its best epoch so far, its validation loss told to the searcher). The search driver then trains
-    the ``top_k`` distinct configurations of lowest validation loss once more, from scratch and
-    without this cap, as entries of their own (:meth:`promotions`). The rule holds no state shared
-    between trainings, so it needs no Ray actor, and a resumed search recomputes the same choice
-    from its catalog.
-
-    Parameters
-    ----------
-    epochs : int, default=1
-        Epochs of each search-phase training (``i``).
-    top_k : int, default=10
-        Configurations trained to the full budget after the search (twice the default ensemble
-        size: with one epoch, the rank of a configuration is a noisy guess of its final rank).
-
-    Examples
-    --------
-    >>> rule = IEpoch(epochs=2, top_k=2)
-    >>> rule.rungs(100), rule.should_continue(2, 0.5), rule.rungs(2)
-    ([2], False, [])
-    >>> rule.promotions([(1, {"a": 1}, 0.7), (2, {"a": 2}, 0.3), (3, {"a": 2}, 0.2), (4, {"a": 3}, 0.5)])
-    [3, 4]
-    """
-
-    #: Share of a search's time limit that the search phase may use; the full trainings get the rest.
-    search_share = 0.5
-
-    def __init__(self, epochs: int = 1, top_k: int = 10):
-        if isinstance(epochs, bool) or int(epochs) != epochs or epochs < 1:
-            raise ParameterError("iepoch_epochs", "must be an integer >= 1", epochs)
-        if isinstance(top_k, bool) or int(top_k) != top_k or top_k < 1:
-            raise ParameterError("iepoch_top_k", "must be an integer >= 1", top_k)
-        self.epochs, self.top_k = int(epochs), int(top_k)
-
-    def describe(self) -> dict:
-        return {"policy": "iepoch", "epochs": self.epochs, "top_k": self.top_k}
-
-    def rungs(self, max_epochs: int, batch_size: int | None = None) -> list[int]:
-        """The one epoch at which a search-phase training stops (none when it is the whole budget)."""
-        return list(self.schedule(max_epochs, batch_size))
-
-    def schedule(self, max_epochs: int, batch_size: int | None = None) -> dict[int, list[int]]:
-        """``{epochs: [epochs]}``, or nothing when the cap is the whole budget."""
-        return {self.epochs: [self.epochs]} if self.epochs < max_epochs else {}
-
-    def should_continue(self, rung: int, loss: float) -> bool:
-        """Never: a search-phase training ends at its epoch cap."""
-        return False
-
-    def replay(self, histories, batch_sizes=None) -> None:
-        """Nothing to rebuild: the decisions depend on no earlier training."""
-
-    def promotions(self, candidates) -> list[int]:
-        """Ids of the ``top_k`` distinct configurations of lowest loss, best first.
-
-        Parameters
-        ----------
-        candidates : iterable of (id, config, loss)
-            The search-phase entries holding a model. Of two entries with the same configuration,
-            the lower loss (then the lower id) stands for it; equal losses are ordered by id.
-        """
-        chosen, seen = [], set()
-        for entry_id, config, loss in sorted(candidates, key=lambda c: (_finite_or_inf(c[2]), c[0])):
-            key = json.dumps(config, sort_keys=True, default=str)
-            if key in seen:
-                continue
-            seen.add(key)
-            chosen.append(int(entry_id))
-            if len(chosen) == self.top_k:
-                break
-        return chosen
+def first_rung(sha_min_epochs, dataset, recorded=None) -> tuple[int, str | None]:
+    """The first rung of successive halving that ``sha_min_epochs`` stands for on ``dataset``
+    (see :func:`resolve_min_epochs`; ``"auto"`` keeps the first rung of the ``recorded`` rule of a
+    catalog being resumed, :func:`autodeuq.runner.recorded_rule`), and a line for the user when
+    ``"auto"`` chose a rung other than 1."""
+    if sha_min_epochs == "auto" and (recorded or {}).get("policy") == "sha":
+        return int(recorded["min_epochs"]), None
+    rows = len(dataset.x_train) + len(dataset.x_valid)
+    epochs = resolve_min_epochs(sha_min_epochs, rows)
+    if sha_min_epochs != "auto" or epochs == 1:
+        return epochs, None
+    return epochs, (f"successive halving: first rung at epoch {epochs}, {rows} training and validation rows "
+                    f"(auto: epoch {epochs} up to {data.SMALL_DATA_ROWS})")
 
 
-def _finite_or_inf(loss) -> float:
-    loss = float(loss)
-    return loss if math.isfinite(loss) else math.inf
+def rung_unit(sha_rungs, space, recorded=None) -> int | None:
+    """The reference batch size of successive halving's rungs that ``sha_rungs`` stands for: with
+    ``"steps"``, the geometric middle of the batch sizes of ``space`` (already sized for the data;
+    :func:`middle_batch`), None (rungs in epochs) with ``"epochs"``; ``"auto"`` keeps the unit of
+    the ``recorded`` rule of a catalog being resumed, else :data:`AUTO_RUNG_UNIT`."""
+    if sha_rungs == "auto" and (recorded or {}).get("policy") == "sha":
+        return recorded.get("reference_batch")
+    unit = AUTO_RUNG_UNIT if sha_rungs == "auto" else sha_rungs
+    return middle_batch(space.batch_size_min, space.batch_size_max) if unit == "steps" else None
