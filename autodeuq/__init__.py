@@ -23,7 +23,7 @@ _LAZY = {
     "AutoDEUQWarning": "autodeuq.errors",
     "ParameterError": "autodeuq.errors",
     "SearchError": "autodeuq.runner",
-    "SpaceError": "autodeuq.space",
+    "SpaceError": "autodeuq.errors",
     "Catalog": "autodeuq.catalog",
     "CatalogError": "autodeuq.catalog",
     "WriteError": "autodeuq.fileio",
@@ -36,7 +36,7 @@ _LAZY = {
     "CategoricalPrediction": "autodeuq.ensemble",
     "SearchSpace": "autodeuq.space",
     "load_space": "autodeuq.space",
-    "DataError": "autodeuq.data",
+    "DataError": "autodeuq.errors",
     "UnseenCategoryWarning": "autodeuq.preprocess",
     "OutOfRangeWarning": "autodeuq.ensemble.inputs",
 }

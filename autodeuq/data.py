@@ -10,15 +10,17 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from autodeuq.errors import AutoDEUQError
+from autodeuq.errors import DataError
 from autodeuq.labels import Labels, decide_task, resolve_class_weight, stratified_split
 
-if TYPE_CHECKING:
-    from autodeuq.preprocess import TablePreprocessor
+# FLOAT32_MAX and check_values live with the encoder, which checks columns too (DataError with the
+# other errors); they are re-exported here, where readers of tables found them before.
+from autodeuq.preprocess import FLOAT32_MAX as FLOAT32_MAX
+from autodeuq.preprocess import TableOptions, TablePreprocessor, check_values
 
 DEFAULT_VALID_FRACTION = 1.0 / 3.0
 MIN_TRAIN_ROWS = 2
@@ -31,8 +33,6 @@ BUILTIN_DATASETS = ("toy-sine", "moons", "boston", "concrete")
 #: (:mod:`autodeuq.ensemble.calibration`); successive halving's first rung is later there
 #: (:mod:`autodeuq.discard`). The measurements behind each rule: docs/decisions/.
 SMALL_DATA_ROWS = 1000
-# The networks are trained in float32: a larger magnitude becomes inf there.
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def is_small(n_rows: int) -> bool:
@@ -42,10 +42,6 @@ def is_small(n_rows: int) -> bool:
     (True, False)
     """
     return int(n_rows) <= SMALL_DATA_ROWS
-
-
-class DataError(AutoDEUQError, ValueError):
-    """Bad input data: the message says which file, which column and what is wrong."""
 
 
 @dataclass
@@ -219,7 +215,7 @@ def read_table(path: str | Path, targets: bool = True):
         raise
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: file is empty") from None
-    except Exception as exc:  # noqa: BLE001 - any reader failure becomes one clear message
+    except Exception as exc:  # any reader failure becomes one clear message
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DataError(f"{path}: cannot read file: {first_line}") from None
     if frame.shape[0] == 0:
@@ -251,7 +247,7 @@ def read_labelled_table(path: str | Path, targets: Sequence[str] | None):
             continue
         try:
             raw = pd.read_csv(path, usecols=[target], dtype=str, keep_default_na=False)[target]
-        except Exception:  # noqa: BLE001 - the table was read once already; keep that reading
+        except Exception:  # the table was read once already; keep that reading
             continue
         if len(raw) == len(read):
             frame[target] = raw.where(raw != "", None).to_numpy(dtype=object)
@@ -283,7 +279,7 @@ def _npz_frame(path: Path, targets: bool = True):
             y = npz["y"] if "y" in npz.files else np.empty((len(x), 0))
     except DataError:
         raise
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise DataError(f"{path}: cannot read .npz file: {exc}") from None
     if x.ndim == 1:
         x = x[:, None]
@@ -361,39 +357,6 @@ def _kept_rows(missing, targets: list[str], source: str, drop_missing: bool | No
     if not len(keep):
         raise DataError(f"{source}: every row's target is missing")
     return keep
-
-
-def check_values(arr: np.ndarray, cols, source: str, role: str, allow_nan: bool = False) -> None:
-    """Refuse NaN/inf and magnitudes beyond float32, naming the column and the first (1-based) data row.
-
-    With ``allow_nan`` (columns whose missing values are imputed later), only infinite values
-    and magnitudes beyond float32 are refused.
-    """
-    if allow_nan:
-        bad = np.isinf(arr)
-        if bad.any():
-            col = int(np.argmax(bad.any(axis=0)))
-            row = int(np.argmax(bad[:, col]))
-            raise DataError(f"{source}: {role} column {cols[col]!r} has {int(bad[:, col].sum())} infinite value(s) "
-                            f"(first at data row {row + 1})")
-        arr = np.where(np.isnan(arr), 0.0, arr)
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        col = int(np.argmax(bad.any(axis=0)))
-        row = int(np.argmax(bad[:, col]))
-        what = "NaN" if np.isnan(arr[row, col]) else "infinite value"
-        raise DataError(
-            f"{source}: {role} column {cols[col]!r} has {int(bad[:, col].sum())} NaN/inf value(s) "
-            f"(first: {what} at data row {row + 1})"
-        )
-    big = np.abs(arr) > FLOAT32_MAX
-    if big.any():
-        col = int(np.argmax(big.any(axis=0)))
-        row = int(np.argmax(big[:, col]))
-        raise DataError(
-            f"{source}: {role} column {cols[col]!r} has {int(big[:, col].sum())} value(s) beyond the float32 "
-            f"range the networks are trained in (first: {arr[row, col]:g} at data row {row + 1})"
-        )
 
 
 def feature_frame(columns, source: str = "X"):
@@ -628,8 +591,6 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
         categorical column or a missing value the options refuse, a column without any value in
         the training rows, infinite or out-of-float32 values.
     """
-    from autodeuq.preprocess import TableOptions, TablePreprocessor
-
     options = TableOptions() if options is None else options
     _check_unique_names(frame.columns, source)
     frame = frame.set_axis([str(c) for c in frame.columns], axis=1)

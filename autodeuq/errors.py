@@ -8,7 +8,8 @@ input, ``RuntimeError`` for a run that cannot go on). An exception that is not a
 """
 from __future__ import annotations
 
-__all__ = ["AutoDEUQError", "AutoDEUQWarning", "CatalogWarning", "ParameterError", "ParameterWarning"]
+__all__ = ["AutoDEUQError", "AutoDEUQWarning", "CatalogWarning", "DataError", "ParameterError", "ParameterWarning",
+           "SpaceError"]
 
 
 class AutoDEUQError(Exception):
@@ -86,3 +87,16 @@ class ParameterWarning(AutoDEUQWarning):
 
     def __reduce__(self):
         return type(self), (self.parameter, self.template, self.value, self.refers)
+
+
+class DataError(AutoDEUQError, ValueError):
+    """Bad input data: the message says which file, which column and what is wrong.
+
+    Raised by :mod:`autodeuq.data` and :mod:`autodeuq.preprocess` (and importable from both)."""
+
+
+class SpaceError(AutoDEUQError, ValueError):
+    """A search-space file or a configuration does not describe a valid space/point.
+
+    Raised by :mod:`autodeuq.space` (and importable from there); here so that the trainer, below the
+    search space, can catch it."""

@@ -50,8 +50,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autodeuq.data import FLOAT32_MAX, DataError, check_values
-from autodeuq.errors import AutoDEUQWarning, ParameterError
+from autodeuq.errors import AutoDEUQWarning, DataError, ParameterError
+
+# The networks are trained in float32: a larger magnitude becomes inf there.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 CATEGORICAL = ("onehot", "ordinal", "none")
 IMPUTE = ("mean", "median", "none")
@@ -585,3 +587,36 @@ def _is_none(values) -> np.ndarray:
 def _first_value(series):
     present = series.dropna()
     return present.iloc[0] if len(present) else None
+
+
+def check_values(arr: np.ndarray, cols, source: str, role: str, allow_nan: bool = False) -> None:
+    """Refuse NaN/inf and magnitudes beyond float32, naming the column and the first (1-based) data row.
+
+    With ``allow_nan`` (columns whose missing values are imputed later), only infinite values
+    and magnitudes beyond float32 are refused.
+    """
+    if allow_nan:
+        bad = np.isinf(arr)
+        if bad.any():
+            col = int(np.argmax(bad.any(axis=0)))
+            row = int(np.argmax(bad[:, col]))
+            raise DataError(f"{source}: {role} column {cols[col]!r} has {int(bad[:, col].sum())} infinite value(s) "
+                            f"(first at data row {row + 1})")
+        arr = np.where(np.isnan(arr), 0.0, arr)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        col = int(np.argmax(bad.any(axis=0)))
+        row = int(np.argmax(bad[:, col]))
+        what = "NaN" if np.isnan(arr[row, col]) else "infinite value"
+        raise DataError(
+            f"{source}: {role} column {cols[col]!r} has {int(bad[:, col].sum())} NaN/inf value(s) "
+            f"(first: {what} at data row {row + 1})"
+        )
+    big = np.abs(arr) > FLOAT32_MAX
+    if big.any():
+        col = int(np.argmax(big.any(axis=0)))
+        row = int(np.argmax(big[:, col]))
+        raise DataError(
+            f"{source}: {role} column {cols[col]!r} has {int(big[:, col].sum())} value(s) beyond the float32 "
+            f"range the networks are trained in (first: {arr[row, col]:g} at data row {row + 1})"
+        )

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autodeuq.activations import ACTIVATIONS
-from autodeuq.errors import AutoDEUQError
+from autodeuq.errors import SpaceError
 from autodeuq.optimizers import OPTIMIZERS
 
 if TYPE_CHECKING:  # imported where used: scipy.stats alone takes a second to import
@@ -63,10 +63,6 @@ HP_MINIMUM = {"batch_size": 1, "patience_reduce_lr": 0, "patience_early_stopping
 # searched holds their effect in its ranges; on the same rows, two spaces that differ only in these
 # keys but have the same ranges search the same configurations.
 ROW_RULE_KEYS = ("max_steps_per_epoch", "max_units_per_row")
-
-
-class SpaceError(AutoDEUQError, ValueError):
-    """A search-space file or a configuration does not describe a valid space/point."""
 
 
 @dataclass(frozen=True)
@@ -677,6 +673,6 @@ def _read_spec(path: Path):
             import yaml  # type: ignore[import-untyped]
 
             spec = yaml.safe_load(text)
-    except Exception as exc:  # noqa: BLE001 - any parse error becomes one clear message
+    except Exception as exc:  # any parse error becomes one clear message
         raise SpaceError(f"{path}: cannot parse: {exc}".splitlines()[0]) from None
     return spec

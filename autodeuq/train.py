@@ -64,6 +64,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import flat as flat_layout
+from .errors import SpaceError
 from .keras_file import network_bytes
 from .metrics import LOG_2PI
 from .model import split_output
@@ -71,7 +72,6 @@ from .ops import gpu_visible
 from .optimizers import FlatOptimizer
 from .plan import NetworkPlan, NetworkProgram
 from .result import Status, TrainResult, worker_name
-from .space import SpaceError
 from .splice import DIRECT, NotSpliceable, SplicedFunction, Splicer
 
 TRAINER_CACHE_SIZE = 4  # compiled epochs kept for reuse (each holds its traced epoch; the variables are shared)
@@ -707,7 +707,7 @@ def _seed32(seed) -> int:
     return int(np.random.SeedSequence(seed).generate_state(1, np.uint32)[0])
 
 
-def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,  # noqa: C901
+def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
           threads: int | None = None, discarder=None, schedule=None,
           time_limit: float | None = None) -> TrainResult:
     # Complexity 11: the one try block that turns every failure of a training into its result.
@@ -857,7 +857,7 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,  
                            "other_epochs": t_loop - t_first, "finish": t_end - t_loop},
             },
         )
-    except Exception as exc:  # noqa: BLE001 - a training never takes its worker down
+    except Exception as exc:  # a training never takes its worker down
         return failure(f"{type(exc).__name__}: {exc}".strip())
 
 
