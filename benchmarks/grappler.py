@@ -20,11 +20,11 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from autodeuq import train as training  # noqa: E402
-from autodeuq.data import toy_sine  # noqa: E402
-from autodeuq.space import load_space  # noqa: E402
+from autodeuq import train as training
+from autodeuq.data import toy_sine
+from autodeuq.space import load_space
 
 
 def main(argv=None) -> None:

@@ -25,10 +25,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import autodeuq.search.ensemble_surrogates  # noqa: E402,F401  (registers the ensemble surrogates)
-from autodeuq.search.bo import VectorBO  # noqa: E402
-from autodeuq.search.surrogate import make_surrogate  # noqa: E402
-from autodeuq.space import decode_index, encode_index  # noqa: E402
+import autodeuq.search.ensemble_surrogates  # noqa: F401  (registers the ensemble surrogates)
+from autodeuq.search.bo import VectorBO
+from autodeuq.search.surrogate import make_surrogate
+from autodeuq.space import decode_index, encode_index
 
 CHECKPOINTS = (25, 50, 100)
 SURROGATE_NAMES = ("et", "rf", "gp", "deep-ensemble", "ranking-ensemble")

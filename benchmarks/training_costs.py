@@ -26,9 +26,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from autodeuq.train import configure_threads  # noqa: E402  (before TensorFlow runs anything)
+from autodeuq.train import configure_threads  # (before TensorFlow runs anything)
 
 
 def timed(spent, label, function):

@@ -264,7 +264,7 @@ def _keras_load(data: bytes, where: str):
         copy.write_bytes(data)
         try:
             return keras.models.load_model(copy, safe_mode=True, compile=False)
-        except Exception as exc:  # noqa: BLE001 - every loading failure names the file
+        except Exception as exc:  # every loading failure names the file
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if "safe_mode" in str(exc):
                 raise CatalogError(f"{where}: refusing to load it: it holds code (e.g. a Lambda layer) that "

@@ -638,7 +638,7 @@ class Catalog:
                                   len(names) * array_bytes + (1 << 16))
         try:
             arrays = load_npz(data, names, array_bytes)
-        except Exception as exc:  # noqa: BLE001 - any decoding failure means a corrupt file
+        except Exception as exc:  # any decoding failure means a corrupt file
             raise CatalogError(f"{self.run_dir}: entry {entry_id}: predictions file {path} is corrupt: {exc}") from None
         shapes = [arrays[name].shape for name in names]
         if any(shape != expected for shape in shapes):
@@ -765,7 +765,7 @@ class Catalog:
             or its catalog was made for another dataset (fingerprint) or another search space;
             or another process is writing it.
         """
-        # noqa above: the opening is one sequence of refusals, each with its own message, and a
+        # C901 above: the opening is one sequence of refusals, each with its own message, and a
         # writer released on any failure; the index's part of it is autodeuq.catalog.schema.
         run_dir = Path(run_dir)
         space = load_space(space)

@@ -118,7 +118,7 @@ def guarded(objective: Objective, eval_id: int, config: dict) -> TrainResult:
     start = time.time()
     try:
         result = objective(eval_id, config)
-    except Exception as exc:  # noqa: BLE001 - a failing evaluation must never stop the search
+    except Exception as exc:  # a failing evaluation must never stop the search
         interrupt = _interrupt_behind(exc)
         if interrupt is not None:
             raise type(interrupt)(*interrupt.args) from exc

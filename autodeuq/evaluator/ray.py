@@ -236,7 +236,7 @@ def _request_reap(reaper: int | None) -> None:
 def _init(ray, address, kwargs, where):
     try:
         ray.init(address=address, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - turned into one actionable message
+    except Exception as exc:  # turned into one actionable message
         raise RayConnectionError(connection_failure(exc, where)) from None
 
 
@@ -325,7 +325,7 @@ def _bootstrap_host_port(address: str, where: str) -> tuple[str, int] | None:
         return None
     try:
         resolved = canonicalize_bootstrap_address(address)
-    except Exception as exc:  # noqa: BLE001 - e.g. "auto" and no cluster found
+    except Exception as exc:  # e.g. "auto" and no cluster found
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RayConnectionError(f"cannot {where}: {first}") from None
     if not resolved or ":" not in resolved:
