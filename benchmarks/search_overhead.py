@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autodeuq.search import create, surrogate
-from autodeuq.space import load_space
+from autodeuq.search.space import load_space
 
 
 def synthetic_history(space, n, seed=0):

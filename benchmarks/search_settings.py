@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from autodeuq.search.age import AgingEvolution, population_for_budget
 from autodeuq.search.agebo import AgEBO
 from autodeuq.search.bo import BayesianOptimization, VectorBO
-from autodeuq.space import load_space
+from autodeuq.search.space import load_space
 from benchmarks.surrogates import PROBLEMS
 
 CHECKPOINTS = (50, 100)

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from autodeuq import discard, search
+from autodeuq.app.cli import build_parser, main
+from autodeuq.app.options import SearchConfig, configure
+from autodeuq.app.pipeline import fill_catalog
 from autodeuq.catalog import Catalog
-from autodeuq.cli import build_parser, main
-from autodeuq.data import toy_sine
+from autodeuq.core.errors import ParameterError
 from autodeuq.discard.base import DiscardRule
-from autodeuq.errors import ParameterError
-from autodeuq.options import SearchConfig, configure
-from autodeuq.pipeline import fill_catalog
 from autodeuq.search.base import Searcher
-from autodeuq.space import load_space
+from autodeuq.search.space import load_space
+from autodeuq.table.data import toy_sine
 
 
 def search_help(capsys) -> str:
@@ -151,22 +151,62 @@ def test_the_former_modules_names_still_import():
     from autodeuq.discard.cost import DiscardByCost
     from autodeuq.discard.scheduler import Scheduler
 
-    assert old.Scheduler is Scheduler and old.DiscardByCost is DiscardByCost
+    assert old.Scheduler is Scheduler and old.DiscardByCost is DiscardByCost and callable(old.training_cost)
     assert any(issubclass(w.category, DeprecationWarning) and "autodeuq.discard" in str(w.message) for w in caught)
+    from autodeuq.core.errors import DataError as moved_error
     from autodeuq.data import FLOAT32_MAX, DataError
-    from autodeuq.errors import DataError as moved_error
     from autodeuq.pipeline import evolution_options
-    from autodeuq.preprocess import FLOAT32_MAX as moved_max
     from autodeuq.space import SpaceError
+    from autodeuq.table.preprocess import FLOAT32_MAX as moved_max
 
     assert DataError is moved_error and FLOAT32_MAX == moved_max and callable(evolution_options)
     assert issubclass(SpaceError, ValueError)
 
 
 def test_an_error_names_the_option_that_sets_a_library_parameter():
-    from autodeuq.cli import error_line
+    from autodeuq.app.cli import error_line
 
     assert error_line(ParameterError("size", "must be an integer >= 1", 0)) == "--size must be an integer >= 1, got 0"
     assert error_line(ParameterError("min_epochs", "must be an integer >= 1", 0)).startswith("--sha-min-epochs ")
     assert error_line(ParameterError("address", "is bad", "x")).startswith("--ray-address ")
     assert error_line(ParameterError("level", "is bad", 2.0)).startswith("--interval ")
+
+
+def test_a_former_module_name_is_the_moved_module_itself():
+    import importlib
+    import sys
+    import warnings
+
+    from autodeuq.table import data
+
+    sys.modules.pop("autodeuq.data", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        former = importlib.import_module("autodeuq.data")
+        from autodeuq.evaluator.base import TrainingObjective
+    from autodeuq.engine.evaluator.base import TrainingObjective as moved
+
+    assert former is data and TrainingObjective is moved and former.__spec__.name == "autodeuq.table.data"
+    messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert "autodeuq.data moved to autodeuq.table.data: import it from there (the former name will be removed)" \
+        in messages
+
+
+def test_the_package_itself_imports_no_former_name():
+    # Every module of the package imported with the former names' warning an error: the modules that still
+    # use a former name (the ensemble stage's, for now) are not warned about, and nothing else uses one.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent.parent / "autodeuq"
+    names = sorted({".".join(p.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__")
+                    for p in package.rglob("*.py") if p.name != "__main__.py" and "ray_reaper" not in p.name})
+    code = "import importlib\nfor n in %r: importlib.import_module(n)" % names
+    former = "error:autodeuq.:DeprecationWarning"  # the former names' warnings (others are not this test's)
+    run = subprocess.run([sys.executable, "-W", former, "-c", code], capture_output=True,
+                         text=True, cwd=package.parent, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    run = subprocess.run([sys.executable, "-W", former, "-m", "autodeuq", "--help"],
+                         capture_output=True, text=True, cwd=package.parent, timeout=300)
+    assert run.returncode == 0 and "usage: autodeuq" in run.stdout, run.stderr[-2000:]

@@ -14,7 +14,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
-from autodeuq.options import BY_NAME, numpydoc_parameters, signature_parameters
+from autodeuq.app.options import BY_NAME, numpydoc_parameters, signature_parameters
 
 _FIT_DOC = """Search, fill the catalog and build the ensemble.
 
@@ -40,7 +40,7 @@ _FIT_DOC = """Search, fill the catalog and build the ensemble.
             No training succeeded, or the first ones all failed the same way (the message gives
             the most common reason).
         KeyboardInterrupt
-            Ctrl-C (or SIGTERM, as :class:`~autodeuq.runner.Terminated`) stopped the search; the
+            Ctrl-C (or SIGTERM, as :class:`~autodeuq.engine.runner.Terminated`) stopped the search; the
             catalog in ``run_dir_`` is consistent and ``fit`` with that ``run_dir`` resumes it.
         """
 
@@ -52,7 +52,7 @@ class _AutoDEUQ(BaseEstimator):
     _TASK = ""
 
     def __init__(self, **params):
-        # One keyword-only parameter per option of a run (autodeuq.options.OPTIONS): the signature
+        # One keyword-only parameter per option of a run (autodeuq.app.options.OPTIONS): the signature
         # scikit-learn reads (get_params, clone) is set below from the same table.
         unknown = sorted(set(params) - set(BY_NAME))
         if unknown:
@@ -61,9 +61,7 @@ class _AutoDEUQ(BaseEstimator):
             setattr(self, name, params.get(name, option.default))
 
     def _fit(self, X, y, X_valid=None, y_valid=None):
-        from autodeuq.data import DEFAULT_VALID_FRACTION, MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_table
-        from autodeuq.errors import ParameterError
-        from autodeuq.pipeline import (
+        from autodeuq.app.pipeline import (
             ensemble_deadline,
             fill_catalog,
             refit_ensemble,
@@ -71,9 +69,11 @@ class _AutoDEUQ(BaseEstimator):
             search_timeout,
             select_ensemble,
         )
-        from autodeuq.preprocess import TableOptions
-        from autodeuq.runner import Terminated
-        from autodeuq.space import load_space
+        from autodeuq.core.errors import ParameterError
+        from autodeuq.engine.runner import Terminated
+        from autodeuq.search.space import load_space
+        from autodeuq.table.data import DEFAULT_VALID_FRACTION, MIN_TRAIN_ROWS, MIN_VALID_ROWS, from_table
+        from autodeuq.table.preprocess import TableOptions
 
         started = time.monotonic()
         table_config, config, ensemble_config = self._check_parameters()
@@ -140,8 +140,8 @@ class _AutoDEUQ(BaseEstimator):
 
     def _check_parameters(self) -> tuple:
         """The (table, search, ensemble) configurations of the parameters, each checked before any
-        work (:func:`autodeuq.options.resolve`)."""
-        from autodeuq.options import EnsembleConfig, SearchConfig, TableConfig, resolve
+        work (:func:`autodeuq.app.options.resolve`)."""
+        from autodeuq.app.options import EnsembleConfig, SearchConfig, TableConfig, resolve
 
         return resolve(self.get_params(), (TableConfig, SearchConfig, EnsembleConfig))
 
@@ -227,7 +227,7 @@ class AutoDEUQRegressor(RegressorMixin, _AutoDEUQ):
     Notes
     -----
     The encoding and the imputation values are fitted on the training rows only (see
-    :mod:`autodeuq.preprocess`) and saved with the ensemble as JSON.
+    :mod:`autodeuq.table.preprocess`) and saved with the ensemble as JSON.
 
     Persistence: ``joblib.dump(model, "model.joblib")`` and ``model = joblib.load("model.joblib")``
     (or :mod:`pickle`) work, before or after ``predict``; the file holds the estimator and the
@@ -360,7 +360,7 @@ class AutoDEUQClassifier(ClassifierMixin, _AutoDEUQ):
         from sklearn.utils.multiclass import check_classification_targets
         from sklearn.utils.validation import column_or_1d
 
-        from autodeuq.labels import check_label_types
+        from autodeuq.table.labels import check_label_types
 
         names = _target_names(y)
         if not hasattr(y, "dtype"):

@@ -2,7 +2,7 @@
 matrix, the uncertainty of right and wrong rows, and for a 2-D example the entropies over the
 plane.
 
-As in :mod:`autodeuq.plots`, each function writes its figure to ``path`` (atomically) and returns
+As in :mod:`autodeuq.app.plots`, each function writes its figure to ``path`` (atomically) and returns
 the path, or returns the PNG bytes when ``path`` is None. Unlike there, ``path`` comes first.
 """
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from autodeuq.app.plots import _pyplot, _quiet_glyphs, _save
 from autodeuq.classification_metrics import ECE_BINS, check_proba, classification_metrics, reliability_bins
 from autodeuq.ensemble.categorical import check_codes
-from autodeuq.plots import _pyplot, _quiet_glyphs, _save
 
 __all__ = ["plot_reliability", "plot_confusion", "plot_uncertainty_correct_wrong", "plot_decision_2d"]
 

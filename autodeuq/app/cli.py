@@ -1,6 +1,6 @@
 """Command line: ``autodeuq search | ensemble | predict | run | catalog``.
 
-Every error of autodeuq's (an :class:`~autodeuq.errors.AutoDEUQError`) is one line on stderr
+Every error of autodeuq's (an :class:`~autodeuq.core.errors.AutoDEUQError`) is one line on stderr
 (``autodeuq: error: ...``) and exit status 2, no traceback; parameters are named by their options.
 A search that produced nothing usable (every evaluation failed, or its first ones all failed the
 same way) exits 1 with the most common failure reason; Ctrl-C exits 130, SIGTERM 143, both
@@ -18,9 +18,9 @@ import traceback
 import warnings
 from pathlib import Path
 
-from autodeuq.data import BUILTIN_DATASETS
-from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError, ParameterWarning
-from autodeuq.options import BY_NAME, add_option, add_to_parser, option_of
+from autodeuq.app.options import BY_NAME, add_option, add_to_parser, option_of
+from autodeuq.core.errors import AutoDEUQError, AutoDEUQWarning, ParameterError, ParameterWarning
+from autodeuq.table.data import BUILTIN_DATASETS
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1  # an unexpected exception (a bug), as for any Python program that dies of one
@@ -44,16 +44,16 @@ class CLIError(AutoDEUQError):
 
 
 # Parameters of the library's functions set by a command-line option that is not an option of a run
-# (those set by an option of a run are found in the table: autodeuq.options.option_of).
+# (those set by an option of a run are found in the table: autodeuq.app.options.option_of).
 PARAMETER_FLAGS = {"manifest": "--out", "level": "--interval"}
-#: The command line's options that are not options of a run (:data:`autodeuq.options.OPTIONS`):
+#: The command line's options that are not options of a run (:data:`autodeuq.app.options.OPTIONS`):
 #: what they give, and how the estimator receives the same.
 INPUTS = {
     "--data": "fit(X, y): the training table",
     "--target": "fit(X, y): the target column(s) are y",
     "--valid": "fit(X, y, X_valid, y_valid)",
     "--test": "score the ensemble on test rows: predict(X_test) and autodeuq.metrics.evaluate",
-    "--dataset": "fit(X, y) with the built-in dataset's arrays (autodeuq.data.load_builtin)",
+    "--dataset": "fit(X, y) with the built-in dataset's arrays (autodeuq.table.data.load_builtin)",
     "--out": "ensemble_.save(path)",
 }
 
@@ -179,10 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 # ----------------------------------------------------------------------------- commands
 def _configs(args, *configs):
-    """The configurations ``configs`` (classes of :mod:`autodeuq.options`) of the options given
+    """The configurations ``configs`` (classes of :mod:`autodeuq.app.options`) of the options given
     to this command, every value checked before any work. The built-in toy dataset's space is
     the toy space unless ``--space`` says otherwise."""
-    from autodeuq.options import given, resolve
+    from autodeuq.app.options import given, resolve
 
     groups = {group for c in configs for group in c.GROUPS}
     values = {name: value for name, value in given(args).items() if BY_NAME[name].group in groups}
@@ -192,8 +192,8 @@ def _configs(args, *configs):
 
 
 def _load_dataset(args, table, seed):
-    from autodeuq.data import load_builtin, load_files
-    from autodeuq.options import flag, given
+    from autodeuq.app.options import flag, given
+    from autodeuq.table.data import load_builtin, load_files
 
     if args.dataset and args.data:
         raise CLIError("give either --data FILE or --dataset NAME, not both")
@@ -208,7 +208,7 @@ def _load_dataset(args, table, seed):
         return load_builtin(args.dataset, seed=seed, valid_fraction=table.valid_fraction, test_fraction=test_fraction)
     if not args.data:
         raise CLIError("no data: give --data FILE (with --target COL) or --dataset NAME")
-    from autodeuq.preprocess import TableOptions
+    from autodeuq.table.preprocess import TableOptions
 
     dataset = load_files(args.data, args.target, valid=args.valid, test=args.test,
                          valid_fraction=table.valid_fraction, seed=seed, options=TableOptions.of(table),
@@ -227,9 +227,9 @@ def _check_targets(args):
 def cmd_search(args, *, timeout=None, configs=None):
     """``autodeuq search``; ``timeout``: the search's wall-clock limit when not ``--timeout``;
     ``configs``: the (table, search) configurations when ``run`` checked them already."""
-    from autodeuq.options import SearchConfig, TableConfig
-    from autodeuq.pipeline import fill_catalog
-    from autodeuq.space import load_space
+    from autodeuq.app.options import SearchConfig, TableConfig
+    from autodeuq.app.pipeline import fill_catalog
+    from autodeuq.search.space import load_space
 
     table, config = configs or _configs(args, TableConfig, SearchConfig)
     _check_targets(args)
@@ -268,7 +268,7 @@ def _check_out(path: Path, flag: str, inputs=(), beside=()) -> None:
     that exists on its way must let a file be created. ``beside``: names of the files written
     next to it (``metrics.json``), checked alike.
     """
-    from autodeuq.fileio import refuse_special, same_file
+    from autodeuq.core.fileio import refuse_special, same_file
 
     if path.is_dir():
         raise CLIError(f"{flag} {path}: is a directory; give a file name")
@@ -322,8 +322,8 @@ def _say_foreign_catalog(manifest: Path, ensemble) -> None:
 
 
 def _check_writable_folder(folder: Path, what: str) -> None:
-    """Refuse, before any work, a folder where no file can be made (:func:`autodeuq.fileio.probe_folder`)."""
-    from autodeuq.fileio import os_reason, probe_folder
+    """Refuse, before any work, a folder where no file can be made (:func:`autodeuq.core.fileio.probe_folder`)."""
+    from autodeuq.core.fileio import os_reason, probe_folder
 
     try:
         probe_folder(folder)
@@ -340,8 +340,8 @@ def cmd_ensemble(args, run_dir=None, deadline=None, config=None, search=None):
     """``autodeuq ensemble``; ``deadline``: the :func:`time.monotonic` time by which a run must end;
     ``config``: the ensemble configuration when ``run`` checked it already; ``search``: the
     search configuration of ``run``, whose workers refit the members."""
-    from autodeuq.options import EnsembleConfig
-    from autodeuq.pipeline import refit_where
+    from autodeuq.app.options import EnsembleConfig
+    from autodeuq.app.pipeline import refit_where
     from autodeuq.report import METRICS_NAME, build_and_report
 
     config = config or _configs(args, EnsembleConfig)[0]
@@ -409,9 +409,9 @@ def _split_id_column(table, ensemble, id_column, source):
 def cmd_predict(args):
     import pandas as pd
 
-    from autodeuq.data import read_table
+    from autodeuq.core.fileio import atomic_write
     from autodeuq.ensemble import load_ensemble
-    from autodeuq.fileio import atomic_write
+    from autodeuq.table.data import read_table
 
     if Path(args.ensemble).is_dir() and not (Path(args.ensemble) / "ensemble.json").is_file():
         raise CLIError(f"--ensemble {args.ensemble}: is a directory without ensemble.json; give the manifest file "
@@ -483,7 +483,7 @@ def _leaderboard(frame, nll_column: str) -> list[str]:
 
 def cmd_catalog(args):
     from autodeuq.catalog import CSV_NAME, Catalog
-    from autodeuq.result import MODEL_STATUSES, Status
+    from autodeuq.core.result import MODEL_STATUSES, Status
 
     if args.top < 0:
         raise CLIError(f"--top must be >= 0 (0 lists every trained network), got {args.top}")
@@ -546,8 +546,8 @@ def cmd_export(args):
 
 
 def cmd_run(args):
-    from autodeuq.options import EnsembleConfig, SearchConfig, TableConfig
-    from autodeuq.pipeline import ensemble_deadline, search_timeout
+    from autodeuq.app.options import EnsembleConfig, SearchConfig, TableConfig
+    from autodeuq.app.pipeline import ensemble_deadline, search_timeout
 
     started = time.monotonic()
     table, search, ensemble = _configs(args, TableConfig, SearchConfig, EnsembleConfig)  # all before the search
@@ -580,7 +580,7 @@ def main(argv=None) -> int:
                 "catalog": cmd_catalog, "show": cmd_catalog, "export": cmd_export}
     signals = contextlib.nullcontext()
     if args.command in ("search", "run"):
-        from autodeuq.runner import sigterm_interrupts
+        from autodeuq.engine.runner import sigterm_interrupts
 
         signals = sigterm_interrupts()  # SIGTERM stops like Ctrl-C, exit status 143
     sigterm = None
@@ -590,7 +590,7 @@ def main(argv=None) -> int:
             warnings.simplefilter("always", AutoDEUQWarning)  # each, not the first of a kind per place
             handlers[args.command](args)
     except AutoDEUQError as exc:
-        from autodeuq.runner import SearchError
+        from autodeuq.engine.runner import SearchError
 
         print(f"autodeuq: error: {error_line(exc)}", file=sys.stderr)
         return EXIT_SEARCH_FAILED if isinstance(exc, SearchError) else EXIT_USAGE

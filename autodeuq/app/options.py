@@ -6,7 +6,7 @@ come the options of ``autodeuq search | ensemble | run`` (:func:`add_to_parser`)
 parameters of :class:`~autodeuq.AutoDEUQRegressor` and their documentation, and the command-line
 reference of the documentation. The values a front end received are checked once, before any
 work, into three typed configurations (:class:`TableConfig`, :class:`SearchConfig`,
-:class:`EnsembleConfig`; :func:`resolve`), which the stages of the job (:mod:`autodeuq.pipeline`)
+:class:`EnsembleConfig`; :func:`resolve`), which the stages of the job (:mod:`autodeuq.app.pipeline`)
 take.
 
 A help text names other options in braces (``{max_evals}``): the command line shows them as its
@@ -25,11 +25,13 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from autodeuq import discard, evaluator, labels, preprocess, search
-from autodeuq.data import DEFAULT_VALID_FRACTION, SMALL_DATA_ROWS
+from autodeuq import discard, search
+from autodeuq.core.errors import ParameterError, ParameterWarning
 from autodeuq.discard.sha import RUNG_UNITS
+from autodeuq.engine import evaluator
 from autodeuq.ensemble import options as ensemble_choices
-from autodeuq.errors import ParameterError, ParameterWarning
+from autodeuq.table import labels, preprocess
+from autodeuq.table.data import DEFAULT_VALID_FRACTION, SMALL_DATA_ROWS
 
 __all__ = ["OPTIONS", "EnsembleConfig", "Option", "SearchConfig", "TableConfig", "add_option", "add_to_parser",
            "configure", "flag", "given", "numpydoc_parameters", "option_of", "resolve", "signature_parameters"]
@@ -227,10 +229,10 @@ class Path(Constraint):
 
 
 class Space(Constraint):
-    """A shipped space's name, a space file, a mapping or a :class:`~autodeuq.space.SearchSpace`."""
+    """A shipped space's name, a space file, a mapping or a :class:`~autodeuq.search.space.SearchSpace`."""
 
     def check(self, name, value):
-        from autodeuq.space import SearchSpace
+        from autodeuq.search.space import SearchSpace
 
         if not isinstance(value, (str, os.PathLike, dict, SearchSpace)):
             raise ParameterError(name, "must be a shipped space's name, a space file or a SearchSpace", value)
@@ -291,7 +293,7 @@ class Option:
     value alone does not (the command line's help shows it); ``applies`` (given the other values)
     says whether the option is used, ``depends`` which option it reads, and ``unused`` what a
     non-default value gets when it is not: ``"refuse"`` (an error) or ``"ignore"`` (a
-    :class:`~autodeuq.errors.ParameterWarning` that says so). Every value is checked against its
+    :class:`~autodeuq.core.errors.ParameterWarning` that says so). Every value is checked against its
     constraint whether or not the option applies.
     """
 

@@ -3,7 +3,7 @@
 :func:`fill_catalog` is the search stage: training objective -> evaluator -> search driver,
 filling (or resuming) a catalog. :func:`select_ensemble` and :func:`refit_ensemble` are the
 ensemble stage: selection and calibration on the catalog's validation predictions, then the
-refit of the members. Both take the configurations of :mod:`autodeuq.options`, checked once
+refit of the members. Both take the configurations of :mod:`autodeuq.app.options`, checked once
 before any work. Scoring, figures and files (the command line's) are :mod:`autodeuq.report`'s.
 Heavy modules (TensorFlow, Ray, ConfigSpace) are imported only when a stage runs.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 
-from autodeuq.errors import ParameterError
+from autodeuq.core.errors import ParameterError
 from autodeuq.search import evolution_options  # its former home: the searchers' package owns it now
 
 __all__ = ["discarder", "ensemble_deadline", "evolution_options", "fill_catalog", "refit_ensemble", "refit_where",
@@ -58,7 +58,7 @@ def discarder(early_discarding="none", **options):
     {'policy': 'iepoch', 'epochs': 1, 'top_k': 20}
     """
     from autodeuq import discard
-    from autodeuq.options import OPTIONS
+    from autodeuq.app.options import OPTIONS
 
     return discard.create(early_discarding, {**{o.name: o.default for o in OPTIONS}, **options})
 
@@ -66,7 +66,7 @@ def discarder(early_discarding="none", **options):
 def discarding_policy(early_discarding, recorded=None) -> str:
     """The policy that ``early_discarding`` stands for: as asked, or for ``"auto"`` the successive
     halving that the catalog being resumed turned on (``recorded``:
-    :func:`autodeuq.runner.recorded_rule`), else ``"cost"``: decided from the trainings' cost
+    :func:`autodeuq.engine.runner.recorded_rule`), else ``"cost"``: decided from the trainings' cost
     (:mod:`autodeuq.discard.cost`), in a resumed search from the trainings of this run, as a search
     resumed to a larger budget may cost more than the one that decided. A catalog searched with
     successive halving before decisions were recorded keeps it.
@@ -84,7 +84,7 @@ def discarding_policy(early_discarding, recorded=None) -> str:
 
 
 def searcher_options(config, space) -> dict:
-    """The options of the searcher that ``config`` (a :class:`~autodeuq.options.SearchConfig`)
+    """The options of the searcher that ``config`` (a :class:`~autodeuq.app.options.SearchConfig`)
     names on ``space`` (sized for the data): surrogate and acquisition of the BO-based searchers,
     the fixed halves of the ablations, P and S of aging evolution.
 
@@ -94,7 +94,7 @@ def searcher_options(config, space) -> dict:
         A fixed half that the space refuses.
     """
     from autodeuq.search import ablation_fixed_arch, ablation_fixed_hp, surrogate_searchers
-    from autodeuq.space import SpaceError
+    from autodeuq.search.space import SpaceError
 
     options = {}
     if config.search in surrogate_searchers():
@@ -123,14 +123,14 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
     dataset : Dataset
     run_dir : path
     config : SearchConfig
-        Checked by :func:`autodeuq.options.resolve`. Early discarding ``"auto"`` is settled here
+        Checked by :func:`autodeuq.app.options.resolve`. Early discarding ``"auto"`` is settled here
         from the data and the catalog being resumed (:func:`discarding_policy`, and each rule's
         :meth:`~autodeuq.discard.base.DiscardRule.from_options`); ``"iepoch"`` runs i-Epoch's
         search, then trains the best configurations to the full budget, in this call (with a timeout its search
         phase uses at most half of it).
     timeout : float, optional
         Wall-clock seconds for this call, starting the evaluator included (see
-        :func:`autodeuq.runner.run_search`); :func:`search_timeout` gives the search's part of a
+        :func:`autodeuq.engine.runner.run_search`); :func:`search_timeout` gives the search's part of a
         budget for a whole run. None: no limit (``config.timeout`` is the caller's to split).
     on_start : callable, optional
         Called with the evaluator once it is ready, before the search starts (the command line
@@ -141,7 +141,7 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
     Returns
     -------
     SearchSummary
-        Call its ``raise_for_error()`` to raise :class:`~autodeuq.runner.SearchError` when the
+        Call its ``raise_for_error()`` to raise :class:`~autodeuq.engine.runner.SearchError` when the
         search produced nothing usable; ``interrupted`` is set when Ctrl-C or SIGTERM stopped it.
 
     Raises
@@ -150,11 +150,11 @@ def fill_catalog(space, dataset, run_dir: str | os.PathLike, config, *, timeout:
         A setting the space or the data refuse, before anything starts.
     """
     from autodeuq import discard
-    from autodeuq import evaluator as evaluators
     from autodeuq.discard.cost import DiscardByCost, decide_after
     from autodeuq.discard.scheduler import Scheduler
-    from autodeuq.evaluator.base import evaluation_threads
-    from autodeuq.runner import read_recorded, recorded_rule, run_search
+    from autodeuq.engine import evaluator as evaluators
+    from autodeuq.engine.evaluator.base import evaluation_threads
+    from autodeuq.engine.runner import read_recorded, recorded_rule, run_search
 
     c = config
     deadline = None if timeout is None else time.monotonic() + timeout

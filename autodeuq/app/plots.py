@@ -3,7 +3,7 @@ observed values with the aleatoric and epistemic parts as error bars, the absolu
 the predicted standard deviation, and the calibration curve; the search trace.
 
 Each function writes its figure to ``path`` (atomically, never through a link: see
-:func:`autodeuq.fileio.atomic_write`) and returns the path, or returns the PNG bytes when
+:func:`autodeuq.core.fileio.atomic_write`) and returns the path, or returns the PNG bytes when
 ``path`` is None, so a caller can render every figure before it writes any.
 """
 from __future__ import annotations
@@ -263,7 +263,7 @@ def _save(fig, path) -> Path | bytes:
         plt.close(fig)
     if path is None:
         return buf.getvalue()
-    from autodeuq.fileio import atomic_write
+    from autodeuq.core.fileio import atomic_write
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

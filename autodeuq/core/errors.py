@@ -92,11 +92,11 @@ class ParameterWarning(AutoDEUQWarning):
 class DataError(AutoDEUQError, ValueError):
     """Bad input data: the message says which file, which column and what is wrong.
 
-    Raised by :mod:`autodeuq.data` and :mod:`autodeuq.preprocess` (and importable from both)."""
+    Raised by :mod:`autodeuq.table.data` and :mod:`autodeuq.table.preprocess` (and importable from both)."""
 
 
 class SpaceError(AutoDEUQError, ValueError):
     """A search-space file or a configuration does not describe a valid space/point.
 
-    Raised by :mod:`autodeuq.space` (and importable from there); here so that the trainer, below the
+    Raised by :mod:`autodeuq.search.space` (and importable from there); here so that the trainer, below the
     search space, can catch it."""

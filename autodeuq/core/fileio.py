@@ -8,7 +8,7 @@ fsynced. A crash at any instant leaves either the old file or the new one, never
 link planted at either name is replaced, never written through (the POSIX rename and fsync
 rules; Pillai et al., "All File Systems Are Not Created Equal", OSDI 2014).
 
-This module depends on the standard library and :mod:`autodeuq.errors` only, so every layer may
+This module depends on the standard library and :mod:`autodeuq.core.errors` only, so every layer may
 use it.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from .errors import AutoDEUQError
+from autodeuq.core.errors import AutoDEUQError
 
 __all__ = ["atomic_write", "refuse_linked_folders", "WriteError", "TEMP_SUFFIX"]
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autodeuq._lazy import lazy_attributes
-from autodeuq.registry import Registry
+from autodeuq.core.registry import Registry
 
 __all__ = ["RULES", "create", "policies", "DiscardRule", "SuccessiveHalving", "IEpoch", "Scheduler",
            "DiscardByCost"]

@@ -30,7 +30,7 @@ class DiscardRule:
 
     #: The rule's name in :data:`autodeuq.discard.RULES`, recorded in the catalog as ``policy``.
     name: str = ""
-    #: The options of the run (:data:`autodeuq.options.OPTIONS`) that :meth:`from_options` reads.
+    #: The options of the run (:data:`autodeuq.app.options.OPTIONS`) that :meth:`from_options` reads.
     options: tuple[str, ...] = ()
     #: Share of a search's time limit the search phase may use (the rest: :meth:`after_search`'s trainings).
     search_share: float = 1.0
@@ -40,7 +40,7 @@ class DiscardRule:
                      recorded: dict | None = None, log=None) -> "DiscardRule":
         """The rule that the run's ``options`` (option name -> value, checked against the table)
         ask for. ``epochs``: the search's epoch budget when known; ``dataset``, ``space`` (sized
-        for the data) and ``recorded`` (:func:`autodeuq.runner.recorded_rule` of a catalog being
+        for the data) and ``recorded`` (:func:`autodeuq.engine.runner.recorded_rule` of a catalog being
         resumed) are given when the search starts (None while the options alone are checked);
         ``log`` receives a line when an ``"auto"`` setting chose something worth saying.
 

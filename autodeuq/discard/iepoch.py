@@ -3,15 +3,15 @@
 The search trains every configuration for ``i`` epochs only, then the ``k`` configurations of
 lowest validation loss are trained again, from scratch, to the full epoch budget: the rule's
 second phase (:meth:`IEpoch.after_search`), which the search driver runs in the same call
-(:func:`autodeuq.runner.run_search`).
+(:func:`autodeuq.engine.runner.run_search`).
 """
 from __future__ import annotations
 
 import json
 import math
 
+from autodeuq.core.errors import ParameterError
 from autodeuq.discard.base import DiscardRule
-from autodeuq.errors import ParameterError
 
 __all__ = ["IEpoch"]
 

@@ -2,7 +2,7 @@
 
 A :class:`Scheduler` holds the rule the trainings follow (a rule of :data:`autodeuq.discard.RULES`,
 or none), resolved once before the search (from the options, the data and what a resumed catalog
-recorded: :func:`autodeuq.pipeline.fill_catalog`). The driver (:mod:`autodeuq.runner`) hands the
+recorded: :func:`autodeuq.app.pipeline.fill_catalog`). The driver (:mod:`autodeuq.engine.runner`) hands the
 rule to its evaluator, whose trainings report their progress to it and receive continue or stop
 through the evaluator's handle (the rule itself in-process, a Ray actor on Ray); it teaches the
 rule a resumed catalog's histories; after each recorded result it lets the scheduler change the
@@ -11,7 +11,11 @@ the search it trains again what the rule names (:meth:`~autodeuq.discard.base.Di
 """
 from __future__ import annotations
 
+# decide_after and training_cost: the other names of the former module autodeuq.scheduler, whose
+# name now leads here (autodeuq._lazy.MOVED).
 from autodeuq.discard.cost import DiscardByCost
+from autodeuq.discard.cost import decide_after as decide_after
+from autodeuq.discard.cost import training_cost as training_cost
 
 __all__ = ["Scheduler"]
 

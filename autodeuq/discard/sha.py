@@ -37,9 +37,9 @@ import threading
 from collections import defaultdict
 from typing import Iterable, Sequence
 
-from autodeuq import data
+from autodeuq.core.errors import ParameterError
 from autodeuq.discard.base import DiscardRule
-from autodeuq.errors import ParameterError
+from autodeuq.table import data
 
 __all__ = ["SuccessiveHalving", "rung_epochs", "rung_schedule", "middle_batch", "RUNG_UNITS", "resolve_min_epochs",
            "first_rung", "rung_unit"]
@@ -289,7 +289,7 @@ def _describe(rule) -> dict:
 def first_rung(sha_min_epochs, dataset, recorded=None) -> tuple[int, str | None]:
     """The first rung of successive halving that ``sha_min_epochs`` stands for on ``dataset``
     (see :func:`resolve_min_epochs`; ``"auto"`` keeps the first rung of the ``recorded`` rule of a
-    catalog being resumed, :func:`autodeuq.runner.recorded_rule`), and a line for the user when
+    catalog being resumed, :func:`autodeuq.engine.runner.recorded_rule`), and a line for the user when
     ``"auto"`` chose a rung other than 1."""
     if sha_min_epochs == "auto" and (recorded or {}).get("policy") == "sha":
         return int(recorded["min_epochs"]), None

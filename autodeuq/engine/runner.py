@@ -29,8 +29,8 @@ from pathlib import Path
 
 from autodeuq import search as searchers
 from autodeuq.catalog import DISCARDING_DECISION, MUTATED_FROM, PROMOTED_FROM, Catalog, CatalogError
-from autodeuq.errors import AutoDEUQError, ParameterError
-from autodeuq.result import Status, TrainResult
+from autodeuq.core.errors import AutoDEUQError, ParameterError
+from autodeuq.core.result import Status, TrainResult
 from autodeuq.search.base import config_key
 
 EARLY_FAILURES = 5

@@ -2,7 +2,7 @@
 
 :data:`ACTIVATIONS` is the one table of them: the search space accepts exactly its names, the
 networks give Keras the activation it names, and the compiled trainer's plain-ops program runs
-its forward and backward (:mod:`autodeuq.ops`). Adding an activation is one entry here.
+its forward and backward (:mod:`autodeuq.nn.ops`). Adding an activation is one entry here.
 
 Each gradient is the kernel TensorFlow's own gradient of the Keras function uses, so the
 numbers agree with automatic differentiation (checked in ``tests/test_model.py``).
@@ -14,7 +14,7 @@ import importlib
 import math
 from collections.abc import Callable
 
-from ._lazy import keras, tf
+from autodeuq._lazy import keras, tf
 
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 
@@ -77,8 +77,8 @@ ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
     Activation("sigmoid", lambda dy, z, a: tf.raw_ops.SigmoidGrad(y=a, dy=dy)),
     Activation("softplus", lambda dy, z, a: dy * tf.sigmoid(z)),
     Activation("softsign", lambda dy, z, a: tf.raw_ops.SoftsignGrad(gradients=dy, features=z)),
-    # Keras' swish is tf.nn.silu, a tf.custom_gradient that pins every traced graph (autodeuq.layers.swish)
-    Activation("swish", _swish_grad, keras_object="autodeuq.layers:swish"),
+    # Keras' swish is tf.nn.silu, a tf.custom_gradient that pins every traced graph (autodeuq.nn.layers.swish)
+    Activation("swish", _swish_grad, keras_object="autodeuq.nn.layers:swish"),
     Activation("tanh", lambda dy, z, a: tf.raw_ops.TanhGrad(y=a, dy=dy)),
 )}
 """Every activation a search space may name (one entry per function)."""

@@ -1,6 +1,6 @@
 """The layout of a network's weights in one flat float32 vector, as the trainer keeps them.
 
-:mod:`autodeuq.train` holds every trainable parameter of a network in one vector and, at every
+:mod:`autodeuq.nn.train` holds every trainable parameter of a network in one vector and, at every
 step, splits it into the network's weights. TensorFlow's ``SplitV`` returns pieces that share the
 vector's memory only when the size of *every* piece is a multiple of 64 bytes; otherwise it
 copies the whole vector, once per step (what that costs a large network's training:
@@ -14,7 +14,7 @@ not multiples of 16), the trimmed copies would add up to about what the split co
 ops: such a layout is left unpadded, and the split copies the vector as before.
 
 The padding entries are never read as weights, and their gradient is zero, so every optimizer of
-:mod:`autodeuq.optimizers` leaves them at zero. A training's numbers are those of the unpadded
+:mod:`autodeuq.nn.optimizers` leaves them at zero. A training's numbers are those of the unpadded
 vector but for one kernel: the padding moves the vector's last entries from the scalar tail of
 an update's loop into its vector part, and TensorFlow's Adadelta kernel computes the two parts
 to different last bits (its reciprocal square root), so Adadelta's trainings end in other last
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._lazy import tf
+from autodeuq._lazy import tf
 
 ALIGN = 16  #: float32 entries in 64 bytes, the alignment TensorFlow asks of a piece it need not copy
 MAX_TRIMMED = 2  #: weights a padded layout may trim (more: the layout is not padded)
@@ -85,7 +85,7 @@ class FlatLayout:
 
 def split(via, flat, layout: FlatLayout):
     """The vector ``flat`` (laid out as ``layout``) as its arrays, in a graph made through ``via``
-    (:mod:`autodeuq.splice`). The sizes and shapes enter the piece as constants, so that one piece
+    (:mod:`autodeuq.nn.splice`). The sizes and shapes enter the piece as constants, so that one piece
     serves every network whose weights have the same ranks and the same weights padded."""
     return via.call(("split",), _split, flat,
                     via.constant([n + p for n, p in zip(layout.sizes, layout.pads)], tf.int32),
@@ -109,7 +109,7 @@ def _split(flat, padded_sizes, trimmed_sizes, shapes, ranks):
 def join(values, layout: FlatLayout):
     """The arrays ``values`` (of ``layout``'s shapes, in a graph) as one vector laid out as
     ``layout``, zeros in the padding. Its graph depends on the ranks and the padding: a piece of
-    :mod:`autodeuq.splice` that calls it is keyed by both (:func:`join_key`)."""
+    :mod:`autodeuq.nn.splice` that calls it is keyed by both (:func:`join_key`)."""
     flat = tf.constant([-1])
     parts = []
     for value, rank, pad in zip(values, layout.ranks, layout.pads):

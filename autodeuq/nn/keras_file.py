@@ -1,8 +1,8 @@
 """A plan's trained network as a ``.keras`` file, written and read back without a Keras model.
 
 Every training ends by saving its network: the core of its plan
-(:class:`autodeuq.plan.NetworkPlan`) between :class:`~autodeuq.layers.Standardize` and
-:class:`~autodeuq.layers.Unstandardize`, as :func:`autodeuq.model.with_scaling` builds it.
+(:class:`autodeuq.nn.plan.NetworkPlan`) between :class:`~autodeuq.nn.layers.Standardize` and
+:class:`~autodeuq.nn.layers.Unstandardize`, as :func:`autodeuq.nn.model.with_scaling` builds it.
 Building that Keras model (its layers, variables and functional graph) and saving it through
 Keras was a large part of a small network's fixed cost (``benchmarks/results/training_speed.md``).
 This module writes the same file from the plan and the weights:
@@ -42,10 +42,10 @@ import h5py
 import keras
 import numpy as np
 
-from .data import Standardizer
-from .layers import Standardize, Unstandardize, unstandardize
-from .model import SCALED_NAME, STANDARDIZE_NAME, UNSTANDARDIZE_NAME
-from .plan import CORE_NAME, INPUT_NAME, NetworkPlan, NetworkProgram
+from autodeuq.nn.layers import Standardize, Unstandardize, unstandardize
+from autodeuq.nn.model import SCALED_NAME, STANDARDIZE_NAME, UNSTANDARDIZE_NAME
+from autodeuq.nn.plan import CORE_NAME, INPUT_NAME, NetworkPlan, NetworkProgram
+from autodeuq.table.data import Standardizer
 
 ENTRY_CACHE_SIZE = 1024  #: layer entries kept (one per kind of layer and settings)
 
@@ -61,7 +61,7 @@ def network_bytes(plan: NetworkPlan, weights, state, scaler, classifier: bool = 
     scaler : Standardizer
         The training split's ``x_mean``, ``x_std``, ``y_mean``, ``y_std``.
     classifier : bool
-        The plan outputs logits: no :class:`~autodeuq.layers.Unstandardize` after it.
+        The plan outputs logits: no :class:`~autodeuq.nn.layers.Unstandardize` after it.
 
     Returns
     -------
@@ -153,7 +153,7 @@ class _Graph:
             list_input: bool = False, shape_entries: dict | None = None):
         """Add the layer ``make()`` would make, named ``name``: ``key`` (JSON-serializable) is
         what it is made from but for ``shape_entries``, the entries of its configuration that only fix
-        shapes (:attr:`autodeuq.ops.Op.SHAPES_ONLY`, of the same names in the layer's), so that
+        shapes (:attr:`autodeuq.nn.ops.Op.SHAPES_ONLY`, of the same names in the layer's), so that
         one entry serves every value of them."""
         entry, built, class_name = _entry(name, key, make)
         entry["config"].update(shape_entries or {})
@@ -254,7 +254,7 @@ class SavedNetwork:
     ``network(x)`` takes inputs in original units and gives what the file's Keras model gives
     (the Gaussian outputs ``[mean, var]`` in original units, or a classifier's logits), by the
     same ops in the same order: the standardization, the plan's program
-    (:class:`autodeuq.plan.NetworkPlan`, inference mode), the conversion back to original units.
+    (:class:`autodeuq.nn.plan.NetworkPlan`, inference mode), the conversion back to original units.
     It needs no Keras model, whose building is most of what loading a file through Keras costs
     (``benchmarks/results/search_speed/``).
 
@@ -369,7 +369,7 @@ def _plan_of(config: dict):
 
 def _op_of(entry: dict):
     """The op of a core layer's entry (its class, settings and inputs)."""
-    from . import ops
+    from autodeuq.nn import ops
 
     settings, name = entry["config"], entry["name"]
     args = entry["inbound_nodes"][0]["args"][0]

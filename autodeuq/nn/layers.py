@@ -2,7 +2,7 @@
 
 Every custom layer is registered with ``get_config`` (no ``Lambda``), so a saved ``.keras`` file
 reloads with ``keras.models.load_model(path)`` in safe mode once this module has been imported
-(importing :mod:`autodeuq.model` does). The registered names (``autodeuq>GaussianHead``...)
+(importing :mod:`autodeuq.nn.model` does). The registered names (``autodeuq>GaussianHead``...)
 are what saved files refer to: keep them.
 """
 from __future__ import annotations
@@ -121,3 +121,13 @@ def swish(x):
     traced graph alive, so a long-lived worker would grow with every network using it.
     """
     return x * ops.sigmoid(x)
+
+
+# The module a saved .keras file records for these objects (its config.json names it beside their
+# registered names, by which Keras finds them): part of the file format, so it stays the module they
+# were defined in when the format was set, importable by that name (autodeuq._lazy.MOVED), and a
+# file written now is byte for byte the one written before the layers moved to autodeuq.nn.
+SAVED_MODULE = "autodeuq.layers"
+for _saved in (Standardize, GaussianHead, Unstandardize, swish):
+    _saved.__module__ = SAVED_MODULE
+del _saved

@@ -1,7 +1,7 @@
 """Keras 3 networks of the joint search space (Egele et al. 2022; Egele 2024, Figure 6.1).
 
 A configuration's architecture vector becomes a functional model through its plan
-(:class:`autodeuq.plan.NetworkPlan`: the cells, their skips and the Gaussian head). Two models
+(:class:`autodeuq.nn.plan.NetworkPlan`: the cells, their skips and the Gaussian head). Two models
 are involved:
 
 * the *core* network (:func:`build_network`) works in standardized units; it is what the
@@ -9,10 +9,10 @@ are involved:
 * the *scaled* network (:func:`with_scaling`) wraps the core between :class:`Standardize` and
   :class:`Unstandardize`, so it takes inputs and returns means and variances in the original
   units. This is the model that is saved and handed to users. A training writes its file
-  without building either (:func:`autodeuq.keras_file.network_bytes`); the file reloads to this
+  without building either (:func:`autodeuq.nn.keras_file.network_bytes`); the file reloads to this
   model.
 
-The custom layers are registered serializable layers (:mod:`autodeuq.layers`, imported here), so
+The custom layers are registered serializable layers (:mod:`autodeuq.nn.layers`, imported here), so
 a saved ``.keras`` file reloads with ``keras.models.load_model(path)`` in safe mode once this
 module has been imported.
 """
@@ -26,11 +26,11 @@ import warnings
 import keras
 import numpy as np
 
-from .layers import (  # importing autodeuq.layers registers every custom layer
+from autodeuq.nn.layers import (  # importing autodeuq.nn.layers registers every custom layer
     Standardize,
     Unstandardize,
 )
-from .plan import CORE_NAME, INPUT_NAME, NetworkPlan
+from autodeuq.nn.plan import CORE_NAME, INPUT_NAME, NetworkPlan
 
 SCALED_NAME = "autodeuq_network"  #: the saved model's name
 STANDARDIZE_NAME = "standardize"

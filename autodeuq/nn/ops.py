@@ -5,18 +5,18 @@ An op pairs, as a Keras layer pairs ``call`` and ``get_config`` (or a PyTorch
 
 * :meth:`Op.layer`: the Keras layer of the saved model (its name is the op's name);
 * :meth:`Op.forward`: the same computation on plain TensorFlow ops, given the layer's weights,
-  for the compiled trainer (:class:`autodeuq.plan.NetworkProgram`);
+  for the compiled trainer (:class:`autodeuq.nn.plan.NetworkProgram`);
 * :meth:`Op.backward`: the gradients of a loss w.r.t. the op's inputs and weights from its
   gradient w.r.t. the output. Written out for the ops here (matmuls, bias-gradient sums and the
-  activation gradient kernels of :mod:`autodeuq.activations`); an op that does not write it
+  activation gradient kernels of :mod:`autodeuq.nn.activations`); an op that does not write it
   inherits :meth:`Op.backward`, which takes the gradients from a ``tf.GradientTape`` recorded
   around its forward (:meth:`Op.taped_forward`). A new kind of layer is therefore one subclass.
 * :meth:`Op.config`: what identifies the op, for the trainer's cache of compiled epochs;
   :attr:`Op.SHAPES_ONLY` names its entries that only fix shapes, so that the pieces a spliced
-  epoch is made of (:mod:`autodeuq.splice`, keyed by :meth:`Op.piece_key`) serve every value;
+  epoch is made of (:mod:`autodeuq.nn.splice`, keyed by :meth:`Op.piece_key`) serve every value;
 * :meth:`Op.output_width`, :meth:`Op.weight_shapes`, :meth:`Op.initial_weights` and
   :meth:`Op.initial_state`: its weights as its Keras layer would start them, so that a training
-  needs no Keras model (:meth:`autodeuq.plan.NetworkPlan.initial_values`).
+  needs no Keras model (:meth:`autodeuq.nn.plan.NetworkPlan.initial_values`).
 
 Training and inference, and state. As Keras passes ``training`` to a layer's ``call`` only when
 its signature names it, the program passes these keywords to a ``forward`` that names them:
@@ -27,7 +27,7 @@ its signature names it, the program passes these keywords to a ``forward`` that 
 * ``state`` (list of tensors): the current values of the op's non-trainable variables, those
   :meth:`Op.state_variables` names among its Keras layer's. After each training step the trainer
   stores :meth:`Op.new_state` (for batch normalization, the moving mean and variance), and the
-  saved file carries them as the Keras layer's non-trainable variables (:mod:`autodeuq.keras_file`).
+  saved file carries them as the Keras layer's non-trainable variables (:mod:`autodeuq.nn.keras_file`).
 
 Why plain ops at all: tracing Keras layer calls costs ~10x more Python time than tracing these
 few ops, and ``tf.GradientTape`` adds broadcasting bookkeeping (shape, reduce and reshape ops) to
@@ -47,9 +47,9 @@ import numpy as np
 import tensorflow as tf
 from keras import layers
 
-from . import activations
-from .layers import VARIANCE_FLOOR
-from .layers import GaussianHead as GaussianHeadLayer
+from autodeuq.nn import activations
+from autodeuq.nn.layers import VARIANCE_FLOOR
+from autodeuq.nn.layers import GaussianHead as GaussianHeadLayer
 
 MODE_KEYWORDS = ("training", "rng", "state")  #: what a ``forward`` may name, besides weights and inputs
 
@@ -77,8 +77,8 @@ class Op:
 
     #: the entries of :meth:`config` that only fix the shapes of its weights and output (a
     #: ``Dense``'s units), named as in its Keras layer's configuration: the forward and backward
-    #: traced for one value serve every value (:mod:`autodeuq.splice`), as does the layer's
-    #: serialized configuration in a written file (:mod:`autodeuq.keras_file`)
+    #: traced for one value serve every value (:mod:`autodeuq.nn.splice`), as does the layer's
+    #: serialized configuration in a written file (:mod:`autodeuq.nn.keras_file`)
     SHAPES_ONLY: tuple[str, ...] = ()
 
     def __init__(self, name: str, inputs: Sequence[str]):
@@ -325,7 +325,7 @@ class Activation(Op):
 
 class GaussianHead(Op):
     """Raw ``(n, 2T)`` -> ``(mean, var)`` with ``var = softplus(raw_var) + floor``:
-    :class:`autodeuq.layers.GaussianHead`. Its output is the pair, each ``(n, T)``."""
+    :class:`autodeuq.nn.layers.GaussianHead`. Its output is the pair, each ``(n, T)``."""
 
     def __init__(self, name: str, input_name: str, n_targets: int, floor: float = VARIANCE_FLOOR):
         super().__init__(name, [input_name])

@@ -1,6 +1,6 @@
 """The optimizers of the search space as fused updates of one flat parameter vector.
 
-The compiled training loop (:mod:`autodeuq.train`) keeps every trainable parameter of a network
+The compiled training loop (:mod:`autodeuq.nn.train`) keeps every trainable parameter of a network
 in one float32 vector. Updating a vector of ~10^5 entries is memory-bound, and a Keras optimizer
 spells each update as a chain of elementwise ops, each one pass over the vector. Here each
 optimizer is TensorFlow's fused kernel for the same rule where one exists (one pass), or the
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._lazy import keras, tf
+from autodeuq._lazy import keras, tf
 
 EPSILON = 1e-7
 BETA_1, BETA_2 = 0.9, 0.999

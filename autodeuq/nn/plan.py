@@ -9,11 +9,11 @@ catalog's models output logits). A space may add
 to each cell batch normalization of its Dense output and dropout of its output (see
 ``search_spaces/README.md``). From it come
 
-* the Keras model (:meth:`NetworkPlan.build_model`, used by :func:`autodeuq.model.build_network`);
+* the Keras model (:meth:`NetworkPlan.build_model`, used by :func:`autodeuq.nn.model.build_network`);
 * its weights' shapes and initial values, without a Keras model (:meth:`NetworkPlan.initial_values`);
 * the plain-ops program the compiled trainer runs (:class:`NetworkProgram`);
 * the saved ``.keras`` file of its trained weights, without a Keras model either
-  (:mod:`autodeuq.keras_file`);
+  (:mod:`autodeuq.nn.keras_file`);
 * the key of the trainer's cache of compiled epochs (:attr:`NetworkPlan.key`).
 
 Layer names are made here only (:func:`dense_name`, :func:`projection_name`, ...); saved
@@ -33,8 +33,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from . import ops
-from .splice import DIRECT, NotSpliceable
+from autodeuq.nn import ops
+from autodeuq.nn.splice import DIRECT, NotSpliceable
 
 INPUT_NAME = "features"
 CORE_NAME = "autodeuq_core"
@@ -177,7 +177,7 @@ class NetworkPlan:
         return int(sum(int(np.prod(s)) for s in self.weight_shapes()))
 
     def initial_values(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """``(weights, state)`` as the Keras model starts them (:meth:`autodeuq.ops.Op.initial_weights`):
+        """``(weights, state)`` as the Keras model starts them (:meth:`autodeuq.nn.ops.Op.initial_weights`):
         after the same ``keras.utils.set_random_seed(s)``, equal to the variables of
         :meth:`build_model`'s model, without building it."""
         weights, state = [], []
@@ -188,7 +188,7 @@ class NetworkPlan:
 
     def state_variables(self, model: keras.Model) -> list:
         """The variables of ``model`` (built from this plan) that hold the ops' state
-        (:meth:`autodeuq.ops.Op.state_variables`), op by op: the order of a program's state."""
+        (:meth:`autodeuq.nn.ops.Op.state_variables`), op by op: the order of a program's state."""
         return [v for op in self.ops for v in op.state_variables(model.get_layer(op.name))]
 
     def build_model(self, name: str = CORE_NAME) -> keras.Model:
@@ -208,7 +208,7 @@ class NetworkProgram:
     :meth:`NetworkPlan.weight_shapes` (that of the Keras model's ``trainable_variables``); it
     applies the same ops in the same order as the Keras layers, so it gives the same numbers.
     :meth:`forward` and :meth:`backward` are the training pair: each op's forward keeps what its
-    backward needs (:mod:`autodeuq.ops`), and an op without a written-out backward runs its
+    backward needs (:mod:`autodeuq.nn.ops`), and an op without a written-out backward runs its
     forward under a ``tf.GradientTape``. The tests check the outputs against the Keras model and
     the gradients against ``tf.GradientTape``.
 
@@ -235,7 +235,7 @@ class NetworkProgram:
     @property
     def spliceable(self) -> bool:
         """Whether every op writes its backward out, so that a training step can be spliced from
-        pieces (:mod:`autodeuq.splice`): a taped op's backward needs its forward's tape."""
+        pieces (:mod:`autodeuq.nn.splice`): a taped op's backward needs its forward's tape."""
         return all(written for *_, written in self.steps)
 
     @tf.autograph.experimental.do_not_convert  # static Python loops: nothing for AutoGraph to do
@@ -256,7 +256,7 @@ class NetworkProgram:
             The generator of random ops in training.
         via : Direct or Splicer
             How each op's forward is traced: directly, or as a piece of a spliced graph (then the
-            values are :class:`autodeuq.splice.Ref`; see :mod:`autodeuq.splice`).
+            values are :class:`autodeuq.nn.splice.Ref`; see :mod:`autodeuq.nn.splice`).
         """
         values, saved = {INPUT_NAME: x}, {}
         for op, where, state_where, keywords, written in self.steps:

@@ -10,14 +10,14 @@ bookkeeping of :class:`EpochBookkeeper`, which reproduces Keras' ``ReduceLROnPla
 
 Choices that keep tracing cheap and rare:
 
-* All trainable parameters live in one flat vector (laid out by :mod:`autodeuq.flat`), and the
+* All trainable parameters live in one flat vector (laid out by :mod:`autodeuq.nn.flat`), and the
   epoch runs the network as plain ops on slices of it, with its backward pass written out
-  (:class:`~autodeuq.plan.NetworkProgram` over the network's plan, checked against the Keras
+  (:class:`~autodeuq.nn.plan.NetworkProgram` over the network's plan, checked against the Keras
   model and ``tf.GradientTape`` in the tests). Every optimizer of the space is elementwise, so
   one fused update of the vector
-  (:class:`~autodeuq.optimizers.FlatOptimizer`) is the same arithmetic as Keras' per-variable
+  (:class:`~autodeuq.nn.optimizers.FlatOptimizer`) is the same arithmetic as Keras' per-variable
   updates, with far fewer ops to trace and run, and the best-weights snapshot is a single copy.
-* The compiled epoch, built for a (network plan, optimizer) key (:attr:`~autodeuq.plan.NetworkPlan.key`), is
+* The compiled epoch, built for a (network plan, optimizer) key (:attr:`~autodeuq.nn.plan.NetworkPlan.key`), is
   kept in a small LRU cache (:data:`TRAINER_CACHE_SIZE`). A later training with the same key
   (e.g. a search over training hyperparameters with a fixed architecture) reuses it after
   resetting the weights, the optimizer state and the shuffle generator: no retrace.
@@ -29,8 +29,8 @@ Choices that keep tracing cheap and rare:
   single-threaded executor (:func:`_single_threaded_wanted`): its ops run one after the other anyway.
 
 No Keras model is built during a training: the initial weights come from the plan, drawn as the
-Keras layers draw them (:meth:`~autodeuq.plan.NetworkPlan.initial_values`), and the ``.keras``
-file is written from the plan and the kept weights (:func:`autodeuq.keras_file.network_bytes`):
+Keras layers draw them (:meth:`~autodeuq.nn.plan.NetworkPlan.initial_values`), and the ``.keras``
+file is written from the plan and the kept weights (:func:`autodeuq.nn.keras_file.network_bytes`):
 building the model and saving it through Keras was a large part of a small network's fixed cost
 (``benchmarks/results/training_speed.md``).
 
@@ -40,7 +40,7 @@ objects alive after the first training's imports are moved out of the garbage co
 (``gc.freeze``), so that collecting the cyclic garbage of old trainings does not rescan
 TensorFlow's own objects each time (a full collection is several times cheaper frozen). Keras'
 ``swish`` (``tf.nn.silu``, a ``tf.custom_gradient`` that pins every traced graph forever in TF
-2.21) is replaced by :func:`autodeuq.layers.swish`. The collection times and the memory held over
+2.21) is replaced by :func:`autodeuq.nn.layers.swish`. The collection times and the memory held over
 200 trainings are in ``benchmarks/results/training_speed.md``.
 
 One training runs at a time per process (the global generators it seeds, Keras' session state,
@@ -63,16 +63,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from . import flat as flat_layout
-from .errors import SpaceError
-from .keras_file import network_bytes
-from .metrics import LOG_2PI
-from .model import split_output
-from .ops import gpu_visible
-from .optimizers import FlatOptimizer
-from .plan import NetworkPlan, NetworkProgram
-from .result import Status, TrainResult, worker_name
-from .splice import DIRECT, NotSpliceable, SplicedFunction, Splicer
+from autodeuq.core.errors import SpaceError
+from autodeuq.core.result import Status, TrainResult, worker_name
+from autodeuq.metrics import LOG_2PI
+from autodeuq.nn import flat as flat_layout
+from autodeuq.nn.keras_file import network_bytes
+from autodeuq.nn.model import split_output
+from autodeuq.nn.ops import gpu_visible
+from autodeuq.nn.optimizers import FlatOptimizer
+from autodeuq.nn.plan import NetworkPlan, NetworkProgram
+from autodeuq.nn.splice import DIRECT, NotSpliceable, SplicedFunction, Splicer
 
 TRAINER_CACHE_SIZE = 4  # compiled epochs kept for reuse (each holds its traced epoch; the variables are shared)
 FULL_GC_EVERY = 20  # trainings between full garbage collections
@@ -137,7 +137,7 @@ def gaussian_nll_and_gradients(y, mean, var):
 def categorical_nll(y, logits):
     """Mean weighted categorical NLL (cross-entropy) of class codes under softmax(``logits``).
 
-    ``y`` is ``(n, 3)``: the class code, the row's weight (:func:`autodeuq.labels.class_row_weights`;
+    ``y`` is ``(n, 3)``: the class code, the row's weight (:func:`autodeuq.table.labels.class_row_weights`;
     ones without class weights) and its label smoothing ``e`` (zeros without), so that one tensor
     carries a classifier's targets as it carries a regression's: ``-sum_i w_i sum_k q_ik log
     softmax(z_i)_k / n`` with ``q_i = (1 - e_i) onehot(y_i) + e_i / K``.
@@ -348,7 +348,7 @@ class TrainerVariables:
     """The variables that one thread's trainings run on, of any length: the flat parameter vector
     and its best-epoch copy, the flat state vector (batch normalization's moving statistics) and
     its best-epoch copy, the shuffle generator (also that of random ops such as dropout), and one
-    :class:`~autodeuq.optimizers.FlatOptimizer` per optimizer.
+    :class:`~autodeuq.nn.optimizers.FlatOptimizer` per optimizer.
 
     Every :class:`CompiledTrainer` of a thread reads and writes these (:func:`thread_variables`),
     and :meth:`CompiledTrainer.reset` sets all of them at the start of each training, so a new
@@ -409,7 +409,7 @@ class CompiledTrainer:
     It runs on its thread's :class:`TrainerVariables` (the flat parameter vector, its best-epoch
     copy, the optimizer's variables, the shuffle generator and, when the network's ops have state,
     a flat state vector and its best-epoch copy); the network enters only as a
-    :class:`~autodeuq.plan.NetworkProgram` (plain ops, with its backward pass written out), so no
+    :class:`~autodeuq.nn.plan.NetworkProgram` (plain ops, with its backward pass written out), so no
     Keras model is kept. :meth:`reset` loads a new training's initial weights, state, learning
     rate and seed, so one trace serves several trainings; the variables hold a training's values
     from its :meth:`reset` until the thread's next trainer is reset.
@@ -419,7 +419,7 @@ class CompiledTrainer:
     program : NetworkProgram
         The network's computation (and the shapes of its weights).
     optimizer_name : str
-        A name of :data:`autodeuq.optimizers.OPTIMIZERS`.
+        A name of :data:`autodeuq.nn.optimizers.OPTIMIZERS`.
     loss : GaussianLoss or CategoricalLoss
         The network's loss (:func:`loss_of`).
     """
@@ -455,7 +455,7 @@ class CompiledTrainer:
         where :func:`_single_threaded_wanted`, unless the traced loop body runs functions of its
         own (then it is traced again for the default executor; see :data:`NESTED_FUNCTION_OPS`).
 
-        The epoch is spliced from pieces traced once per process (:mod:`autodeuq.splice`) into a
+        The epoch is spliced from pieces traced once per process (:mod:`autodeuq.nn.splice`) into a
         function of TensorFlow's runtime (no graph is built in Python) where
         :data:`SPLICED_EPOCHS` and the network's program allows it; otherwise, or when a piece
         cannot be spliced, it is traced op by op. The numbers are the same (the tests compare runs
@@ -687,7 +687,7 @@ def _clear_state():
 def _seed_generators(seed: int):
     """Seed Python's and NumPy's global generators, as ``keras.utils.set_random_seed(seed)`` does:
     a network's initial weights are drawn from seeds that Python's generator gives
-    (:meth:`~autodeuq.plan.NetworkPlan.initial_values`, as Keras' layers draw them).
+    (:meth:`~autodeuq.nn.plan.NetworkPlan.initial_values`, as Keras' layers draw them).
 
     Not TensorFlow's global seed, which ``keras.utils.set_random_seed`` sets too: nothing in a
     training draws from it (the shuffles and dropout draw from the trainer's own generator), and
@@ -716,7 +716,7 @@ def train(config, space, dataset, *, seed: int = 0, epochs: int | None = None,
     Parameters
     ----------
     config : dict
-        ``{"arch": [...], "hp": {...}}`` (see :mod:`autodeuq.space`).
+        ``{"arch": [...], "hp": {...}}`` (see :mod:`autodeuq.search.space`).
     space : SearchSpace
         Decodes the architecture; gives the default epoch budget.
     dataset : Dataset
@@ -869,7 +869,7 @@ def _training_targets(dataset, part: str) -> np.ndarray:
     y = getattr(dataset, f"y_{part}")
     if not dataset.is_classification:
         return dataset.scaler.transform_y(y)
-    from autodeuq.labels import class_row_weights
+    from autodeuq.table.labels import class_row_weights
 
     train = part == "train"
     weights = class_row_weights(y[:, 0], dataset.labels.n_classes, dataset.class_weight) if train else np.ones(len(y))
@@ -1014,7 +1014,7 @@ def predict_log_proba(model: keras.Model, x, batch_size: int = 65536) -> np.ndar
 
 
 def predict(model: keras.Model, x, batch_size: int = 65536) -> tuple[np.ndarray, np.ndarray]:
-    """Means and variances of an original-unit model (see :func:`~autodeuq.model.with_scaling`).
+    """Means and variances of an original-unit model (see :func:`~autodeuq.nn.model.with_scaling`).
 
     Returns
     -------

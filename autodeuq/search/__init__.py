@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autodeuq._lazy import lazy_attributes
-from autodeuq.errors import ParameterError
-from autodeuq.registry import Registry
+from autodeuq.core.errors import ParameterError
+from autodeuq.core.registry import Registry
 
 if TYPE_CHECKING:
     from autodeuq.search.base import Searcher
@@ -79,7 +79,7 @@ def evolution_options(search, population_size="auto", tournament_size="auto", ma
     """The options of aging evolution (P, S) for ``search``: those given, ``"auto"`` sized for a
     budget of ``max_evals`` evaluations (:func:`autodeuq.search.age.population_for_budget`); {}
     for a searcher without aging evolution, which refuses any other value than ``"auto"``. The values
-    are those of the options, already checked against the table (:func:`autodeuq.options.resolve`).
+    are those of the options, already checked against the table (:func:`autodeuq.app.options.resolve`).
 
     >>> evolution_options("agebo"), evolution_options("agebo", 40, max_evals=500), evolution_options("bo")
     ({'population_size': 20, 'sample_size': 7}, {'population_size': 40, 'sample_size': 13}, {})
@@ -103,7 +103,7 @@ def evolution_options(search, population_size="auto", tournament_size="auto", ma
 def default_fixed_arch(space) -> list[int]:
     """Architecture of ``bo-fixed-arch`` by default: a plain MLP, every cell Dense with the units
     nearest 64 (the smaller on a tie) and tanh (else the space's first activation), no skip."""
-    from autodeuq.space import load_space
+    from autodeuq.search.space import load_space
 
     space = load_space(space)
     units = min(range(len(space.units)), key=lambda i: (abs(space.units[i] - 64), space.units[i]))
@@ -123,7 +123,7 @@ def ablation_fixed_hp(space, overrides=None) -> dict:
     """
     import numpy as np
 
-    from autodeuq.space import SpaceError, load_space
+    from autodeuq.search.space import SpaceError, load_space
 
     space = load_space(space)
     if overrides is None:
@@ -153,7 +153,7 @@ def ablation_fixed_arch(space, arch=None) -> list[int]:
     """
     import numpy as np
 
-    from autodeuq.space import SpaceError, load_space
+    from autodeuq.search.space import SpaceError, load_space
 
     space = load_space(space)
     if arch is None:
@@ -181,7 +181,7 @@ def create(name: str, space, seed: int | None = None, **options) -> Searcher:
     **options
         Constructor options of the searcher class (see each class).
     """
-    from autodeuq.space import load_space
+    from autodeuq.search.space import load_space
 
     key = str(name).lower()
     if key in ABLATIONS:

@@ -25,16 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autodeuq.activations import ACTIVATIONS
-from autodeuq.errors import SpaceError
-from autodeuq.optimizers import OPTIMIZERS
+from autodeuq.core.errors import SpaceError
+from autodeuq.nn.activations import ACTIVATIONS
+from autodeuq.nn.optimizers import OPTIMIZERS
 
 if TYPE_CHECKING:  # imported where used: scipy.stats alone takes a second to import
     import ConfigSpace as CS
 
 # The repository's search_spaces/ folder, used when autodeuq runs from a checkout that was not
 # installed (PYTHONPATH=.); installs carry the same files as the package autodeuq.search_spaces.
-SOURCE_SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+SOURCE_SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"  # autodeuq/search/space.py -> the repository
 
 HP_NAMES = (
     "learning_rate", "batch_size", "optimizer", "patience_reduce_lr", "patience_early_stopping",

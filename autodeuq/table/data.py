@@ -14,13 +14,13 @@ from typing import Sequence
 
 import numpy as np
 
-from autodeuq.errors import DataError
-from autodeuq.labels import Labels, decide_task, resolve_class_weight, stratified_split
+from autodeuq.core.errors import DataError
+from autodeuq.table.labels import Labels, decide_task, resolve_class_weight, stratified_split
 
 # FLOAT32_MAX and check_values live with the encoder, which checks columns too (DataError with the
 # other errors); they are re-exported here, where readers of tables found them before.
-from autodeuq.preprocess import FLOAT32_MAX as FLOAT32_MAX
-from autodeuq.preprocess import TableOptions, TablePreprocessor, check_values
+from autodeuq.table.preprocess import FLOAT32_MAX as FLOAT32_MAX
+from autodeuq.table.preprocess import TableOptions, TablePreprocessor, check_values
 
 DEFAULT_VALID_FRACTION = 1.0 / 3.0
 MIN_TRAIN_ROWS = 2
@@ -103,7 +103,7 @@ class Dataset:
         ``{"kind": "random", "fraction": f, "seed": s}``; ``"stratified"`` for classes).
     task : {"regression", "classification"}
     task_reason : str
-        Why (:func:`autodeuq.labels.decide_task`), for the run's first line.
+        Why (:func:`autodeuq.table.labels.decide_task`), for the run's first line.
     labels : Labels or None
         The classes of a classification target.
     class_weight : {"none", "balanced"} or list of float
@@ -516,7 +516,7 @@ def load_files(train: str | Path, targets: Sequence[str] | None = None, *, valid
                label_smoothing: float = 0.0) -> Dataset:
     """Read and validate a training file (and optional validation/test files).
 
-    ``options`` (:class:`autodeuq.preprocess.TableOptions`; default: one-hot encoding, mean
+    ``options`` (:class:`autodeuq.table.preprocess.TableOptions`; default: one-hot encoding, mean
     imputation) says how categorical columns and missing values become network inputs; see
     :func:`from_table`.
     """
@@ -556,7 +556,7 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
     The columns that are not targets, dropped (``options.drop``) or the id column
     (``options.id_column``) are the features. The validation rows (``valid``, else a seeded
     random ``valid_fraction`` of the rows) and the test rows are encoded by a
-    :class:`autodeuq.preprocess.TablePreprocessor` fitted on the training rows only.
+    :class:`autodeuq.table.preprocess.TablePreprocessor` fitted on the training rows only.
 
     Parameters
     ----------
@@ -572,12 +572,12 @@ def from_table(frame, targets: Sequence[str] | None, source: str, options=None, 
         id column may be absent).
 
     task : {"auto", "regression", "classification"}
-        See :func:`autodeuq.labels.decide_task`. For classification the target's labels become
-        class codes (:class:`autodeuq.labels.Labels`, from the training rows) and the random
+        See :func:`autodeuq.table.labels.decide_task`. For classification the target's labels become
+        class codes (:class:`autodeuq.table.labels.Labels`, from the training rows) and the random
         validation split is stratified by class.
     class_weight : {"none", "balanced"} or dict
         Classification: the classes' weights in the training loss (a mapping of labels to weights
-        becomes one weight per class, :func:`autodeuq.labels.resolve_class_weight`).
+        becomes one weight per class, :func:`autodeuq.table.labels.resolve_class_weight`).
     label_smoothing : float
         Classification: the share of each training target spread over every class.
 
@@ -641,7 +641,7 @@ def _task_targets(frame, targets, source, options, task, class_weight, label_smo
     labels or None)."""
     choice = decide_task(frame, targets, task)
     if choice.task == "regression":
-        from autodeuq.errors import ParameterError
+        from autodeuq.core.errors import ParameterError
 
         for option, value, off in (("class_weight", class_weight, "none"), ("label_smoothing", label_smoothing, 0.0)):
             if value != off:

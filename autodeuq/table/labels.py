@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autodeuq.errors import AutoDEUQError, ParameterError
+from autodeuq.core.errors import AutoDEUQError, ParameterError
 
 TASKS = ("auto", "regression", "classification")
 CLASS_WEIGHTS = ("none", "balanced")

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autodeuq.errors import AutoDEUQWarning, DataError, ParameterError
+from autodeuq.core.errors import AutoDEUQWarning, DataError, ParameterError
 
 # The networks are trained in float32: a larger magnitude becomes inf there.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -134,7 +134,7 @@ class TableOptions:
 
     @classmethod
     def of(cls, config) -> "TableOptions":
-        """The options held by ``config``, an :class:`autodeuq.options.TableConfig` (or anything
+        """The options held by ``config``, an :class:`autodeuq.app.options.TableConfig` (or anything
         with attributes of these names): what the command line and the estimator both read."""
         return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
 
@@ -531,7 +531,7 @@ def _caller_level() -> int:
     import os
     import sys
 
-    package = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # autodeuq/, this module in autodeuq/table/
     frame, level = sys._getframe(2), 2
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame, level = frame.f_back, level + 1

@@ -8,23 +8,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autodeuq._lazy import lazy_attributes
-from autodeuq.errors import ParameterError
+from autodeuq.core.errors import ParameterError
 
 if TYPE_CHECKING:
-    from autodeuq.evaluator.base import Evaluator
+    from autodeuq.engine.evaluator.base import Evaluator
 
 # Each evaluator's module loads when it is asked for (Ray's alone takes seconds), so the names
 # (the command line's choices) cost nothing.
 
 
 def _ray(objective, **options):
-    from autodeuq.evaluator.ray import RayEvaluator
+    from autodeuq.engine.evaluator.ray import RayEvaluator
 
     return RayEvaluator(objective, **options)
 
 
 def _serial(objective, **options):
-    from autodeuq.evaluator.serial import SerialEvaluator
+    from autodeuq.engine.evaluator.serial import SerialEvaluator
 
     return SerialEvaluator(objective, eval_timeout=options.get("eval_timeout"))
 
@@ -42,8 +42,8 @@ def create(name: str, objective, **options) -> Evaluator:
     return factory(objective, **options)
 
 
-_CLASSES = {"Evaluator": "autodeuq.evaluator.base", "TrainingObjective": "autodeuq.evaluator.base",
-            "SerialEvaluator": "autodeuq.evaluator.serial"}
+_CLASSES = {"Evaluator": "autodeuq.engine.evaluator.base", "TrainingObjective": "autodeuq.engine.evaluator.base",
+            "SerialEvaluator": "autodeuq.engine.evaluator.serial"}
 
 
 __getattr__ = lazy_attributes(__name__, _CLASSES)

@@ -8,8 +8,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from autodeuq.errors import ParameterError
-from autodeuq.result import TrainResult, worker_name
+from autodeuq.core.errors import ParameterError
+from autodeuq.core.result import TrainResult, worker_name
 
 Objective = Callable[[int, dict], TrainResult]
 
@@ -62,7 +62,7 @@ class Evaluator(ABC):
 
 def positive_seconds(name: str, value) -> float | None:
     """``value`` as a float number of seconds > 0, or None when it is None; anything else is
-    refused with a :class:`~autodeuq.errors.ParameterError` naming ``name``."""
+    refused with a :class:`~autodeuq.core.errors.ParameterError` naming ``name``."""
     if value is None:
         return None
     try:
@@ -163,7 +163,7 @@ class TrainingObjective:
         Early discarding shared by every evaluation (:mod:`autodeuq.discard`); an evaluator
         running evaluations in other processes moves its records where they all reach them.
     time_limit : float, optional
-        Seconds each training may take (``time_limit`` of :func:`autodeuq.train.train`: it ends
+        Seconds each training may take (``time_limit`` of :func:`autodeuq.nn.train.train`: it ends
         early, keeping its best epoch, rather than run past them).
     """
 
@@ -192,8 +192,8 @@ class TrainingObjective:
         return state
 
     def __call__(self, eval_id: int, config: dict) -> TrainResult:
-        from autodeuq.space import SearchSpace
-        from autodeuq.train import configure_threads, train
+        from autodeuq.nn.train import configure_threads, train
+        from autodeuq.search.space import SearchSpace
 
         if self.threads:
             configure_threads(self.threads)
@@ -203,5 +203,5 @@ class TrainingObjective:
                      **self._training_options(eval_id))
 
     def _training_options(self, eval_id: int) -> dict:
-        """Keywords of :func:`autodeuq.train.train` for evaluation ``eval_id`` (a subclass may change them)."""
+        """Keywords of :func:`autodeuq.nn.train.train` for evaluation ``eval_id`` (a subclass may change them)."""
         return {"epochs": self.epochs, "discarder": self.discarder, "time_limit": self.time_limit}

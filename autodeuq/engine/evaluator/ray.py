@@ -16,9 +16,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
-from autodeuq.evaluator.base import Evaluator, check_eval_timeout, guarded
-from autodeuq.result import TrainResult
+from autodeuq.core.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
+from autodeuq.core.result import TrainResult
+from autodeuq.engine.evaluator.base import Evaluator, check_eval_timeout, guarded
 
 RAY_CONNECT_TIMEOUT = 20.0
 """Seconds allowed to reach an existing Ray cluster's address before giving up."""
@@ -215,13 +215,13 @@ def _start_reaper():
 
     Ray ties its head processes to the driver, not those the raylet starts (dashboard and
     runtime-env agents, actors): after a ``kill -9`` of the driver or a Ctrl-C while Ray starts
-    they stayed (:mod:`autodeuq.evaluator.ray_reaper`).
+    they stayed (:mod:`autodeuq.engine.evaluator.ray_reaper`).
     """
     global _REAPER
     if _REAPER is None:
         import ray
 
-        from autodeuq.evaluator import ray_reaper
+        from autodeuq.engine.evaluator import ray_reaper
 
         _REAPER = ray_reaper.start(os.path.dirname(os.path.abspath(ray.__file__)))
     return _REAPER

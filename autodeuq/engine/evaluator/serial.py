@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from autodeuq.evaluator.base import Evaluator, check_eval_timeout, guarded
-from autodeuq.result import TrainResult
+from autodeuq.core.result import TrainResult
+from autodeuq.engine.evaluator.base import Evaluator, check_eval_timeout, guarded
 
 
 class SerialEvaluator(Evaluator):
