@@ -133,6 +133,80 @@ def test_the_base_rule_names_nothing_to_train_after_the_search():
     assert rule.describe() == {"policy": ""} and rule.rungs(10) == [] and rule.search_share == 1.0
 
 
+# --------------------------------------------------------------------------- a rule with an option
+TOY_OPTION = """
+import json, sys
+from autodeuq.core.option import Integer, Option
+from autodeuq.discard import RULES
+from autodeuq.discard.base import DiscardRule
+
+
+class Patient(DiscardRule):
+    name = "patient"
+    options = (Option("patient_epochs", "search", 1, Integer(1, 100), "epochs each training of the toy rule runs",
+                      applies=lambda v: v["early_discarding"] == "patient", depends="early_discarding",
+                      requirement="applies to {early_discarding} patient, not to {early_discarding} {value}"),)
+
+    def __init__(self, epochs):
+        self.epochs = epochs
+
+    @classmethod
+    def from_options(cls, options, **context):
+        return cls(options["patient_epochs"])
+
+    def describe(self):
+        return {"policy": "patient", "epochs": self.epochs}
+
+    def schedule(self, max_epochs, batch_size=None):
+        return {self.epochs: [self.epochs]} if self.epochs < max_epochs else {}
+
+    def should_continue(self, rung, loss):
+        return False
+
+
+RULES["patient"] = Patient  # before the table of a run is first imported: its option joins the table
+
+from autodeuq.app.cli import build_parser
+from autodeuq.app.options import SearchConfig, configure
+from autodeuq.app.pipeline import fill_catalog
+from autodeuq.catalog import Catalog
+from autodeuq.core.errors import ParameterError
+from autodeuq.search.space import load_space
+from autodeuq.table.data import toy_sine
+
+try:
+    configure(SearchConfig, early_discarding="patient", patient_epochs=0)
+except ParameterError as exc:
+    refused = str(exc)
+flags = "--patient-epochs" in build_parser()._subparsers._group_actions[0].choices["search"].format_help()
+config = configure(SearchConfig, search="random", evaluator="serial", max_evals=2, epochs=3, progress=False,
+                   space="toy", early_discarding="patient", patient_epochs=2)
+data = toy_sine(seed=0)
+fill_catalog(load_space("toy").for_rows(len(data.x_train)), data, sys.argv[1], config).raise_for_error()
+with Catalog(sys.argv[1]) as catalog:
+    frame = catalog.to_dataframe()
+    print(json.dumps({"refused": refused, "flag": flags, "epochs": frame["epochs"].tolist(),
+                      "status": frame["status"].tolist(), "rule": catalog.meta["search"]["early_discarding"]}))
+"""
+
+
+def test_a_rule_registered_from_outside_brings_its_own_option(tmp_path):
+    # In a fresh process: the table of a run is assembled when autodeuq.app.options is first imported.
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run([sys.executable, "-c", TOY_OPTION, str(tmp_path / "run")], capture_output=True, text=True,
+                         cwd=root, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert found["refused"].startswith("patient_epochs must be an integer >= 1")
+    assert found["flag"] and found["rule"] == {"policy": "patient", "epochs": 2}
+    assert found["epochs"] == [2, 2] and found["status"] == ["discarded", "discarded"]
+
+
 # --------------------------------------------------------------------------- the old import paths
 def test_the_former_modules_names_still_import():
     import importlib

@@ -1,7 +1,10 @@
 """Every option of a run, defined once.
 
 :data:`OPTIONS` lists each option of the whole job (reading the table, the search, its workers,
-the ensemble): its name, its constraint, its default, its help and its command-line flag. From it
+the ensemble): its name, its constraint, its default, its help and its command-line flag
+(:class:`autodeuq.core.option.Option`). The early-discarding rules declare their own options,
+which the table takes from the rules registered when this module is first imported
+(:func:`autodeuq.discard.options`). From it
 come the options of ``autodeuq search | ensemble | run`` (:func:`add_to_parser`), the keyword-only
 parameters of :class:`~autodeuq.AutoDEUQRegressor` and their documentation, and the command-line
 reference of the documentation. The values a front end received are checked once, before any
@@ -20,14 +23,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import numbers
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autodeuq import discard, search
 from autodeuq.core.errors import ParameterError, ParameterWarning
-from autodeuq.discard.sha import RUNG_UNITS
+from autodeuq.core.option import (  # the constraints and Option, importable from here as before
+    TEN_YEARS,
+    Boolean,
+    Constraint,
+    Fraction,
+    Integer,
+    Json,
+    Names,
+    OneOf,
+    Option,
+    Path,
+    Real,
+    Text,
+)
 from autodeuq.engine import evaluator
 from autodeuq.ensemble import options as ensemble_choices
 from autodeuq.table import labels, preprocess
@@ -35,198 +50,6 @@ from autodeuq.table.data import DEFAULT_VALID_FRACTION, SMALL_DATA_ROWS
 
 __all__ = ["OPTIONS", "EnsembleConfig", "Option", "SearchConfig", "TableConfig", "add_option", "add_to_parser",
            "configure", "flag", "given", "numpydoc_parameters", "option_of", "resolve", "signature_parameters"]
-
-#: Seconds in ten years: the largest time limit that is a setting rather than a slip of the keyboard.
-_TEN_YEARS = 10 * 365 * 86400.0
-
-
-# ----------------------------------------------------------------------------- constraints
-class Constraint:
-    """What values an option takes: :meth:`check` refuses others with a :class:`ParameterError`;
-    :meth:`parse` reads the command line's text; :attr:`choices` (if any) are argparse's."""
-
-    @property
-    def choices(self) -> tuple | None:
-        return None
-
-    def check(self, name: str, value) -> None:
-        raise NotImplementedError
-
-    def parse(self, text: str):
-        return text
-
-    def describe(self) -> str:
-        raise NotImplementedError
-
-
-@dataclasses.dataclass(frozen=True)
-class Integer(Constraint):
-    """An integer from ``minimum`` to ``maximum``; ``auto`` also accepts ``"auto"``, ``optional`` None."""
-
-    minimum: int
-    maximum: int
-    auto: bool = False
-    optional: bool = False
-
-    def check(self, name, value):
-        if (self.optional and value is None) or (self.auto and value == "auto"):
-            return
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < self.minimum:
-            prefix = '"auto" or ' if self.auto else ""
-            raise ParameterError(name, f"must be {prefix}an integer >= {self.minimum}", value)
-        if value > self.maximum:
-            raise ParameterError(name, f"must be an integer <= {self.maximum}", value)
-
-    def parse(self, text):
-        if self.auto and text == "auto":
-            return text
-        try:
-            return int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {'auto or ' if self.auto else ''}an integer, got {text!r}") \
-                from None
-
-    def describe(self):
-        return (('"auto" or ' if self.auto else "") + f"int in [{self.minimum}, {self.maximum}]"
-                + (" or None" if self.optional else ""))
-
-
-def _parse_number(text: str, what: str) -> float:
-    """The command line's ``text`` as a float; an argparse error saying it must be ``what``."""
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
-
-
-@dataclasses.dataclass(frozen=True)
-class Real(Constraint):
-    """A number in ``(minimum, maximum]`` (``[minimum, maximum]`` unless ``strict``), or None
-    unless not ``optional``."""
-
-    minimum: float
-    maximum: float
-    strict: bool = True
-    optional: bool = True
-    auto: bool = False
-
-    def check(self, name, value):
-        if (value is None and self.optional) or (self.auto and value == "auto"):
-            return
-        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and (
-            value > self.minimum if self.strict else value >= self.minimum)
-        if not ok:
-            prefix = '"auto" or a number ' if self.auto else ""
-            raise ParameterError(name, f"must be {prefix}{'>' if self.strict else '>='} {self.minimum:g}", value)
-        if not value <= self.maximum:  # also infinity and NaN
-            raise ParameterError(name, f"must be a finite number <= {self.maximum:g}", value)
-
-    def parse(self, text):
-        if self.auto and text == "auto":
-            return text
-        return _parse_number(text, "auto or a number" if self.auto else "a number")
-
-    def describe(self):
-        return (('"auto" or ' if self.auto else "") + f"float {'>' if self.strict else '>='} {self.minimum:g}"
-                + (" or None" if self.optional else ""))
-
-
-@dataclasses.dataclass(frozen=True)
-class Fraction(Constraint):
-    """A number strictly between 0 and 1."""
-
-    def check(self, name, value):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < 1:
-            raise ParameterError(name, "must be a number strictly between 0 and 1", value)
-
-    def parse(self, text):
-        return _parse_number(text, "a number")
-
-    def describe(self):
-        return "float in (0, 1)"
-
-
-class OneOf(Constraint):
-    """One of the names ``values`` (a sequence, or a callable giving it: read when first needed)."""
-
-    def __init__(self, values: Sequence[str] | Callable[[], Sequence[str]]):
-        self._values = values
-
-    @property
-    def choices(self) -> tuple:
-        return tuple(self._values() if callable(self._values) else self._values)
-
-    def check(self, name, value):
-        if not isinstance(value, str) or value not in self.choices:
-            raise ParameterError(name, f"must be one of {list(self.choices)}", value)
-
-    def describe(self):
-        return "{" + ", ".join(repr(v) for v in self.choices) + "}"
-
-
-class Boolean(Constraint):
-    """True or False; ``auto`` also accepts ``"auto"``."""
-
-    def __init__(self, auto: bool = False):
-        self.auto = auto
-
-    def check(self, name, value):
-        import numpy as np
-
-        if isinstance(value, (bool, np.bool_)) or (self.auto and isinstance(value, str) and value == "auto"):
-            return
-        raise ParameterError(name, 'must be True, False or "auto"' if self.auto else "must be a bool", value)
-
-    def describe(self):
-        return '{"auto", True, False}' if self.auto else "bool"
-
-
-class Text(Constraint):
-    """A string, or None."""
-
-    def check(self, name, value):
-        if value is not None and not isinstance(value, str):
-            raise ParameterError(name, "must be None or a string", value)
-
-    def describe(self):
-        return "str or None"
-
-
-class Names(Constraint):
-    """A sequence of strings, or None: on the command line given one at a time (the option
-    repeated), or with a ``separator`` several at once (``A,B``; the option may still repeat)."""
-
-    def __init__(self, separator: str | None = None):
-        self.separator = separator
-
-    def check(self, name, value):
-        if value is None:
-            return
-        if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
-            raise ParameterError(name, "must be None or a list of column names", value)
-
-    def parse(self, text):
-        if self.separator is None:
-            return text
-        names = text.split(self.separator)
-        if not all(names):
-            raise argparse.ArgumentTypeError(f"must be column names separated by {self.separator!r}, got {text!r}")
-        return names
-
-    def describe(self):
-        return "list of str or None"
-
-
-class Path(Constraint):
-    """A file-system path (str or os.PathLike), or None."""
-
-    def check(self, name, value):
-        if value is not None and not isinstance(value, (str, os.PathLike)):
-            raise ParameterError(name, "must be None or a path", value)
-
-    def describe(self):
-        return "path or None"
-
 
 class Space(Constraint):
     """A shipped space's name, a space file, a mapping or a :class:`~autodeuq.search.space.SearchSpace`."""
@@ -263,94 +86,7 @@ class ClassWeight(Constraint):
         return '{"none", "balanced"} or dict'
 
 
-class Json(Constraint):
-    """A JSON value (written as JSON text on the command line) of type ``kind``, or None."""
-
-    def __init__(self, kind: type, what: str):
-        self.kind, self.what = kind, what
-
-    def check(self, name, value):
-        if value is not None and not isinstance(value, self.kind):
-            raise ParameterError(name, f"must be None or {self.what}", value)
-
-    def parse(self, text):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise argparse.ArgumentTypeError(f"not valid JSON ({exc})") from None
-
-    def describe(self):
-        return f"{self.kind.__name__} or None"
-
-
 # ----------------------------------------------------------------------------- the table
-@dataclasses.dataclass(frozen=True)
-class Option:
-    """One option of a run.
-
-    ``group`` is the configuration it belongs to ("table", "search", "evaluation" (part of the
-    search's configuration) or "ensemble"); ``default_text`` says what the default means when the
-    value alone does not (the command line's help shows it); ``applies`` (given the other values)
-    says whether the option is used, ``depends`` which option it reads, and ``unused`` what a
-    non-default value gets when it is not: ``"refuse"`` (an error) or ``"ignore"`` (a
-    :class:`~autodeuq.core.errors.ParameterWarning` that says so). Every value is checked against its
-    constraint whether or not the option applies.
-    """
-
-    name: str
-    group: str
-    default: Any
-    constraint: Constraint
-    help: str
-    flag: str | None = None
-    metavar: str | None = None
-    default_text: str | None = None
-    applies: Callable[[Mapping], bool] | None = None
-    unused: str = "ignore"
-    requirement: str = ""  #: what ``applies`` asks for, in the words of an error (with {option} fields)
-    depends: str = "search"  #: the option ``applies`` reads
-    #: The name of the library parameter the option sets, when not its own (``ensemble_size`` sets
-    #: ``Ensemble.from_catalog``'s ``size``): an error raised there names it, and a front end shows
-    #: the option instead (:func:`option_of`).
-    parameter: str | None = None
-
-    @property
-    def cli_flag(self) -> str:
-        return self.flag or "--" + self.name.replace("_", "-")
-
-    def help_text(self, name_of: Callable[[str], str]) -> str:
-        """The help with other options named by ``name_of`` (a flag, or a parameter name)."""
-        return self.help.format_map(_Names(name_of))
-
-    def shown_default(self) -> str:
-        if self.default_text is not None:
-            return self.default_text
-        if isinstance(self.default, bool):
-            return "on" if self.default else "off"
-        return "none" if self.default is None else self.default_literal(str)
-
-    def default_literal(self, show=repr) -> str:
-        """The default as written in the help and the documentation (the validation fraction as 1/3)."""
-        return "1/3" if self.default == DEFAULT_VALID_FRACTION else show(self.default)
-
-
-class _Names(dict):
-    def __init__(self, name_of):
-        super().__init__()
-        self.name_of = name_of
-
-    def __missing__(self, key):
-        return self.name_of(key)
-
-
-def _is_sha(values):
-    return values["early_discarding"] in ("auto", "sha")
-
-
-def _is_iepoch(values):
-    return values["early_discarding"] == "iepoch"
-
-
 def _evolves(values):
     return values["search"] in search.evolution_searchers()
 
@@ -363,9 +99,6 @@ def _searches():  # read when first needed: a searcher registered later is a cho
     return (*search.SEARCHERS, *search.ABLATIONS)
 
 
-_AUTO_ONLY = "applies to {early_discarding} auto, not to {early_discarding} {value}"
-_SHA_ONLY = "applies to {early_discarding} auto or sha, not to {early_discarding} {value}"
-_IEPOCH_ONLY = "applies to {early_discarding} iepoch, not to {early_discarding} {value}"
 _RAY_ONLY = "applies to {evaluator} ray, not to {evaluator} {value}"
 
 
@@ -451,14 +184,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("tournament_size", "search", "auto", Integer(1, 10**5, auto=True),
            "tournament of aging evolution: each child mutates the best of S members drawn from the population, "
            "1 <= S <= P; auto: a third of P, at least 2", metavar="S", applies=_evolves, unused="refuse"),
-    Option("timeout", "search", None, Real(0, _TEN_YEARS),
+    Option("timeout", "search", None, Real(0, TEN_YEARS),
            "wall-clock limit in seconds: of the search ('autodeuq search'), of the search and the ensemble step "
            "('autodeuq run' and the estimator's fit: the search keeps a tenth of it, 30 s to 5 min, for the "
            "ensemble step); no evaluation starts that would not finish in time", metavar="S"),
-    Option("eval_timeout", "evaluation", None, Real(0, _TEN_YEARS),
+    Option("eval_timeout", "evaluation", None, Real(0, TEN_YEARS),
            "seconds an evaluation may run on a worker; overrunning evaluations are cancelled and recorded as "
            "failures", metavar="S"),
-    Option("eval_budget", "search", None, Real(0, _TEN_YEARS),
+    Option("eval_budget", "search", None, Real(0, TEN_YEARS),
            "seconds each training may take: it ends after the epoch when another one as long would pass them, "
            "keeping its best epoch so far, like an early stop", metavar="S"),
     Option("epochs", "search", None, Integer(1, 10**5, optional=True), "override of the space's epoch budget",
@@ -471,30 +204,8 @@ OPTIONS: tuple[Option, ...] = (
            "epoch (min x reduction^k) only if its validation loss is among the best 1/reduction recorded "
            "there. iepoch: every evaluation of the search trains {iepoch_epochs} epochs, then the "
            "{iepoch_top_k} best configurations are trained to the full budget"),
-    Option("discard_budget", "search", 600.0, Real(0, _TEN_YEARS),
-           "seconds of search above which {early_discarding} auto turns successive halving on: the trainings' "
-           "seconds so far plus their median for each evaluation left, divided among the workers, projected once "
-           "two rounds of trainings (at least 4) have finished and again after each later one. The seconds are "
-           "modelled from each training's epochs, steps, batch size and parameters on a reference machine, never "
-           "timed, so the decision does not depend on the machine's load", metavar="S",
-           applies=lambda v: v["early_discarding"] == "auto", requirement=_AUTO_ONLY, depends="early_discarding"),
-    Option("sha_min_epochs", "search", "auto", Integer(1, 10**5, auto=True),
-           f"first rung of successive halving; auto: 3 up to {SMALL_DATA_ROWS} training + validation rows, else 1 "
-           "(a resumed run keeps its catalog's)", metavar="E", applies=_is_sha, requirement=_SHA_ONLY,
-           depends="early_discarding", parameter="min_epochs"),
-    Option("sha_reduction", "search", 3, Integer(2, 1000), "reduction factor of successive halving", metavar="R",
-           applies=_is_sha, requirement=_SHA_ONLY, depends="early_discarding", parameter="reduction"),
-    Option("sha_rungs", "search", "auto", OneOf(RUNG_UNITS),
-           "what the rungs of successive halving count: epochs, or steps (the optimizer steps of as many epochs "
-           "with the space's middle batch size (geometric mean), so larger batches are judged after more epochs, "
-           "smaller ones after fewer); auto: epochs (a resumed run keeps its catalog's)", applies=_is_sha,
-           requirement=_SHA_ONLY, depends="early_discarding"),
-    Option("iepoch_epochs", "search", 1, Integer(1, 10**5),
-           "epochs of each search evaluation under i-Epoch, below the epoch budget", metavar="I",
-           applies=_is_iepoch, requirement=_IEPOCH_ONLY, depends="early_discarding"),
-    Option("iepoch_top_k", "search", 10, Integer(1, 10**6),
-           "configurations trained to the full budget after the search under i-Epoch", metavar="K",
-           applies=_is_iepoch, requirement=_IEPOCH_ONLY, depends="early_discarding"),
+    # The options of early discarding: the cost policy's, then each rule's (autodeuq.discard.options).
+    *discard.options(),
     Option("seed", "search", 0, Integer(0, 2**32 - 1, optional=True),
            "seed of the validation split, the searcher, the trainings and the selection, from 0 to 2**32 - 1 "
            "(None: 0)", metavar="N"),

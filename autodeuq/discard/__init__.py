@@ -29,7 +29,7 @@ from typing import Any
 from autodeuq._lazy import lazy_attributes
 from autodeuq.core.registry import Registry
 
-__all__ = ["RULES", "create", "policies", "DiscardRule", "SuccessiveHalving", "IEpoch", "Scheduler",
+__all__ = ["RULES", "create", "options", "policies", "DiscardRule", "SuccessiveHalving", "IEpoch", "Scheduler",
            "DiscardByCost"]
 
 RULES = Registry({
@@ -50,6 +50,19 @@ def policies() -> tuple[str, ...]:
     ('auto', 'none', 'sha', 'iepoch')
     """
     return (*SPECIAL, *RULES)
+
+
+def options() -> tuple:
+    """The options of early discarding, in the order the table of a run lists them: the cost
+    policy's (``discard_budget``), then each registered rule's
+    (:attr:`~autodeuq.discard.base.DiscardRule.options`); this imports the rules.
+
+    >>> [o.name for o in options()]  # doctest: +NORMALIZE_WHITESPACE
+    ['discard_budget', 'sha_min_epochs', 'sha_reduction', 'sha_rungs', 'iepoch_epochs', 'iepoch_top_k']
+    """
+    from autodeuq.discard.cost import OPTIONS
+
+    return (*OPTIONS, *(option for name in RULES for option in RULES[name].options))
 
 
 def create(name: str, options: Mapping[str, Any], **context):

@@ -24,7 +24,9 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DiscardByCost", "decide_after", "training_cost"]
+from autodeuq.core.option import TEN_YEARS, Option, Real
+
+__all__ = ["DiscardByCost", "OPTIONS", "decide_after", "training_cost"]
 
 #: The reference machine's seconds per training step, per example x parameter of a step and per
 #: epoch (a 2-core AMD EPYC, one thread per training; fitted on the 72 trainings of three searches,
@@ -33,6 +35,18 @@ __all__ = ["DiscardByCost", "decide_after", "training_cost"]
 STEP_SECONDS = 1.24e-4
 SAMPLE_PARAM_SECONDS = 1.19e-10
 EPOCH_SECONDS = 4.7e-3
+#: The cost policy's option (in the table of a run, :data:`autodeuq.app.options.OPTIONS`).
+OPTIONS = (
+    Option("discard_budget", "search", 600.0, Real(0, TEN_YEARS),
+           "seconds of search above which {early_discarding} auto turns successive halving on: the trainings' "
+           "seconds so far plus their median for each evaluation left, divided among the workers, projected once "
+           "two rounds of trainings (at least 4) have finished and again after each later one. The seconds are "
+           "modelled from each training's epochs, steps, batch size and parameters on a reference machine, never "
+           "timed, so the decision does not depend on the machine's load", metavar="S",
+           applies=lambda v: v["early_discarding"] == "auto", depends="early_discarding",
+           requirement="applies to {early_discarding} auto, not to {early_discarding} {value}"),
+)
+
 #: What the decision records as its measure.
 MEASURE = "modelled seconds (epochs, steps, batch size and parameters; not timed)"
 

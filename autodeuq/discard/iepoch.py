@@ -11,9 +11,17 @@ import json
 import math
 
 from autodeuq.core.errors import ParameterError
+from autodeuq.core.option import Integer, Option
 from autodeuq.discard.base import DiscardRule
 
 __all__ = ["IEpoch"]
+
+
+def _applies(values):
+    return values["early_discarding"] == "iepoch"
+
+
+_IEPOCH_ONLY = "applies to {early_discarding} iepoch, not to {early_discarding} {value}"
 
 
 class IEpoch(DiscardRule):
@@ -45,7 +53,14 @@ class IEpoch(DiscardRule):
     """
 
     name = "iepoch"
-    options = ("iepoch_epochs", "iepoch_top_k")
+    options = (
+        Option("iepoch_epochs", "search", 1, Integer(1, 10**5),
+               "epochs of each search evaluation under i-Epoch, below the epoch budget", metavar="I",
+               applies=_applies, requirement=_IEPOCH_ONLY, depends="early_discarding"),
+        Option("iepoch_top_k", "search", 10, Integer(1, 10**6),
+               "configurations trained to the full budget after the search under i-Epoch", metavar="K",
+               applies=_applies, requirement=_IEPOCH_ONLY, depends="early_discarding"),
+    )
     #: Share of a search's time limit that the search phase may use; the full trainings get the rest.
     search_share = 0.5
 

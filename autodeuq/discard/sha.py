@@ -38,6 +38,7 @@ from collections import defaultdict
 from typing import Iterable, Sequence
 
 from autodeuq.core.errors import ParameterError
+from autodeuq.core.option import Integer, OneOf, Option
 from autodeuq.discard.base import DiscardRule
 from autodeuq.table import data
 
@@ -115,6 +116,13 @@ def rung_schedule(max_epochs: int, min_epochs: int = 1, reduction: int = 3, batc
         rung *= int(reduction)
 
 
+def _applies(values):  # auto may turn successive halving on
+    return values["early_discarding"] in ("auto", "sha")
+
+
+_SHA_ONLY = "applies to {early_discarding} auto or sha, not to {early_discarding} {value}"
+
+
 class SuccessiveHalving(DiscardRule):
     """Asynchronous successive halving: the rung schedule and the shared rung records.
 
@@ -136,7 +144,19 @@ class SuccessiveHalving(DiscardRule):
     """
 
     name = "sha"
-    options = ("sha_min_epochs", "sha_reduction", "sha_rungs")
+    options = (
+        Option("sha_min_epochs", "search", "auto", Integer(1, 10**5, auto=True),
+               f"first rung of successive halving; auto: 3 up to {data.SMALL_DATA_ROWS} training + validation rows, "
+               "else 1 (a resumed run keeps its catalog's)", metavar="E", applies=_applies, requirement=_SHA_ONLY,
+               depends="early_discarding", parameter="min_epochs"),
+        Option("sha_reduction", "search", 3, Integer(2, 1000), "reduction factor of successive halving", metavar="R",
+               applies=_applies, requirement=_SHA_ONLY, depends="early_discarding", parameter="reduction"),
+        Option("sha_rungs", "search", "auto", OneOf(RUNG_UNITS),
+               "what the rungs of successive halving count: epochs, or steps (the optimizer steps of as many epochs "
+               "with the space's middle batch size (geometric mean), so larger batches are judged after more epochs, "
+               "smaller ones after fewer); auto: epochs (a resumed run keeps its catalog's)", applies=_applies,
+               requirement=_SHA_ONLY, depends="early_discarding"),
+    )
 
     def __init__(self, min_epochs: int = 1, reduction: int = 3, reference_batch: int | None = None):
         if int(min_epochs) != min_epochs or min_epochs < 1:
