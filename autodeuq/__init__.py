@@ -5,11 +5,13 @@ Heavy modules (TensorFlow, Ray) load on first use, so ``import autodeuq`` stays 
 import os
 from importlib import import_module
 
+# Modules that moved keep their former names (autodeuq.data is autodeuq.table.data): autodeuq._lazy.MOVED.
+import_module("autodeuq._lazy").install_aliases()
 # TensorFlow's C++ INFO/WARNING/ERROR logs (oneDNN notices, grappler messages about nested Keras
 # models) bury autodeuq's own output; users can still set their own level.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# ... and so do the lines its native libraries print while it is imported (see autodeuq.quiet).
-_quiet = import_module("autodeuq.quiet")
+# ... and so do the lines its native libraries print while it is imported (see autodeuq.core.quiet).
+_quiet = import_module("autodeuq.core.quiet")
 _quiet.install()
 # On GPUs, TensorFlow allocates memory as it needs it instead of reserving nearly all of every GPU
 # it sees when it first runs: evaluations that share a GPU, and this process predicting beside
@@ -19,25 +21,25 @@ os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 __version__ = "0.3.0"
 
 _LAZY = {
-    "AutoDEUQError": "autodeuq.errors",
-    "AutoDEUQWarning": "autodeuq.errors",
-    "ParameterError": "autodeuq.errors",
-    "SearchError": "autodeuq.runner",
-    "SpaceError": "autodeuq.space",
+    "AutoDEUQError": "autodeuq.core.errors",
+    "AutoDEUQWarning": "autodeuq.core.errors",
+    "ParameterError": "autodeuq.core.errors",
+    "SearchError": "autodeuq.engine.runner",
+    "SpaceError": "autodeuq.core.errors",
     "Catalog": "autodeuq.catalog",
     "CatalogError": "autodeuq.catalog",
-    "WriteError": "autodeuq.fileio",
+    "WriteError": "autodeuq.core.fileio",
     "Ensemble": "autodeuq.ensemble",
     "load_ensemble": "autodeuq.ensemble",
     "UncertaintyPrediction": "autodeuq.ensemble",
-    "AutoDEUQRegressor": "autodeuq.api",
-    "AutoDEUQClassifier": "autodeuq.api",
+    "AutoDEUQRegressor": "autodeuq.app.api",
+    "AutoDEUQClassifier": "autodeuq.app.api",
     "ClassifierEnsemble": "autodeuq.ensemble",
     "CategoricalPrediction": "autodeuq.ensemble",
-    "SearchSpace": "autodeuq.space",
-    "load_space": "autodeuq.space",
-    "DataError": "autodeuq.data",
-    "UnseenCategoryWarning": "autodeuq.preprocess",
+    "SearchSpace": "autodeuq.search.space",
+    "load_space": "autodeuq.search.space",
+    "DataError": "autodeuq.core.errors",
+    "UnseenCategoryWarning": "autodeuq.table.preprocess",
     "OutOfRangeWarning": "autodeuq.ensemble.inputs",
 }
 

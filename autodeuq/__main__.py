@@ -1,5 +1,5 @@
 import sys
 
-from autodeuq.cli import main
+from autodeuq.app.cli import main
 
 sys.exit(main())

@@ -366,7 +366,7 @@ def check_level(level) -> float:
     ParameterError
         Named ``level``.
     """
-    from autodeuq.errors import ParameterError
+    from autodeuq.core.errors import ParameterError
 
     if isinstance(level, bool) or not isinstance(level, (int, float, np.integer, np.floating)) \
             or not 0 < level <= MAX_INTERVAL_LEVEL:

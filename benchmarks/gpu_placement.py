@@ -2,7 +2,7 @@
 
 The local Ray instance detects the machine's GPUs itself (none are declared). For each share
 (``--gpus-per-eval`` 0, 1, then 0.25) the script runs as many evaluations as the machine holds at
-that share through :class:`~autodeuq.evaluator.ray.RayEvaluator`, the evaluator of every search. The
+that share through :class:`~autodeuq.engine.evaluator.ray.RayEvaluator`, the evaluator of every search. The
 evaluations wait for each other twice (barriers of files), so that they hold their devices at
 the same time; each reports:
 
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from autodeuq.evaluator.ray import RayEvaluator
-from autodeuq.result import TrainResult
+from autodeuq.core.result import TrainResult
+from autodeuq.engine.evaluator.ray import RayEvaluator
 
 SIZE = 2048  # of the square matrices multiplied on the device
 

@@ -1,6 +1,6 @@
 """Grappler during training: the first epoch of fresh trainings with and without it.
 
-``autodeuq.train`` turns TensorFlow's graph optimizer (Grappler) off while it trains
+``autodeuq.nn.train`` turns TensorFlow's graph optimizer (Grappler) off while it trains
 (``GRAPPLER_IN_TRAINING = False``). This script trains ``--configs`` configurations sampled from
 the ``toy`` space on the built-in toy-sine data, each from an empty trainer cache (so every
 training traces its epoch afresh), twice with Grappler off and twice on, interleaved, and prints
@@ -20,11 +20,11 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from autodeuq import train as training  # noqa: E402
-from autodeuq.data import toy_sine  # noqa: E402
-from autodeuq.space import load_space  # noqa: E402
+from autodeuq.nn import train as training
+from autodeuq.search.space import load_space
+from autodeuq.table.data import toy_sine
 
 
 def main(argv=None) -> None:

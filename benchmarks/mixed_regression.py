@@ -93,7 +93,7 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: import the check
     sys.path.insert(0, str(REPO))
 
 from autodeuq import discard  # noqa: E402
-from autodeuq.data import DataError  # noqa: E402
+from autodeuq.table.data import DataError  # noqa: E402
 from benchmarks.classification import (  # noqa: E402
     _limit_threads,
     _mean_se,

@@ -1,7 +1,7 @@
 """When ``early_discarding="auto"`` would have decided, replayed on finished searches.
 
 For each catalog, the finished trainings are fed in the order they ended to the driver's own
-decision (:class:`autodeuq.scheduler.DiscardByCost`, the budget and the number of workers given
+decision (:class:`autodeuq.discard.scheduler.DiscardByCost`, the budget and the number of workers given
 here), which projects from each training's modelled seconds (its epochs, steps, batch size and
 parameters); the time each ended since the first was submitted is shown beside. Per catalog, the
 script prints:
@@ -30,7 +30,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from autodeuq.catalog import Catalog  # noqa: E402
-from autodeuq.scheduler import DiscardByCost, decide_after  # noqa: E402
+from autodeuq.discard.scheduler import DiscardByCost, decide_after  # noqa: E402
 
 
 def finished_trainings(frame) -> list[tuple]:
@@ -49,7 +49,7 @@ def replay(trainings, max_evals: int, budget_s: float, workers: int, rows: int) 
     search over ``rows`` training rows: ``first`` (the first decision), ``switch`` (the decision that
     turned successive halving on, with the search's timed seconds then, or None) and ``largest_s``
     (the largest projection while it was off). The decisions use the modelled seconds of the
-    trainings (:func:`autodeuq.scheduler.training_cost`), never the timed ones."""
+    trainings (:func:`autodeuq.discard.scheduler.training_cost`), never the timed ones."""
     cost = DiscardByCost(rule=None, budget_s=budget_s, after=decide_after(workers), rows=rows)
     done, first, switch, largest = [], None, None, 0.0
     for ended, _, _, epochs, batch_size, n_params in trainings:

@@ -12,10 +12,10 @@ all the rows), one member at a time in this process.
 import argparse
 import json
 
-from autodeuq import data
 from autodeuq.catalog import Catalog, load_keras_model
 from autodeuq.ensemble import load_ensemble
 from autodeuq.ensemble.refit import RefitObjective, _constant_nll, _nll, member_schedule, refit_failed
+from autodeuq.table import data
 
 
 def probe(run_dir: str) -> list[dict]:

@@ -1,5 +1,5 @@
 """What saving one network (its ``.keras`` bytes) costs, with Keras' saver as it is and with the
-attribute skip-sets it looks up memoized (as ``autodeuq.model`` does on import).
+attribute skip-sets it looks up memoized (as ``autodeuq.nn.model`` does on import).
 
 Keras 3's saver looks up, for every layer it writes, the attributes of a bare ``Layer``, and
 rebuilds a throwaway ``Layer`` each time because its cache is written under one key and read
@@ -32,22 +32,22 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args(argv)
 
-    from autodeuq.train import configure_threads
+    from autodeuq.nn.train import configure_threads
 
     configure_threads(1)
     import keras
     from keras.src.saving import saving_lib
 
-    from autodeuq.data import Standardizer
-    from autodeuq.model import build_network, model_to_bytes, with_scaling
-    from autodeuq.space import load_space
+    from autodeuq.nn.model import build_network, model_to_bytes, with_scaling
+    from autodeuq.search.space import load_space
+    from autodeuq.table.data import Standardizer
 
     space = load_space("tabular")
     rng = np.random.default_rng(0)
     scaler = Standardizer.fit(rng.normal(size=(50, 13)), rng.normal(size=(50, 1)))
     models = [with_scaling(build_network(space, space.sample_arch(np.random.default_rng(1000 + i)), 13, 1), scaler)
               for i in range(args.configs)]
-    remembered = saving_lib.get_attr_skipset  # memoized when autodeuq.model was imported
+    remembered = saving_lib.get_attr_skipset  # memoized when autodeuq.nn.model was imported
     savers = {"Keras' saver as it is": remembered.__wrapped__, "skip-sets memoized": remembered}
     model_to_bytes(models[0])  # warm-up
     times = {name: [] for name in savers}

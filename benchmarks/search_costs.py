@@ -1,6 +1,6 @@
 """Where the trainings of real searches spend their fixed time, from what each catalog recorded.
 
-Every training records a timing breakdown (``extra["timing"]``, :func:`autodeuq.train.train`):
+Every training records a timing breakdown (``extra["timing"]``, :func:`autodeuq.nn.train.train`):
 ``setup`` (Keras' session reset, building the network, making or reusing the compiled trainer,
 loading the initial weights), ``first_epoch`` (tracing and instantiating the epoch on a new
 network, and running that epoch), ``other_epochs`` and ``finish`` (loading the best weights and

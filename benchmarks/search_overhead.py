@@ -26,8 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autodeuq.search import create, surrogate  # noqa: E402
-from autodeuq.space import load_space  # noqa: E402
+from autodeuq.search import create, surrogate
+from autodeuq.search.space import load_space
 
 
 def synthetic_history(space, n, seed=0):

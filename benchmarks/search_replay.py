@@ -6,7 +6,7 @@ that depends on timing, and the asynchronous search then proposes other configur
 batch sizes, other widths), so two runs of one commit can differ by 3x
 (``benchmarks/results/search_speed/notes.md``). To compare two trainers on the same work, this
 script trains a catalog's finished configurations again, in the catalog's order, each with the
-seed its search gave it (:func:`autodeuq.evaluator.base.evaluation_seed` of the catalog's seed and
+seed its search gave it (:func:`autodeuq.engine.evaluator.base.evaluation_seed` of the catalog's seed and
 the entry's id), on the training and validation rows the catalog stored, with the search's epoch
 budget, single-threaded, in one process (so the pieces of spliced epochs and the trainer cache
 carry over as on a worker). It reports the CPU and wall time of all of them, the medians of the
@@ -34,15 +34,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from search_costs import fixed_parts  # noqa: E402
 
-from autodeuq.train import configure_threads  # noqa: E402  (before TensorFlow runs anything)
+from autodeuq.nn.train import configure_threads  # noqa: E402  (before TensorFlow runs anything)
 
 
 def replay(run_dir, limit: int | None = None) -> dict:
     """Replay the finished trainings of the catalog at ``run_dir`` (the first ``limit``)."""
     from autodeuq.catalog import Catalog
-    from autodeuq.data import from_arrays
-    from autodeuq.evaluator.base import evaluation_seed
-    from autodeuq.train import train
+    from autodeuq.engine.evaluator.base import evaluation_seed
+    from autodeuq.nn.train import train
+    from autodeuq.table.data import from_arrays
 
     catalog = Catalog(run_dir)
     meta = catalog.meta

@@ -45,11 +45,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from autodeuq.search.age import AgingEvolution, population_for_budget  # noqa: E402
-from autodeuq.search.agebo import AgEBO  # noqa: E402
-from autodeuq.search.bo import BayesianOptimization, VectorBO  # noqa: E402
-from autodeuq.space import load_space  # noqa: E402
-from benchmarks.surrogates import PROBLEMS  # noqa: E402
+from autodeuq.search.age import AgingEvolution, population_for_budget
+from autodeuq.search.agebo import AgEBO
+from autodeuq.search.bo import BayesianOptimization, VectorBO
+from autodeuq.search.space import load_space
+from benchmarks.surrogates import PROBLEMS
 
 CHECKPOINTS = (50, 100)
 SPACE = load_space("tabular")

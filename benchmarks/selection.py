@@ -208,7 +208,7 @@ def score_toy(ens, table, grid) -> dict:
 
 
 def draw_toy(ens: Ensemble, table, grid, run_dir: Path, path: Path, evals: int) -> None:
-    from autodeuq import plots
+    from autodeuq.app import plots
     from autodeuq.catalog import Catalog
     from autodeuq.ensemble import UncertaintyPrediction
 
@@ -222,10 +222,10 @@ def draw_toy(ens: Ensemble, table, grid, run_dir: Path, path: Path, evals: int) 
 
 
 def toy_catalog(seed: int, runs: Path, max_evals: int, epochs: int | None = None) -> Path:
-    from autodeuq.data import toy_sine
-    from autodeuq.options import SearchConfig, configure
-    from autodeuq.pipeline import fill_catalog
-    from autodeuq.space import load_space
+    from autodeuq.app.options import SearchConfig, configure
+    from autodeuq.app.pipeline import fill_catalog
+    from autodeuq.search.space import load_space
+    from autodeuq.table.data import toy_sine
 
     run_dir = runs / f"toy-seed{seed}"
     space, data = load_space("toy"), toy_sine(seed=seed)

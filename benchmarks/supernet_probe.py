@@ -3,7 +3,7 @@
     python benchmarks/supernet_probe.py
     python benchmarks/supernet_probe.py --batch-sizes 4 32 256 --configs 10 --epochs 20
 
-The compiled trainer (``autodeuq.train``) traces a whole epoch per network plan; tracing and
+The compiled trainer (``autodeuq.nn.train``) traces a whole epoch per network plan; tracing and
 instantiating that graph is most of a training's fixed cost (``benchmarks/training_costs.py``).
 Every network of a space without dropout or batch normalization is one path through the same
 chain (Egele et al. 2022; Egele 2024, Figure 6.1): per cell a Dense layer that may be left out
@@ -16,11 +16,11 @@ training loads its network's switches and sizes (no retrace) and runs the same g
 
 The probe measures, for ``--configs`` networks of the ``tabular`` space (those of
 ``benchmarks/training_speed.py``, on its boston-sized problem) at each batch size: the plan's own
-trainer (a fresh :class:`~autodeuq.train.CompiledTrainer`: trace, instantiation and first epoch,
+trainer (a fresh :class:`~autodeuq.nn.train.CompiledTrainer`: trace, instantiation and first epoch,
 then ``--epochs`` more epochs) and the supernet's (traced once per optimizer before the clock
 starts: loading the network, its first epoch, the same epochs), in CPU milliseconds, and the number
 of epochs after which the supernet's slower epochs have spent what the trace saved. It first checks
-the supernet's outputs and gradients against :class:`~autodeuq.plan.NetworkProgram` on random
+the supernet's outputs and gradients against :class:`~autodeuq.nn.plan.NetworkProgram` on random
 networks of the shipped spaces (the largest difference is printed).
 """
 from __future__ import annotations
@@ -41,10 +41,10 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from autodeuq import activations, ops, plan  # noqa: E402
-from autodeuq.flat import FlatLayout  # noqa: E402
-from autodeuq.optimizers import FlatOptimizer  # noqa: E402
-from autodeuq.splice import DIRECT  # noqa: E402
-from autodeuq.train import CompiledTrainer, GaussianLoss  # noqa: E402
+from autodeuq.nn.flat import FlatLayout  # noqa: E402
+from autodeuq.nn.optimizers import FlatOptimizer  # noqa: E402
+from autodeuq.nn.splice import DIRECT  # noqa: E402
+from autodeuq.nn.train import CompiledTrainer, GaussianLoss  # noqa: E402
 
 _ORDER = tuple(activations.ACTIVATIONS)  # activation index -> name
 
@@ -64,7 +64,7 @@ _LINEAR = ops.Dense("linear", "x", 1, "linear")  # the plan's linear Dense op (i
 
 def _linear_backward(kernel, x, d_z):
     """``(d_x, d_kernel flattened, d_bias)`` of ``z = x @ kernel + bias``: the written-out backward of
-    the plan's Dense op (:class:`autodeuq.ops.Dense`)."""
+    the plan's Dense op (:class:`autodeuq.nn.ops.Dense`)."""
     (d_x,), (d_kernel, d_bias) = _LINEAR.backward([kernel, None], [x], (None, None), d_z, [True])
     return d_x, _flat(d_kernel), d_bias
 
@@ -199,13 +199,13 @@ class Supernet:
     def _by_activation(index, function):
         return tf.switch_case(index, [lambda a=a: function(activations.get(a)) for a in _ORDER])
 
-    #: its switches are tf.cond inside the loop: its epochs are traced op by op (autodeuq.splice)
+    #: its switches are tf.cond inside the loop: its epochs are traced op by op (autodeuq.nn.splice)
     spliceable = False
 
     @tf.autograph.experimental.do_not_convert
     def forward(self, weights, x, state=(), training=False, rng=None, via=None):
         """``(mean, var, saved)``, or a classifier's ``(logits, saved)``: the interface of
-        :meth:`autodeuq.plan.NetworkProgram.forward` (no state, nothing random)."""
+        :meth:`autodeuq.nn.plan.NetworkProgram.forward` (no state, nothing random)."""
         outputs, saved = [x], []
         piece = 0
         for k, anchors in enumerate(self.anchors):
@@ -311,7 +311,7 @@ class SupernetTrainer(CompiledTrainer):
 
     def _trace(self):
         # its switches are tf.cond and tf.switch_case inside the loop: the default executor, as the
-        # product's trainer falls back to for such loops (autodeuq.train.NESTED_FUNCTION_OPS)
+        # product's trainer falls back to for such loops (autodeuq.nn.train.NESTED_FUNCTION_OPS)
         return self._traced(), contextlib.nullcontext
 
     def load(self, space, arch) -> None:
@@ -340,8 +340,8 @@ class SupernetTrainer(CompiledTrainer):
 def check(space, n_features: int, networks: int, seed: int = 0) -> float:
     """Largest difference, relative to the largest magnitude, between the supernet's and the plan
     program's outputs and gradients (eager, float32) on ``networks`` random networks of ``space``."""
-    from autodeuq.plan import NetworkPlan, NetworkProgram
-    from autodeuq.train import gaussian_nll_and_gradients
+    from autodeuq.nn.plan import NetworkPlan, NetworkProgram
+    from autodeuq.nn.train import gaussian_nll_and_gradients
 
     supernet, rng, worst = Supernet(space, n_features, 1), np.random.default_rng(seed), 0.0
     for _ in range(networks):
@@ -369,7 +369,7 @@ def check(space, n_features: int, networks: int, seed: int = 0) -> float:
 def glorot_kernels(model, seed: int) -> None:
     """Draw every kernel of ``model`` from Keras' default Glorot uniform with a NumPy generator.
 
-    Not through ``keras.utils.set_random_seed``, as ``autodeuq.train.train`` seeds a network: that
+    Not through ``keras.utils.set_random_seed``, as ``autodeuq.nn.train.train`` seeds a network: that
     also clears TensorFlow's caches of instantiated functions (so does ``keras.backend.clear_session``,
     which ``train`` calls too), and the supernet's one graph would be instantiated again at every
     training (400-570 ms on the development machine)."""
@@ -394,13 +394,13 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=20, help="epochs timed after the first")
     parser.add_argument("--check-networks", type=int, default=20)
     args = parser.parse_args(argv)
-    from autodeuq.train import configure_threads
+    from autodeuq.nn.train import configure_threads
 
     configure_threads(1)
-    from autodeuq.optimizers import OPTIMIZERS
-    from autodeuq.plan import NetworkPlan, NetworkProgram
-    from autodeuq.space import load_space
-    from autodeuq.train import _graph_optimizer_off
+    from autodeuq.nn.optimizers import OPTIMIZERS
+    from autodeuq.nn.plan import NetworkPlan, NetworkProgram
+    from autodeuq.nn.train import _graph_optimizer_off
+    from autodeuq.search.space import load_space
     from benchmarks.training_speed import boston_like
 
     for name, n_features in (("toy", 1), ("tabular", 13)):

@@ -25,10 +25,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import autodeuq.search.ensemble_surrogates  # noqa: E402,F401  (registers the ensemble surrogates)
-from autodeuq.search.bo import VectorBO  # noqa: E402
-from autodeuq.search.surrogate import make_surrogate  # noqa: E402
-from autodeuq.space import decode_index, encode_index  # noqa: E402
+import autodeuq.search.ensemble_surrogates  # noqa: F401  (registers the ensemble surrogates)
+from autodeuq.search.bo import VectorBO
+from autodeuq.search.space import decode_index, encode_index
+from autodeuq.search.surrogate import make_surrogate
 
 CHECKPOINTS = (25, 50, 100)
 SURROGATE_NAMES = ("et", "rf", "gp", "deep-ensemble", "ranking-ensemble")
@@ -67,7 +67,7 @@ def ackley5(U):
 
 
 # Mixed: 3 continuous variables in [0, 1] and 2 categorical ones with 5 levels each, in the
-# search space's encoding of a categorical (level / 4, autodeuq.space.encode_index). Each level of
+# search space's encoding of a categorical (level / 4, autodeuq.search.space.encode_index). Each level of
 # the first moves the bowl's center and its floor, the second scales the bowl and adds its own
 # offset; the minimum (0) is at level 3 of the first, level 1 of the second and x = that level's
 # center.

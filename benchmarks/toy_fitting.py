@@ -36,10 +36,10 @@ SET_HP = ("optimizer", "learning_rate", "batch_size", "patience_reduce_lr", "pat
 def one_training(job: tuple[int, dict]) -> dict:
     index, options = job
     from autodeuq import metrics
-    from autodeuq.data import toy_sine
     from autodeuq.ensemble.refit import _constant_nll
-    from autodeuq.space import load_space
-    from autodeuq.train import configure_threads, train
+    from autodeuq.nn.train import configure_threads, train
+    from autodeuq.search.space import load_space
+    from autodeuq.table.data import toy_sine
 
     configure_threads(1)
     space, data = load_space("toy"), toy_sine(seed=options["data_seed"])

@@ -1,11 +1,11 @@
-"""Where the CPU time of a training goes: the parts of ``autodeuq.train.train``, in CPU seconds.
+"""Where the CPU time of a training goes: the parts of ``autodeuq.nn.train.train``, in CPU seconds.
 
 CPU time (``time.process_time``: every thread of the process) rather than wall time, so that two
 trainers can be compared on a machine busy with other jobs, where wall times mostly measure the
 wait for a core. The problem and the configurations are those of ``benchmarks/training_speed.py``
 (the tabular space's first ``--configs`` configurations, one batch size, an empty trainer cache,
 so every training traces its epoch afresh). The parts are measured by wrapping the functions that
-``autodeuq.train`` calls: Keras' session reset, building the Keras model, making the compiled
+``autodeuq.nn.train`` calls: Keras' session reset, building the Keras model, making the compiled
 trainer, the first epoch (tracing, graph instantiation, one epoch), the later epochs, wrapping the
 model in its scaling and writing its ``.keras`` bytes. A trainer that builds no Keras model has
 the part "initial weights from the plan" instead of the build, and no scaled model.
@@ -26,9 +26,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from autodeuq.train import configure_threads  # noqa: E402  (before TensorFlow runs anything)
+from autodeuq.nn.train import configure_threads  # (before TensorFlow runs anything)
 
 
 def timed(spent, label, function):
@@ -50,8 +50,8 @@ def main(argv=None):
     configure_threads(1)
     from training_speed import boston_like
 
-    from autodeuq import plan, train
-    from autodeuq.space import load_space
+    from autodeuq.nn import plan, train
+    from autodeuq.search.space import load_space
 
     space, dataset = load_space("tabular"), boston_like()
     configs = [space.sample(np.random.default_rng(1000 + i)) for i in range(args.configs)]

@@ -7,7 +7,7 @@ For each of ``--configs`` configurations sampled (fixed seeds) from the ``tabula
 batch size of ``--batch-sizes`` (the batch size is fixed, the rest of the configuration is kept),
 the same network (same initial weights: same build, same seed) is trained twice:
 
-* ``autodeuq.train.train`` (whole-epoch ``tf.function``, Python bookkeeping per epoch);
+* ``autodeuq.nn.train.train`` (whole-epoch ``tf.function``, Python bookkeeping per epoch);
 * the reference: ``model.compile`` + ``model.fit`` with ``ReduceLROnPlateau`` and
   ``EarlyStopping(restore_best_weights=True)`` on ``val_loss`` (same patiences, Keras defaults
   otherwise), then the same finishing work as the product (original-unit model, validation
@@ -42,11 +42,11 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from autodeuq.train import configure_threads  # noqa: E402  (before TensorFlow runs anything)
+from autodeuq.nn.train import configure_threads  # (before TensorFlow runs anything)
 
 LINES: list[str] = []
 
@@ -58,7 +58,7 @@ def say(text: str = ""):
 
 def boston_like(seed: int = 0):
     """340 train / 170 validation rows, 13 correlated features, nonlinear heteroscedastic target."""
-    from autodeuq.data import from_arrays
+    from autodeuq.table.data import from_arrays
 
     rng = np.random.default_rng(seed)
     n, d = 510, 13
@@ -107,9 +107,9 @@ def keras_fit_reference(config, space, dataset, *, seed: int, epochs: int):
     import keras
     import tensorflow as tf
 
-    from autodeuq.model import build_network, model_to_bytes, with_scaling
-    from autodeuq.optimizers import make_optimizer
-    from autodeuq.train import gaussian_nll, predict
+    from autodeuq.nn.model import build_network, model_to_bytes, with_scaling
+    from autodeuq.nn.optimizers import make_optimizer
+    from autodeuq.nn.train import gaussian_nll, predict
 
     EpochClock = _epoch_clock_class()
     keras.backend.clear_session()  # outside the timing, like the product's session reset
@@ -155,7 +155,7 @@ def stats(values) -> str:
 
 
 def speed_part(args, space, dataset):
-    from autodeuq.train import clear_trainer_cache, train
+    from autodeuq.nn.train import clear_trainer_cache, train
 
     configs = [space.sample(np.random.default_rng(1000 + i)) for i in range(args.configs)]
     limited = ("" if args.epochs == space.epochs
@@ -226,7 +226,7 @@ def speed_part(args, space, dataset):
 
 
 def rss_part(args, space, dataset):
-    from autodeuq import train as train_mod
+    from autodeuq.nn import train as train_mod
 
     say(f"## Memory: {args.rss_trainings} trainings in one fresh process (autodeuq trainer, "
         f"{args.rss_epochs} epochs each, configurations sampled from the tabular space)")
@@ -266,7 +266,7 @@ def main(argv=None):
     import keras
     import tensorflow as tf
 
-    from autodeuq.space import load_space
+    from autodeuq.search.space import load_space
 
     space = load_space("tabular")
     args.epochs = args.epochs or space.epochs
@@ -283,7 +283,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     speedups = speed_part(args, space, dataset)
     if args.rss_trainings:
-        # a fresh interpreter: the Keras-fit reference above leaks (see autodeuq.train), which
+        # a fresh interpreter: the Keras-fit reference above leaks (see autodeuq.nn.train), which
         # would blur this measurement
         child = [sys.executable, os.path.abspath(__file__), "--part", "rss", "--threads", str(args.threads),
                  "--rss-trainings", str(args.rss_trainings), "--rss-epochs", str(args.rss_epochs)]

@@ -35,7 +35,7 @@ Methods (``--methods``):
   catalogs ``<dataset>-split<i>-iepoch``.
 * ``autodeuq-auto``: the same with the estimator's ``early_discarding="auto"``: no discarding
   until the first trainings project what the search costs, successive halving from then on if
-  the projection exceeds ``discard_budget`` (:mod:`autodeuq.scheduler`); catalogs
+  the projection exceeds ``discard_budget`` (:mod:`autodeuq.discard.scheduler`); catalogs
   ``<dataset>-split<i>-auto``; the decision is in each record's ``info.discarding_decision``, and the
   report lists each dataset's decisions with the search times they projected.
 * The report's row "AutoDEUQ (defaults)" is not run on its own: for each dataset it shows
@@ -90,12 +90,12 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: import the check
     sys.path.insert(0, str(REPO))
 
 from autodeuq import metrics  # noqa: E402
-from autodeuq.data import DataError  # noqa: E402
+from autodeuq.app.options import BY_NAME  # noqa: E402
+from autodeuq.core.errors import ParameterError  # noqa: E402
+from autodeuq.core.fileio import atomic_write  # noqa: E402
 from autodeuq.discard import RUNG_UNITS  # noqa: E402
 from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY, SCORES  # noqa: E402
-from autodeuq.errors import ParameterError  # noqa: E402
-from autodeuq.fileio import atomic_write  # noqa: E402
-from autodeuq.options import BY_NAME  # noqa: E402
+from autodeuq.table.data import DataError  # noqa: E402
 from benchmarks.uci_data import DATASETS, VALID_FRACTION, default_data_dir, load_split, n_splits  # noqa: E402
 
 METHODS = ("autodeuq", "autodeuq-sha", "autodeuq-iepoch", "autodeuq-auto", "deep-ensembles", "ngboost", "catboost")
@@ -416,7 +416,7 @@ def add_space_option(p: argparse.ArgumentParser) -> None:
 
 def check_space(parser: argparse.ArgumentParser, space: str) -> None:
     """Refuse a ``--space`` that does not load, before any run (exit 2 with the reason)."""
-    from autodeuq.space import SpaceError, load_space
+    from autodeuq.search.space import SpaceError, load_space
 
     try:
         load_space(space)

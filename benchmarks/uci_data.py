@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autodeuq.data import DataError
+from autodeuq.table.data import DataError
 
 #: Smallest first, so a long run finishes whole datasets early.
 DATASETS = ("yacht", "boston", "energy", "concrete", "wine", "kin8nm", "power", "naval", "protein")

@@ -37,11 +37,11 @@ import time
 import numpy as np
 
 from autodeuq.catalog.schema import DB_NAME
-from autodeuq.data import toy_sine
-from autodeuq.evaluator.ray import RayEvaluator, init_ray
-from autodeuq.result import Status, TrainResult
-from autodeuq.runner import run_search
-from autodeuq.space import load_space
+from autodeuq.core.result import Status, TrainResult
+from autodeuq.engine.evaluator.ray import RayEvaluator, init_ray
+from autodeuq.engine.runner import run_search
+from autodeuq.search.space import load_space
+from autodeuq.table.data import toy_sine
 
 
 def sleep_result(config, n_valid, start) -> TrainResult:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from autodeuq.cli import main as autodeuq
+from autodeuq.app.cli import main as autodeuq
 
 TARGET = "body_mass_g"
 

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from autodeuq import metrics, plots
-from autodeuq.data import toy_sine
+from autodeuq import metrics
+from autodeuq.app import plots
+from autodeuq.app.pipeline import fill_catalog
 from autodeuq.ensemble import Ensemble
-from autodeuq.pipeline import fill_catalog
-from autodeuq.space import load_space
+from autodeuq.search.space import load_space
+from autodeuq.table.data import toy_sine
 
 # Hand-fixed halves of a configuration for the two ablations.
 FIXED_HP = {"learning_rate": 0.01, "batch_size": 16, "optimizer": "adam",

@@ -1,4 +1,4 @@
 """The search spaces shipped with autodeuq, installed as ``autodeuq.search_spaces``.
 
-This folder is their source; ``autodeuq.space.load_space`` finds them by name.
+This folder is their source; ``autodeuq.search.space.load_space`` finds them by name.
 """

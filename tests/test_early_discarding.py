@@ -178,7 +178,7 @@ def test_auto_decides_the_same_on_an_idle_and_on_a_loaded_machine(tmp_path, setu
     import sys
 
     from autodeuq import pipeline
-    from autodeuq.scheduler import MEASURE
+    from autodeuq.discard.cost import MEASURE
 
     space, data = setup
 
@@ -204,15 +204,15 @@ def test_auto_turns_discarding_on_later_when_the_trainings_grow_longer():
     # A search projected within its budget at first is projected again after each result: when
     # the trainings the search turns to later take longer, successive halving goes on from then,
     # its rungs learn what was reported, and each decision is recorded.
-    from autodeuq.scheduler import (
+    from autodeuq.discard.cost import (
         EPOCH_SECONDS,
         MEASURE,
         SAMPLE_PARAM_SECONDS,
         STEP_SECONDS,
         DiscardByCost,
-        Scheduler,
         training_cost,
     )
+    from autodeuq.discard.scheduler import Scheduler
 
     class Evaluator:
         n_slots, discarder = 2, None

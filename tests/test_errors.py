@@ -43,11 +43,13 @@ def test_every_error_has_the_root_and_its_former_base():
 def test_the_root_is_exported_and_dependency_free():
     assert autodeuq.AutoDEUQError is AutoDEUQError and autodeuq.ParameterError is ParameterError
     assert {"AutoDEUQError", "ParameterError", "SearchError"} <= set(autodeuq.__all__) <= set(dir(autodeuq))
-    # autodeuq.quiet and autodeuq._lazy (standard library only) are loaded by the package itself: the
-    # first before TensorFlow can be imported, the second for the names it loads on first use.
+    # autodeuq.core.quiet and autodeuq._lazy (standard library only) are loaded by the package itself:
+    # the first before TensorFlow can be imported, the second for the names it loads on first use and
+    # the former module names (autodeuq.errors is autodeuq.core.errors).
+    loaded = ('autodeuq.errors', 'autodeuq.core', 'autodeuq.core.errors', 'autodeuq.core.quiet', 'autodeuq._lazy')
     code = ("import sys, autodeuq.errors; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'tensorflow', 'ray', 'ConfigSpace')"
-            " or (m.startswith('autodeuq.') and m not in ('autodeuq.errors', 'autodeuq.quiet', 'autodeuq._lazy'))))")
+            f" or (m.startswith('autodeuq.') and m not in {loaded!r})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -10,10 +10,10 @@ import pytest
 from autodeuq.catalog import Catalog
 from autodeuq.cli import main
 from autodeuq.errors import ParameterError
-from autodeuq.pipeline import evolution_options
+from autodeuq.options import SearchConfig, configure
 from autodeuq.report import search_counts
 from autodeuq.result import TrainResult
-from autodeuq.search import create, evolution_searchers
+from autodeuq.search import create, evolution_options, evolution_searchers
 from autodeuq.search.age import population_for_budget
 from autodeuq.search.base import config_key
 from autodeuq.space import load_space
@@ -36,11 +36,17 @@ def test_population_and_tournament_follow_the_budget():
     ({"search": "bo", "tournament_size": 3}, "tournament_size must be \"auto\" with search 'bo'"),
     ({"search": "agebo", "population_size": 5, "tournament_size": 6}, r"tournament_size must be at most the "
                                                                      r"population size \(5\)"),
-    ({"search": "age", "population_size": 1}, "population_size must be \"auto\" or an integer >= 2"),
 ])
 def test_bad_evolution_settings_are_refused(kwargs, words):
     with pytest.raises(ParameterError, match=words):
         evolution_options(**kwargs)
+    with pytest.raises(ParameterError, match=words):  # the same, checked with the other options
+        configure(SearchConfig, **kwargs)
+
+
+def test_a_population_below_two_is_refused_by_the_table():
+    with pytest.raises(ParameterError, match="population_size must be \"auto\" or an integer >= 2"):
+        configure(SearchConfig, search="age", population_size=1)
 
 
 @pytest.mark.parametrize("name", ["age", "agebo"])

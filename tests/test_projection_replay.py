@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from autodeuq.scheduler import training_cost
+from autodeuq.discard.cost import training_cost
 from benchmarks.projection_replay import finished_trainings, replay
 
 

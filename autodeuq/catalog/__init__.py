@@ -35,7 +35,7 @@ Crash safety (SIGKILL or power loss at any instant):
 
 A run directory is untrusted input (it may be shared, copied from elsewhere or tampered with):
 
-- Every file is written through :func:`autodeuq.fileio.atomic_write`: a temporary name created
+- Every file is written through :func:`autodeuq.core.fileio.atomic_write`: a temporary name created
   exclusively (``O_EXCL | O_NOFOLLOW``), renamed over the final name, so a symbolic link planted
   at either name is replaced, never written through; the lock file is opened with
   ``O_NOFOLLOW`` and a writer refuses linked ``models/``, ``predictions/`` or database files.

@@ -34,8 +34,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from autodeuq.errors import AutoDEUQError
-from autodeuq.fileio import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, os_reason
+from autodeuq.core.errors import AutoDEUQError
+from autodeuq.core.fileio import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, os_reason
 
 # Limits on what a run directory may make autodeuq read (a crafted file must not exhaust memory).
 # Models of the shipped spaces are kilobytes to a few megabytes.
@@ -264,7 +264,7 @@ def _keras_load(data: bytes, where: str):
         copy.write_bytes(data)
         try:
             return keras.models.load_model(copy, safe_mode=True, compile=False)
-        except Exception as exc:  # noqa: BLE001 - every loading failure names the file
+        except Exception as exc:  # every loading failure names the file
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if "safe_mode" in str(exc):
                 raise CatalogError(f"{where}: refusing to load it: it holds code (e.g. a Lambda layer) that "
@@ -277,7 +277,7 @@ def load_network(data: bytes, where: str, dtype: str = "float32"):
 
     The bytes pass :func:`checked_keras_config` first. A file that is exactly what autodeuq
     writes for a network's plan is then computed from that plan
-    (:class:`autodeuq.keras_file.SavedNetwork`, no Keras model built: a fraction of the cost,
+    (:class:`autodeuq.nn.keras_file.SavedNetwork`, no Keras model built: a fraction of the cost,
     the same numbers); any other file is loaded by :func:`load_keras_model`. Either is called as
     a Keras model is, ``network(x, training=False)``, and has an ``output_shape``.
 
@@ -296,7 +296,7 @@ def load_network(data: bytes, where: str, dtype: str = "float32"):
         As :func:`load_keras_model`.
     """
     checked_keras_config(data, where)
-    from autodeuq.keras_file import read_network
+    from autodeuq.nn.keras_file import read_network
 
     network = read_network(data, dtype)
     if network is not None:
@@ -356,9 +356,9 @@ def read_verified(path: Path, root: Path, sha256: str, limit: int, where: str, r
 def _import_custom_layers() -> None:
     """Register autodeuq's serializable layers with Keras before a model is deserialized."""
     try:
-        importlib.import_module("autodeuq.model")
+        importlib.import_module("autodeuq.nn.model")
     except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("autodeuq.model"):
+        if not (exc.name or "").startswith("autodeuq.nn.model"):
             raise
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from autodeuq.catalog.artifacts import CatalogError, npz_bytes, refuse_links, sha256_hex
 from autodeuq.catalog.schema import DB_FILES, DB_NAME, acquire_lock, connect, release_lock
-from autodeuq.fileio import replace_files
+from autodeuq.core.fileio import replace_files
 
 #: The first id of a fold entry: far above any search's entry ids, below SQLite's largest integer.
 FOLD_ID_START = 1 << 40

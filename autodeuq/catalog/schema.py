@@ -38,8 +38,8 @@ from autodeuq.catalog.artifacts import (
     npy_bytes,
     refuse_hard_links,
 )
-from autodeuq.errors import CatalogWarning
-from autodeuq.fileio import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, os_reason
+from autodeuq.core.errors import CatalogWarning
+from autodeuq.core.fileio import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, os_reason
 
 FORMAT = "autodeuq-catalog"
 # Version 2 adds the status 'discarded' (early discarding); a writer migrates version 1 on opening.

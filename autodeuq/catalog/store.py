@@ -54,10 +54,10 @@ from autodeuq.catalog.schema import (
     read_run_info,
     release_lock,
 )
-from autodeuq.errors import CatalogWarning
-from autodeuq.fileio import TEMP_SUFFIX, replace_file, replace_files
-from autodeuq.result import MODEL_STATUSES, Status, TrainResult
-from autodeuq.space import ROW_RULE_KEYS, SearchSpace, load_space
+from autodeuq.core.errors import CatalogWarning
+from autodeuq.core.fileio import TEMP_SUFFIX, replace_file, replace_files
+from autodeuq.core.result import MODEL_STATUSES, Status, TrainResult
+from autodeuq.search.space import ROW_RULE_KEYS, SearchSpace, load_space
 
 STATUSES = tuple(Status)
 
@@ -72,7 +72,7 @@ PROMOTED_FROM = "promoted_from"
 #: Key of an entry's ``extra`` naming the entry whose configuration aging evolution mutated into it.
 MUTATED_FROM = "mutated_from"
 #: Key of the run's search options holding the decision of ``early_discarding="auto"``
-#: (:mod:`autodeuq.scheduler`).
+#: (:mod:`autodeuq.discard.scheduler`).
 DISCARDING_DECISION = "discarding_decision"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MAX_ID = 2**63 - 1  # SQLite's largest integer
@@ -191,9 +191,9 @@ class Catalog:
     the ``.keras`` bytes that :meth:`load_model` turns back into a network):
 
     >>> import shutil, tempfile
-    >>> from autodeuq.data import from_arrays
-    >>> from autodeuq.result import TrainResult
-    >>> from autodeuq.space import load_space
+    >>> from autodeuq.table.data import from_arrays
+    >>> from autodeuq.core.result import TrainResult
+    >>> from autodeuq.search.space import load_space
     >>> rng = np.random.default_rng(0)
     >>> dataset = from_arrays(rng.normal(size=(30, 1)), rng.normal(size=30), seed=0)
     >>> space, run_dir = load_space("toy"), tempfile.mkdtemp()
@@ -589,7 +589,7 @@ class Catalog:
         standardized units; NaN without a model), valid_nll (the same NLL in the data's units:
         objective + :attr:`nll_offset`, what ``metrics.json`` and the command line report),
         reason, arch (compact JSON string, so hashable), architecture (the same in words, see
-        :meth:`~autodeuq.space.SearchSpace.describe_arch`), parent (the entry aging evolution
+        :meth:`~autodeuq.search.space.SearchSpace.describe_arch`), parent (the entry aging evolution
         mutated into this one; NaN for a configuration drawn otherwise), one column per training
         hyperparameter, epochs, best_epoch, wall_time, n_params, worker, submit_time,
         start_time, end_time (Unix seconds), node and gpus (where a Ray evaluation ran: its node's
@@ -667,8 +667,8 @@ class Catalog:
 
     @property
     def labels(self):
-        """A classification run's :class:`~autodeuq.labels.Labels`; None for regression."""
-        from autodeuq.labels import Labels
+        """A classification run's :class:`~autodeuq.table.labels.Labels`; None for regression."""
+        from autodeuq.table.labels import Labels
 
         recorded = (self._meta.get("data") or {}).get("labels")
         return Labels.from_dict(recorded) if self.task == "classification" and recorded else None
@@ -694,7 +694,7 @@ class Catalog:
                                   len(names) * array_bytes + (1 << 16))
         try:
             arrays = load_npz(data, names, array_bytes)
-        except Exception as exc:  # noqa: BLE001 - any decoding failure means a corrupt file
+        except Exception as exc:  # any decoding failure means a corrupt file
             raise CatalogError(f"{self.run_dir}: entry {entry_id}: predictions file {path} is corrupt: {exc}") from None
         shapes = [arrays[name].shape for name in names]
         if any(shape != expected for shape in shapes):
@@ -805,8 +805,8 @@ class Catalog:
         Parameters
         ----------
         run_dir : str or Path
-        space : SearchSpace (or anything :func:`autodeuq.space.load_space` takes)
-        dataset : autodeuq.data.Dataset
+        space : SearchSpace (or anything :func:`autodeuq.search.space.load_space` takes)
+        dataset : autodeuq.table.data.Dataset
         search_options : dict
             The search algorithm's name and options (e.g. ``{"algorithm": "agebo", ...}``),
             stored as given (JSON).
@@ -821,7 +821,7 @@ class Catalog:
             or its catalog was made for another dataset (fingerprint) or another search space;
             or another process is writing it.
         """
-        # noqa above: the opening is one sequence of refusals, each with its own message, and a
+        # C901 above: the opening is one sequence of refusals, each with its own message, and a
         # writer released on any failure; the index's part of it is autodeuq.catalog.schema.
         run_dir = Path(run_dir)
         space = load_space(space)

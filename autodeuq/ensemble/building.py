@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 
 from autodeuq.catalog import Catalog, CatalogError
+from autodeuq.core.errors import AutoDEUQWarning, ParameterError
 from autodeuq.ensemble import conformal as conformal_scores
 from autodeuq.ensemble.calibration import apply_scale, cross_fitted_scale, pooled_coverage, resolve_calibration
 from autodeuq.ensemble.categorical import (
@@ -27,7 +28,6 @@ from autodeuq.ensemble.categorical import (
 from autodeuq.ensemble.options import AUTO_POOL, AUTO_SELECTOR, CALIBRATIONS, DIVERSITY
 from autodeuq.ensemble.predictive import EnsembleError, ensemble_class
 from autodeuq.ensemble.selection import select, select_bagged, select_categorical, select_categorical_bagged
-from autodeuq.errors import AutoDEUQWarning, ParameterError
 
 COVERAGE_LEVELS = (0.5, 0.9, 0.95)
 

@@ -25,8 +25,9 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import log_softmax, logsumexp
 
-from autodeuq.errors import ParameterError
+from autodeuq.core.errors import ParameterError
 from autodeuq.metrics import check_level
+from autodeuq.table.labels import check_codes  # the class codes' check, kept importable from here
 
 __all__ = [
     "CategoricalPrediction", "apply_temperature", "fit_temperature", "cross_fitted_temperature", "pooled_log_loss",
@@ -55,32 +56,6 @@ def _entropy(p: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = np.where(p > 0, p * np.log(p), 0.0)
     return -terms.sum(axis=-1)
-
-
-def check_codes(y_codes, n_rows: int, n_classes: int) -> np.ndarray:
-    """``y_codes`` as an int64 array of ``n_rows`` class codes in ``[0, n_classes)``.
-
-    Raises
-    ------
-    ValueError
-        Naming what is wrong.
-
-    Examples
-    --------
-    >>> check_codes([0, 2, 1], 3, 3)
-    array([0, 2, 1])
-    """
-    codes = np.asarray(y_codes)
-    if codes.shape != (n_rows,):
-        raise ValueError(f"y_codes must have shape ({n_rows},), got {codes.shape}")
-    if codes.size and not np.issubdtype(codes.dtype, np.integer):
-        if not np.all(np.isfinite(codes)) or not np.all(codes == np.round(codes)):
-            raise ValueError("y_codes must be integer class codes")
-    codes = codes.astype(np.int64)
-    if codes.size and (codes.min() < 0 or codes.max() >= n_classes):
-        raise ValueError(f"y_codes must be class codes in [0, {n_classes}), got values from {codes.min()} to "
-                         f"{codes.max()}")
-    return codes
 
 
 @dataclass

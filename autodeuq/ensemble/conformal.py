@@ -33,7 +33,7 @@ import warnings
 
 import numpy as np
 
-from autodeuq.errors import AutoDEUQWarning
+from autodeuq.core.errors import AutoDEUQWarning
 from autodeuq.metrics import check_level
 
 __all__ = ["ConformalLevelWarning", "MAX_SCORES", "METHODS", "fit_regression", "fit_classification",
@@ -141,7 +141,7 @@ def fit_classification(codes, probas) -> dict:
     >>> fit_classification([0, 1], [[0.75, 0.25], [0.5, 0.5]])["scores"]
     [[0.25, 0.5]]
     """
-    from autodeuq.ensemble.categorical import check_codes
+    from autodeuq.table.labels import check_codes
 
     probas = np.asarray(probas, dtype=np.float64)
     if probas.ndim != 2 or 0 in probas.shape:
@@ -180,7 +180,7 @@ def check_conformal(table, n_targets: int | None = None, task: str = "regression
 def resolve_method(method: str, table) -> str:
     """``"conformal"`` or ``"mixture"``: what ``method`` (one of :data:`METHODS`) means for an
     ensemble whose conformal scores are ``table`` (None: it has none)."""
-    from autodeuq.errors import AutoDEUQError, ParameterError
+    from autodeuq.core.errors import AutoDEUQError, ParameterError
 
     if method not in METHODS:
         raise ParameterError("method", f"must be one of {list(METHODS)}", method)

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autodeuq import data
 from autodeuq.catalog.folds import is_fold_id
-from autodeuq.errors import AutoDEUQError, ParameterError
-from autodeuq.evaluator.base import TrainingObjective, evaluation_seed, evaluation_threads
+from autodeuq.core.errors import AutoDEUQError, ParameterError
+from autodeuq.engine.evaluator.base import TrainingObjective, evaluation_seed, evaluation_threads
+from autodeuq.table import data
 
 #: Folds of the training and validation rows (K), and the configurations cross-fitted per ensemble
 #: member asked for (the candidates of the out-of-fold selection: ``CONFIGS_PER_MEMBER * size``).
@@ -171,8 +171,8 @@ class FoldObjective(TrainingObjective):
         return data.from_arrays(x[keep], y[keep], x[out], y[out], name=f"crossfit fold {fold}", **self.dataset_options)
 
     def __call__(self, job: int, config: dict):
-        from autodeuq.space import SearchSpace
-        from autodeuq.train import configure_threads, train
+        from autodeuq.nn.train import configure_threads, train
+        from autodeuq.search.space import SearchSpace
 
         if self.threads:
             configure_threads(self.threads)
@@ -285,7 +285,7 @@ def _train_folds(catalog, rows, plan, assignment, jobs, estimates, configs_of, d
                  evaluator_options) -> tuple[dict, set]:
     """Run the fold trainings ``jobs`` that fit before ``deadline``, recording each in the catalog
     (and in ``done``) as it ends; ``(failed entries -> reason, entries left out for time)``."""
-    from autodeuq import evaluator as evaluators
+    from autodeuq.engine import evaluator as evaluators
     from autodeuq.ensemble.refit import plan_within_deadline
 
     recorded = catalog.meta.get("data") or {}

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from autodeuq.data import FLOAT32_MAX, DataError, encode_table, feature_frame, feature_matrix
-from autodeuq.errors import AutoDEUQWarning
+from autodeuq.core.errors import AutoDEUQWarning
+from autodeuq.table.data import FLOAT32_MAX, DataError, encode_table, feature_frame, feature_matrix
 
 
 def encode_inputs(x, feature_names, *, target_names=(), preprocessor=None, standardization=None,
@@ -143,7 +143,7 @@ def checked_preprocessor(spec, features):
     DataError
         A malformed record, or one whose encoded names are not ``features``.
     """
-    from autodeuq.preprocess import TablePreprocessor
+    from autodeuq.table.preprocess import TablePreprocessor
 
     if spec is None:
         return None

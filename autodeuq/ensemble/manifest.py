@@ -38,7 +38,7 @@ from autodeuq.catalog import (
     read_verified,
 )
 from autodeuq.catalog.artifacts import package_versions, sha256_hex
-from autodeuq.data import DataError
+from autodeuq.core.fileio import WriteError, atomic_write, os_reason, refuse_linked_folders
 from autodeuq.ensemble.inputs import checked_preprocessor
 from autodeuq.ensemble.predictive import (
     MEMBERS_DIR,
@@ -49,7 +49,7 @@ from autodeuq.ensemble.predictive import (
     ManifestError,
     ensemble_class,
 )
-from autodeuq.fileio import WriteError, atomic_write, os_reason, refuse_linked_folders
+from autodeuq.table.data import DataError
 
 MANIFEST_FORMAT = "autodeuq-ensemble/1"  #: a manifest naming its catalog (``run_dir``)
 SELF_CONTAINED_FORMAT = "autodeuq-ensemble/2"  #: a manifest next to its members' model files
@@ -149,7 +149,7 @@ def load_ensemble(path, engine: str = "auto") -> Ensemble:
     CatalogError
         The catalog a manifest names cannot be read.
     """
-    from autodeuq.errors import ParameterError
+    from autodeuq.core.errors import ParameterError
 
     if engine not in ENGINES:
         raise ParameterError("engine", f"must be one of {list(ENGINES)}", engine)
@@ -306,7 +306,7 @@ def _layers(config):
 
 def _manifest_labels(path: Path, recorded, targets: list[str]):
     """A self-contained classifier's classes (``labels``: ``{"classes": [...], "target": name}``), or None."""
-    from autodeuq.labels import Labels
+    from autodeuq.table.labels import Labels
 
     if recorded is None:
         return None

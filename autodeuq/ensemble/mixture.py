@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from autodeuq.errors import AutoDEUQError, ParameterError
+from autodeuq.core.errors import AutoDEUQError, ParameterError
 from autodeuq.metrics import central_interval, check_level, mixture_moments
 
 

@@ -64,7 +64,7 @@ def member_network(data: bytes, where: str):
     """
     from autodeuq.catalog.artifacts import load_network
     from autodeuq.ensemble.predictive import EnsembleError
-    from autodeuq.keras_file import SavedNetwork, _plan_of
+    from autodeuq.nn.keras_file import SavedNetwork, _plan_of
 
     network = load_network(data, where)
     if isinstance(network, SavedNetwork):
@@ -176,8 +176,8 @@ def _activation(g: _Graph, x: str, name: str) -> str:
 def _member(g: _Graph, encoded: str, k: int, plan, weights, state, scaler, classifier):
     """The member's outputs from the encoded ``double`` inputs: ``(mean, var)`` ``[N, T]`` in
     original units, or ``(logits,)`` ``[N, K]``, all ``double``."""
-    from autodeuq import ops
-    from autodeuq.plan import INPUT_NAME
+    from autodeuq.nn import ops
+    from autodeuq.nn.plan import INPUT_NAME
 
     x_mean, x_std = (np.asarray(v, np.float64).reshape(-1) for v in (scaler.x_mean, scaler.x_std))
     z = g.op("Div", [g.op("Sub", [encoded, g.const(x_mean, np.float64, f"m{k}/x_mean")]),
@@ -377,8 +377,8 @@ def save_onnx(ens, path) -> Path:
     WriteError
         The file cannot be written.
     """
+    from autodeuq.core.fileio import atomic_write
     from autodeuq.ensemble.predictive import EnsembleError
-    from autodeuq.fileio import atomic_write
 
     path = Path(path)
     if path.suffix != ".onnx":

@@ -58,10 +58,10 @@ class OnnxMembers:
     refitted: dict = {}
 
     def __init__(self, path, data: bytes, metadata: dict):
-        from autodeuq.data import DataError
         from autodeuq.ensemble.inputs import checked_preprocessor
         from autodeuq.ensemble.predictive import ManifestError
-        from autodeuq.labels import Labels
+        from autodeuq.table.data import DataError
+        from autodeuq.table.labels import Labels
 
         self.path = Path(path)
         self.data = data
@@ -124,7 +124,7 @@ class OnnxMembers:
         ``encode_inputs`` would take as it is (finite, within float32, also standardized); None
         for anything else, which ``encode_inputs`` then checks (and refuses with its message).
         A loaded ensemble's one-row prediction was mostly that check's pandas overhead."""
-        from autodeuq.data import FLOAT32_MAX
+        from autodeuq.table.data import FLOAT32_MAX
 
         if isinstance(x, np.ndarray) and x.dtype.kind in "fiu":
             arr = x.astype(np.float64, copy=False)
@@ -164,7 +164,7 @@ def raw_columns(frame, prep) -> dict[str, np.ndarray]:
     text as str (``""`` missing). The table was checked already (``encode_inputs``)."""
     import pandas as pd
 
-    from autodeuq.preprocess import _as_labels
+    from autodeuq.table.preprocess import _as_labels
 
     names = [str(c) for c in frame.columns]
     frame = frame.set_axis(names, axis=1)

@@ -23,13 +23,13 @@ from types import MappingProxyType
 import numpy as np
 
 from autodeuq.catalog import Catalog, CatalogError, load_network
-from autodeuq.data import DataError
+from autodeuq.core.errors import AutoDEUQError
 from autodeuq.ensemble import conformal as conformal_scores
 from autodeuq.ensemble.calibration import apply_scale
 from autodeuq.ensemble.inputs import checked_preprocessor, encode_inputs
 from autodeuq.ensemble.mixture import UncertaintyPrediction
-from autodeuq.errors import AutoDEUQError
 from autodeuq.metrics import check_level
+from autodeuq.table.data import DataError
 
 MEMBERS_DIR = "members"  #: the folder of a self-contained export that holds its members' model files
 
@@ -402,7 +402,7 @@ class Ensemble:
 
             return save_onnx(self, path)
         if format != "keras":
-            from autodeuq.errors import ParameterError
+            from autodeuq.core.errors import ParameterError
 
             raise ParameterError("format", "must be 'keras' or 'onnx'", format)
         from autodeuq.ensemble.manifest import save_ensemble

@@ -47,11 +47,11 @@ from typing import Any
 
 import numpy as np
 
-from autodeuq import data
+from autodeuq.core.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
+from autodeuq.engine.evaluator.base import TrainingObjective, evaluation_threads
 from autodeuq.ensemble.predictive import CatalogMembers, Ensemble
-from autodeuq.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
-from autodeuq.evaluator.base import TrainingObjective, evaluation_threads
 from autodeuq.metrics import gaussian_nll
+from autodeuq.table import data
 
 
 class RefitError(AutoDEUQError, RuntimeError):
@@ -143,7 +143,7 @@ def _constant_nll(y, n_classes: int | None = None) -> float:
 
 def _nll(model, x, y, classifier: bool = False) -> float:
     """Mean NLL of an original-unit network on rows ``(x, y)``: Gaussian, or a classifier's log loss."""
-    from autodeuq.train import predict, predict_log_proba
+    from autodeuq.nn.train import predict, predict_log_proba
 
     if classifier:
         log_proba = predict_log_proba(model, x)
@@ -250,8 +250,8 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
     RefitError
         A member's training failed (non-finite loss, ...).
     """
-    from autodeuq import evaluator as evaluators
     from autodeuq.catalog import load_network
+    from autodeuq.engine import evaluator as evaluators
 
     catalog = ensemble.catalog
     if catalog is None:

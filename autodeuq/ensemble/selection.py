@@ -25,9 +25,9 @@ import operator
 
 import numpy as np
 
+from autodeuq.core.errors import ParameterError
 from autodeuq.ensemble.categorical import check_codes
 from autodeuq.ensemble.options import METHODS, SCORES, STOPS
-from autodeuq.errors import ParameterError
 from autodeuq.metrics import LOG_2PI, check_mixture
 
 __all__ = ["select", "select_categorical", "select_bagged", "select_categorical_bagged", "fit_weights", "Selection",

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autodeuq._lazy import lazy_attributes
-from autodeuq.errors import ParameterError
-from autodeuq.registry import Registry
+from autodeuq.core.errors import ParameterError
+from autodeuq.core.registry import Registry
 
 if TYPE_CHECKING:
     from autodeuq.search.base import Searcher
@@ -75,10 +75,35 @@ def surrogate_searchers() -> tuple[str, ...]:
     return bo + tuple(name for name, (base, _) in ABLATIONS.items() if base in bo)
 
 
+def evolution_options(search, population_size="auto", tournament_size="auto", max_evals=100) -> dict:
+    """The options of aging evolution (P, S) for ``search``: those given, ``"auto"`` sized for a
+    budget of ``max_evals`` evaluations (:func:`autodeuq.search.age.population_for_budget`); {}
+    for a searcher without aging evolution, which refuses any other value than ``"auto"``. The values
+    are those of the options, already checked against the table (:func:`autodeuq.app.options.resolve`).
+
+    >>> evolution_options("agebo"), evolution_options("agebo", 40, max_evals=500), evolution_options("bo")
+    ({'population_size': 20, 'sample_size': 7}, {'population_size': 40, 'sample_size': 13}, {})
+    """
+    from autodeuq.search.age import population_for_budget, tournament_for
+
+    for name, value in (("population_size", population_size), ("tournament_size", tournament_size)):
+        if value != "auto":
+            if search not in evolution_searchers():
+                raise ParameterError(name, f'must be "auto" with search {search!r}: only aging evolution '
+                                           f'({", ".join(evolution_searchers())}) has a population', value)
+    size = population_for_budget(max_evals)[0] if population_size == "auto" else population_size
+    tournament = tournament_for(size) if tournament_size == "auto" else tournament_size
+    if tournament > size:
+        raise ParameterError("tournament_size", f"must be at most the population size ({size})", tournament_size)
+    if search not in evolution_searchers():
+        return {}
+    return {"population_size": size, "sample_size": tournament}
+
+
 def default_fixed_arch(space) -> list[int]:
     """Architecture of ``bo-fixed-arch`` by default: a plain MLP, every cell Dense with the units
     nearest 64 (the smaller on a tie) and tanh (else the space's first activation), no skip."""
-    from autodeuq.space import load_space
+    from autodeuq.search.space import load_space
 
     space = load_space(space)
     units = min(range(len(space.units)), key=lambda i: (abs(space.units[i] - 64), space.units[i]))
@@ -98,7 +123,7 @@ def ablation_fixed_hp(space, overrides=None) -> dict:
     """
     import numpy as np
 
-    from autodeuq.space import SpaceError, load_space
+    from autodeuq.search.space import SpaceError, load_space
 
     space = load_space(space)
     if overrides is None:
@@ -128,7 +153,7 @@ def ablation_fixed_arch(space, arch=None) -> list[int]:
     """
     import numpy as np
 
-    from autodeuq.space import SpaceError, load_space
+    from autodeuq.search.space import SpaceError, load_space
 
     space = load_space(space)
     if arch is None:
@@ -156,7 +181,7 @@ def create(name: str, space, seed: int | None = None, **options) -> Searcher:
     **options
         Constructor options of the searcher class (see each class).
     """
-    from autodeuq.space import load_space
+    from autodeuq.search.space import load_space
 
     key = str(name).lower()
     if key in ABLATIONS:
@@ -184,4 +209,5 @@ __all__ = [
     "SEARCHERS", "SURROGATES", "ACQUISITIONS", "DEFAULT_SEARCHER", "ABLATIONS", "surrogate_searchers",
     "DEFAULT_FIXED_HP", "default_fixed_arch", "ablation_fixed_hp", "ablation_fixed_arch", "create", "Searcher",
     "RandomSearch", "AgingEvolution", "BayesianOptimization", "VectorBO", "AgEBO", "evolution_searchers",
+    "evolution_options",
 ]

@@ -96,7 +96,7 @@ class AgingEvolution(Searcher):
     seed : int or None
     population_size : int
         P, the number of most recent successful results kept (100, as in the thesis; a search
-        through :func:`autodeuq.pipeline.fill_catalog` sizes it for its budget,
+        through :func:`autodeuq.app.pipeline.fill_catalog` sizes it for its budget,
         :func:`population_for_budget`).
     sample_size : int
         S, the tournament size (10).

@@ -23,7 +23,7 @@ class AgEBO(Searcher):
     seed : int or None
     population_size : int
         P of aging evolution (100, as in the thesis; a search through
-        :func:`autodeuq.pipeline.fill_catalog` sizes it for its budget,
+        :func:`autodeuq.app.pipeline.fill_catalog` sizes it for its budget,
         :func:`autodeuq.search.age.population_for_budget`).
     sample_size : int
         S, the tournament size (10).

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from autodeuq.space import SearchSpace, load_space
+from autodeuq.search.space import SearchSpace, load_space
 
 Config = dict[str, Any]
 
@@ -57,7 +57,7 @@ class Searcher(ABC):
     Parameters
     ----------
     space : SearchSpace or str
-        The joint search space (or the name/path of one, see :func:`autodeuq.space.load_space`).
+        The joint search space (or the name/path of one, see :func:`autodeuq.search.space.load_space`).
     seed : int or None
         Seed of all the searcher's random draws; ``None`` draws fresh entropy.
 

@@ -13,7 +13,7 @@ One suggestion, once ``n_initial`` suggestions have been random:
    squashes outliers such as diverged trainings);
 3. the surrogate is fitted (once per ask) and ``n_candidates`` random candidates are scored by the
    acquisition; the lowest score wins. Candidates are drawn from the prior as encodings of
-   configurations (:meth:`~autodeuq.space.SearchSpace.sample_vectors`): the surrogate scores the
+   configurations (:meth:`~autodeuq.search.space.SearchSpace.sample_vectors`): the surrogate scores the
    very points it is told about once they are evaluated.
 
 With ``random_interleave=p``, each suggestion after the initial ones is drawn at random instead,

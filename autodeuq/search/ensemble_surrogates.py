@@ -4,8 +4,8 @@ Two surrogates with the scikit-learn regressor API (``fit(X, y)``, ``predict(X, 
 named ``"deep-ensemble"`` and ``"ranking-ensemble"`` in :data:`~autodeuq.search.SURROGATES`:
 
 * :class:`DeepEnsembleSurrogate`: M MLPs ending in the project's
-  :class:`~autodeuq.layers.GaussianHead`, trained on standardized costs with the beta-NLL of
-  Seitzer et al. (ICLR 2022): the Gaussian NLL of :func:`autodeuq.train.gaussian_nll` with each
+  :class:`~autodeuq.nn.layers.GaussianHead`, trained on standardized costs with the beta-NLL of
+  Seitzer et al. (ICLR 2022): the Gaussian NLL of :func:`autodeuq.nn.train.gaussian_nll` with each
   row weighted by its (constant) predicted variance to the power beta; the prediction is the
   mixture moments of :func:`autodeuq.metrics.mixture_moments` (equal weights).
 * :class:`RankingEnsembleSurrogate`: the non-meta-learned Deep Ranking Ensemble (Khazi, Pineda
@@ -74,8 +74,8 @@ def _trainer(kind: str, n_layers: int):
     """The compiled trainer ``(params, X, target, mask, epochs, lr, beta) -> (params, final loss)``.
 
     ``kind="nll"``: ``target`` is ``(n,)`` standardized costs, each member's output goes through
-    :class:`~autodeuq.layers.GaussianHead` and the beta-NLL (the rows of
-    :func:`autodeuq.train.gaussian_nll` times ``stop_gradient(var) ** beta``; ``beta=0`` is the
+    :class:`~autodeuq.nn.layers.GaussianHead` and the beta-NLL (the rows of
+    :func:`autodeuq.nn.train.gaussian_nll` times ``stop_gradient(var) ** beta``; ``beta=0`` is the
     plain NLL); rows with ``mask == 0`` are padding (their outputs are cut from the gradient).
     This trainer is XLA-compiled (about 5x faster per epoch on CPU), and XLA compiles once per
     input shape, so :func:`_fit_stacked` pads ``n`` up to a power of two: a few compilations per
@@ -93,8 +93,8 @@ def _trainer(kind: str, n_layers: int):
     import tensorflow as tf
 
     if kind == "nll":
-        from autodeuq.layers import GaussianHead
         from autodeuq.metrics import LOG_2PI
+        from autodeuq.nn.layers import GaussianHead
 
         head = GaussianHead(1)
 
@@ -185,10 +185,10 @@ class DeepEnsembleSurrogate(RegressorMixin, BaseEstimator):
     """Deep ensemble of Gaussian MLPs (Lakshminarayanan et al. 2017) as a BO surrogate.
 
     Each of the ``n_members`` MLPs (ReLU hidden layers) ends in a Dense(2) and the project's
-    :class:`~autodeuq.layers.GaussianHead` (mean, softplus variance) and is trained on
+    :class:`~autodeuq.nn.layers.GaussianHead` (mean, softplus variance) and is trained on
     standardized costs, full batch, with Adam, by the beta-NLL of Seitzer et al., "On the Pitfalls
     of Heteroscedastic Uncertainty Estimation with Probabilistic Neural Networks" (ICLR 2022): the
-    Gaussian NLL of :func:`autodeuq.train.gaussian_nll` with each row weighted by its predicted
+    Gaussian NLL of :func:`autodeuq.nn.train.gaussian_nll` with each row weighted by its predicted
     variance to the power ``nll_beta``, the weight held constant in the gradient. ``nll_beta=0``
     is the plain NLL, under which a member can leave a point unfitted and give it a large variance
     instead; BO's incumbent, far below the other costs after the min-max-log scaling, is such a
@@ -257,8 +257,8 @@ class DeepEnsembleSurrogate(RegressorMixin, BaseEstimator):
 
     def predict_members(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Each member's mean and variance in cost units, each of shape ``(M, n, 1)``."""
-        from autodeuq.layers import GaussianHead
-        from autodeuq.model import split_output
+        from autodeuq.nn.layers import GaussianHead
+        from autodeuq.nn.model import split_output
 
         raw = _forward_numpy(self.params_, np.asarray(X, dtype=float))
         n_members, n = raw.shape[:2]

@@ -1,6 +1,6 @@
 """The command-line reference, generated from the parser the command line runs.
 
-The directive ``autodeuq-cli`` walks :func:`autodeuq.cli.build_parser` (argparse): the program's
+The directive ``autodeuq-cli`` walks :func:`autodeuq.app.cli.build_parser` (argparse): the program's
 description, then one section per command (aliases named with it) holding its usage line, its
 description and, per argument group, each argument's flags and metavar, help text, choices and
 default. Nothing here names an option: a new or renamed option changes the page by itself.
@@ -79,7 +79,7 @@ def _value(value) -> str:
 
 
 class CLIReference(SphinxDirective):
-    """``autodeuq-cli``: the reference of every command of :func:`autodeuq.cli.build_parser`."""
+    """``autodeuq-cli``: the reference of every command of :func:`autodeuq.app.cli.build_parser`."""
 
     has_content = False
 
@@ -89,7 +89,7 @@ class CLIReference(SphinxDirective):
             return self._run()
 
     def _run(self):
-        from autodeuq.cli import build_parser
+        from autodeuq.app.cli import build_parser
 
         parser = build_parser()
         program = parser.prog
