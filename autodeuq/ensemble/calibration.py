@@ -23,8 +23,9 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy.optimize import minimize_scalar
 
+from autodeuq import metrics
 from autodeuq.core.errors import ParameterError
-from autodeuq.table import data, metrics
+from autodeuq.table import data
 
 __all__ = ["apply_scale", "fit_scale", "cross_fitted_scale", "pooled_coverage", "resolve_calibration"]
 
