@@ -45,7 +45,9 @@ def fitted_networks(run_dir: Path) -> tuple[int, int]:
 
 
 def row(run_dir: Path) -> str:
-    ens = load_ensemble(run_dir / "ensemble.json")
+    """The row of a run directory's ``ensemble.json``, or of a manifest given by its path."""
+    ens = load_ensemble(run_dir if run_dir.suffix == ".json" else run_dir / "ensemble.json")
+    shown, run_dir = run_dir, ens.run_dir
     grid = np.linspace(-40, 40, 801)[:, None]
     means, variances = ens.components(grid)
     _, ale, epi = metrics.mixture_moments(means, variances, ens.weights)
@@ -55,7 +57,7 @@ def row(run_dir: Path) -> str:
     base = epi_std[train].mean()
     fitted, total = fitted_networks(run_dir)
     nll = metrics.mixture_nll(means, variances, ens.weights, 2 * np.sin(grid)).mean()
-    return (f"| {run_dir} | {ale_std[left].mean():.3f} | {ale_std[right].mean():.3f} | {base:.3f} "
+    return (f"| {shown} | {ale_std[left].mean():.3f} | {ale_std[right].mean():.3f} | {base:.3f} "
             f"| {epi_std[gap].mean():.3f} | {epi_std[gap].mean() / base:.1f}x | {epi_std[beyond].mean():.3f} "
             f"| {epi_std[beyond].mean() / base:.1f}x | {nll:.2f} | {len(ens.member_ids)} "
             f"| {1 / np.sum(np.asarray(ens.weights) ** 2):.2f} | {fitted} of {total} |")
@@ -63,7 +65,7 @@ def row(run_dir: Path) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="+", type=Path, help="run directories holding ensemble.json")
+    p.add_argument("runs", nargs="+", type=Path, help="run directories holding ensemble.json, or manifests")
     args = p.parse_args(argv)
     print(HEADER)
     print("|---" * 12 + "|")
