@@ -285,9 +285,12 @@ class FakeClassifier:
                                   epistemic_mi=np.full(n, 0.2))
 
 
-@pytest.mark.parametrize("method, selector", [("autodeuq", "greedy"), ("autodeuq-noreplace", "greedy-noreplace")])
+@pytest.mark.parametrize("method, selector, crossfit", [("autodeuq", "greedy", {}),
+                                                       ("autodeuq-noreplace", "greedy-noreplace", {"crossfit": False}),
+                                                       ("autodeuq-crossfit", "greedy-noreplace", {"crossfit": True})])
 @pytest.mark.parametrize("pool", [None, 0.4])
-def test_autodeuq_runner_gives_the_benchmark_validation_rows(tables, tmp_path, monkeypatch, method, selector, pool):
+def test_autodeuq_runner_gives_the_benchmark_validation_rows(tables, tmp_path, monkeypatch, method, selector, crossfit,
+                                                             pool):
     monkeypatch.setattr(autodeuq, "AutoDEUQClassifier", FakeClassifier, raising=False)
     monkeypatch.setattr(FakeClassifier, "calls", [])
     data = cls.make_split(tables["wine"], 1)
@@ -295,7 +298,7 @@ def test_autodeuq_runner_gives_the_benchmark_validation_rows(tables, tmp_path, m
     (n_x, n_valid, n_y_valid, params), = FakeClassifier.calls
     assert (n_x, n_valid, n_y_valid) == (113, 29, 29)
     expected = {"max_evals": 7, "workers": 2, "seed": 1, "run_dir": tmp_path / "wine-split1",
-                "progress": False, "selector": selector}
+                "progress": False, "selector": selector, **crossfit}
     assert params == (expected if pool is None else {**expected, "selection_pool": pool})  # unset: the estimator's
     assert pred.info["resumed"] is False and pred.info["selector"] == selector and pred.info["effective_size"] == 1.5
     assert pred.info["selection_pool"] == (1.0 if pool is None else pool) and pred.info["members"] == [4, 9]
