@@ -419,7 +419,7 @@ def test_cli_runs_a_csv_with_a_text_label_and_predicts_its_columns(tmp_path, cap
 
     ensemble = load_ensemble(tmp_path / "run" / "ensemble.json")
     assert ensemble.conformal["method"] == "lac"
-    assert ensemble.conformal["n"] == len(ensemble.catalog.validation_targets())
+    assert ensemble.conformal["n"] == len(ensemble.catalog.fit_data()[0])  # cross-fitted: every row, out of fold
     value = ensemble.predict(pd.read_csv(tmp_path / "t.csv"))
     inside = conformal.prediction_sets(ensemble.conformal, value.proba, 0.9)
     assert all(set(s.split("|")) == set(ensemble.classes[row].tolist()) for s, row in zip(pred["y_set"], inside))
