@@ -43,8 +43,8 @@ VARIANTS = {"today": (False, "auto", "auto"), "crossfit_folds": (True, False, "a
 def ensemble_stage(run_dir, *, crossfit, refit, configs, folds: int, seed: int, evaluator: str):
     """The ensemble stage of the pipeline on ``run_dir``, its trainings where the search's ran:
     (ensemble, seconds)."""
-    from autodeuq.options import EnsembleConfig, SearchConfig, configure
-    from autodeuq.pipeline import refit_ensemble, refit_where, select_ensemble
+    from autodeuq.app.options import EnsembleConfig, SearchConfig, configure
+    from autodeuq.app.pipeline import refit_ensemble, refit_where, select_ensemble
 
     config = configure(EnsembleConfig, crossfit=crossfit, refit=refit, crossfit_configs=configs,
                        crossfit_folds=folds)
@@ -118,7 +118,52 @@ def rescore(record: dict, args) -> dict:
     run_dir = Path(args.runs_dir) / f"{record['dataset']}-split{record['split']}"
     earlier = [k for k in record if k in VARIANTS or k.startswith("crossfit_")]
     kept = {k: v for k, v in record.items() if k not in earlier}
-    return stages({**kept, "rescored_from": {k: record[k] for k in earlier}}, data, run_dir, args)
+    redone = stages({**kept, "rescored_from": {k: record[k] for k in earlier}}, data, run_dir, args)
+    if "cost_ratio" in redone:  # the folds were read back: the refit's retraining is what the stage took
+        redone["cost_ratio_refit"] = round(redone["cost_ratio"] + redone["crossfit_refit"]["stage_s"]
+                                           / redone["whole_run_s"], 3)
+    return redone
+
+
+#: The thesis' AutoDEUQ (500 evaluations), moment-matched Gaussian test NLL (the page's reference).
+THESIS = {"yacht": 0.24, "boston": 2.36, "energy": 0.61, "concrete": 2.86, "wine": 0.94}
+SHOWN = (("nll_gaussian", "Gaussian NLL"), ("nll", "mixture NLL"), ("rmse", "RMSE"),
+         ("coverage_90", "90 % coverage (mixture)"), ("coverage_conformal_90", "90 % coverage (conformal)"))
+
+
+def _mean_se(values) -> str:
+    values = np.asarray(values, dtype=float)
+    if not len(values):
+        return "-"
+    se = values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else 0.0
+    return f"{values.mean():.3f} ± {se:.3f}"
+
+
+def report(records: list[dict]) -> str:
+    """Markdown: per dataset, the mean (and its standard error) over the splits recorded of each
+    variant's test scores, and the whole run's cost with the cross-fitted stage."""
+    lines = []
+    datasets = sorted({r["dataset"] for r in records}, key=list(THESIS).index)
+    for key, title in SHOWN:
+        lines += [f"**{title}** (mean ± SE over splits)", "",
+                  "| dataset | splits | today | cross-fitted (fold networks) | cross-fitted, refitted |"
+                  + (" thesis |" if key == "nll_gaussian" else ""),
+                  "|---|---|---|---|---|" + ("---|" if key == "nll_gaussian" else "")]
+        for name in datasets:
+            rows = [r for r in records if r["dataset"] == name]
+            cells = [_mean_se([r[variant][key] for r in rows if key in r.get(variant, {})]) for variant in VARIANTS]
+            thesis = f" {THESIS[name]:.2f} |" if key == "nll_gaussian" else ""
+            splits = ", ".join(str(r["split"]) for r in rows)
+            lines.append(f"| {name} | {splits} | " + " | ".join(cells) + " |" + thesis)
+        lines.append("")
+    lines += ["**Whole run's cost** (search + cross-fitted stage) / (search + today's stage), per split", "",
+              "| dataset | fold networks | with the refit |", "|---|---|---|"]
+    for name in datasets:
+        rows = [r for r in records if r["dataset"] == name]
+        folds = ", ".join(f"{r['cost_ratio']:.2f}" for r in rows)
+        refit = ", ".join(f"{r['cost_ratio_refit']:.2f}" for r in rows if "cost_ratio_refit" in r) or "-"
+        lines.append(f"| {name} | {folds} | {refit} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> None:
@@ -132,12 +177,16 @@ def main(argv=None) -> None:
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--evaluator", default="ray", choices=["ray", "serial"])
     p.add_argument("--rescore", action="store_true", help="redo the ensemble stages of the splits recorded")
+    p.add_argument("--report", action="store_true", help="write crossfit.md from the records, nothing else")
     args = p.parse_args(argv)
     out = Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
     raw = out / "crossfit_raw.json"
     records = json.loads(raw.read_text()) if raw.exists() else []
     command = "python benchmarks/crossfit.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    if args.report:
+        (out / "crossfit.md").write_text(report(records))
+        return
     for name in args.datasets:
         for split in args.splits:
             known = [i for i, r in enumerate(records) if r["dataset"] == name and r["split"] == split]
