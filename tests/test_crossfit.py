@@ -55,6 +55,13 @@ def test_fold_counts_the_rows_cannot_carry_are_refused():
         check_folds(2, 20, codes=[0] * 19 + [1])
 
 
+def test_auto_cross_fits_small_classification_tables_only(searched, tmp_path):
+    go, why = pipeline.should_crossfit("auto", searched)
+    assert not go and why.startswith("not cross-fitted: a regression run (auto cross-fits classification runs")
+    assert pipeline.should_crossfit(True, searched) == (True, "cross-fitted: asked for")
+    assert pipeline.should_crossfit(False, searched) == (False, "not cross-fitted: turned off")
+
+
 def test_a_fold_count_below_two_is_refused_before_any_work():
     with pytest.raises(ParameterError, match="^crossfit_folds must be an integer >= 2"):
         configure(EnsembleConfig, crossfit_folds=1)
@@ -130,8 +137,11 @@ def test_the_ensemble_is_selected_on_the_out_of_fold_predictions_and_predicts_wi
 def test_a_refit_after_a_crossfit_retrains_the_configurations_selected_on_every_row(searched):
     ensemble = pipeline.select_ensemble(searched, ensemble_config(), seed=0)
     record = ensemble.selection["crossfit"]
-    refitted, line = pipeline.refit_ensemble(ensemble, "auto")  # regression: auto refits
-    assert line.startswith("refit: the configurations selected retrain on every row (auto: regression)")
+    same, line = pipeline.refit_ensemble(ensemble, "auto")  # auto keeps the fold networks the scores are of
+    assert line == "not refitted: the members are the fold networks (auto: cross-fitted)"
+    assert same.member_ids == ensemble.member_ids
+    refitted, line = pipeline.refit_ensemble(ensemble, True)
+    assert line.startswith("refit: the configurations selected retrain on every row (asked for)")
     assert refitted.member_ids == record["entries"]  # the search entries, their networks retrained
     np.testing.assert_allclose(refitted.weights, np.asarray(record["weights"]) / np.sum(record["weights"]),
                                atol=1e-12)
@@ -201,6 +211,8 @@ def test_a_classifier_is_cross_fitted_on_stratified_folds_with_a_temperature(tmp
     config = configure(SearchConfig, search="random", max_evals=4, epochs=3, seed=0, evaluator="serial",
                        progress=False, early_discarding="none")
     pipeline.fill_catalog(load_space("toy"), data, tmp_path / "run", config).raise_for_error()
+    assert pipeline.should_crossfit("auto", tmp_path / "run") == (
+        True, "cross-fitted: 120 training and validation rows (auto: at most 1000)")
     ensemble = pipeline.select_ensemble(tmp_path / "run", ensemble_config(), seed=0)
     assert type(ensemble).__name__ == "ClassifierEnsemble" and ensemble.calibration["method"] == "temperature"
     record = ensemble.selection["crossfit"]

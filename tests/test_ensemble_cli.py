@@ -30,8 +30,6 @@ def test_run_writes_manifest_metrics_and_plots(run_dir):
     search = metrics.pop("search")  # the catalog's evaluations by status, and the mutated children
     assert search["evaluations"] == search["done"] + search["discarded"] + search["failed"] + search["running"]
     assert 0 <= search["mutated"] <= search["evaluations"]
-    # A small table is cross-fitted by default: recalibrated on the out-of-fold rows, whatever their number.
-    assert metrics.pop("calibration")["method"] == "scale"
     assert set(metrics) == {"validation", "test"}
     expected = {"nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_95",
                 "coverage_gaussian_50", "coverage_gaussian_90", "coverage_gaussian_95",
@@ -46,7 +44,7 @@ def test_decomposition_identities(run_dir):
     ens = load_ensemble(run_dir / "ensemble.json")
     x = np.linspace(-40, 40, 50)[:, None]
     pred = ens.predict(x)
-    means, variances = ens.components(x)  # the members' predictions, recalibrated (cross-fitted: always)
+    means, variances = ens.member_predictions(x)
     w = ens.weights[:, None, None]
     mean = (w * means).sum(0)
     mixture_var = (w * (variances + means**2)).sum(0) - mean**2
@@ -445,8 +443,7 @@ def test_cli_selection_score_reaches_the_manifest(run_dir, tmp_path, capsys):
 
 def test_recalibration_with_too_few_validation_rows_is_one_line(tmp_path, capsys):
     run = fake_catalog(tmp_path / "run", 3, n_valid=1)
-    err = one_line_error(capsys, ["ensemble", "--run-dir", str(run), "--size", "2", "--calibrate", "scale",
-                                  "--no-crossfit"])
+    err = one_line_error(capsys, ["ensemble", "--run-dir", str(run), "--size", "2", "--calibrate", "scale"])
     assert "recalibration cross-fits on 2 folds of the validation rows, and there are 1" in err
     assert err.endswith("(--calibrate)")
 

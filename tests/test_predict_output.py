@@ -182,25 +182,24 @@ def test_regressor_predict_and_predict_uncertainty_agree_on_shapes(tmp_path):
 
 # --------------------------------------------------------------------------- conformal intervals
 def test_predict_interval_is_conformal_and_metrics_report_its_coverage(run_dir, table, tmp_path):
-    """The run's ensemble (cross-fitted: a small table) keeps the normalized scores of every
-    training and validation row's out-of-fold prediction, each by an ensemble selected without it;
-    `predict --interval 0.9` writes mean +- q std, and metrics.json reports the conformal coverage
-    beside the mixture's."""
+    """The run's ensemble keeps the normalized scores of its validation rows, each predicted by an
+    ensemble selected without it; `predict --interval 0.9` writes mean +- q std, and metrics.json
+    reports the conformal coverage beside the mixture's."""
     from autodeuq.ensemble import conformal
 
     ens = load_ensemble(run_dir / "ensemble.json")
     catalog = Catalog(run_dir)
-    n_rows = len(catalog.fit_data()[0])
-    assert ens.conformal["method"] == "normalized" and ens.conformal["n"] == n_rows
+    n_valid = len(catalog.validation_targets())
+    assert ens.conformal["method"] == "normalized" and ens.conformal["n"] == n_valid
     assert len(ens.conformal["scores"]) == 1 and ens.conformal["folds"] == 2
-    assert "out-of-fold" in ens.selection["conformal"]
+    assert "validation rows" in ens.selection["conformal"]
     out = tmp_path / "pred.csv"
     assert main(["predict", "--ensemble", str(run_dir / "ensemble.json"), "--data", str(table), "--out", str(out),
                  "--interval", "0.9"]) == 0
     frame = pd.read_csv(out)
     pred = ens.predict(pd.read_csv(table))
     q = conformal.quantile(ens.conformal, 0.9)[0]
-    k = int(np.ceil((n_rows + 1) * 0.9 - 1e-9))
+    k = int(np.ceil((n_valid + 1) * 0.9 - 1e-9))
     assert q == ens.conformal["scores"][0][k - 1]
     np.testing.assert_allclose(frame["y_lower_90"], pred.mean[:, 0] - q * pred.std[:, 0], rtol=1e-12)
     np.testing.assert_allclose(frame["y_upper_90"], pred.mean[:, 0] + q * pred.std[:, 0], rtol=1e-12)
@@ -212,15 +211,10 @@ def test_predict_interval_is_conformal_and_metrics_report_its_coverage(run_dir, 
             assert {f"coverage_{level}", f"coverage_gaussian_{level}", f"coverage_conformal_{level}"} <= set(
                 document[split])
             assert 0 <= document[split][f"coverage_conformal_{level}"]["mean"] <= 1
-    # on the rows the scores came from (every row, out of fold), the coverage is what the scores make it
-    from autodeuq.ensemble.crossfit import out_of_fold
-
-    record = ens.selection["crossfit"]
-    folds = catalog.fold_entries(record["plan"])
-    groups = [sorted((f for f in folds if f["entry"] == e), key=lambda f: f["fold"]) for e in record["entries"]]
-    means, variances = out_of_fold(catalog, [[f["id"] for f in group] for group in groups])
-    value = ens.without_refit().mixture(means, variances)  # the configurations' weights and calibration
-    want = conformal.coverage(ens.conformal, value.mean, value.std, catalog.fit_data()[1], 0.9)
+    # on the validation rows the scores came from, the coverage is what the scores make it
+    _, means, variances = catalog.validation_predictions(ens.member_ids)
+    value = ens.without_refit().mixture(means, variances)
+    want = conformal.coverage(ens.conformal, value.mean, value.std, catalog.validation_targets(), 0.9)
     assert document["validation"]["coverage_conformal_90"]["per_target"] == pytest.approx(want.tolist())
 
 

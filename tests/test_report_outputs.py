@@ -103,25 +103,22 @@ def test_refit_is_the_default_and_lives_in_the_files_users_know(reported, tables
     expected = metrics.evaluate(means, variances, refitted.weights, test[["y"]].to_numpy())
     assert document["test"]["nll"]["mean"] == pytest.approx(expected["nll"]["mean"], rel=1e-9)
 
-    # A small table is cross-fitted: the refit retrained the configurations it selected; --no-refit keeps
-    # their fold networks as members, the same selection, recoverable from the manifest too.
+    # --no-refit: the same selection with the search's networks, recoverable from the manifest too
     other = tmp_path / "selected" / "ensemble.json"
     assert main(["ensemble", "--run-dir", str(reported), "--size", "2", "--no-refit", "--out", str(other)]) == 0
-    assert "not refitted: the members are the fold networks (turned off)" in capsys.readouterr().out
+    assert "not refitted: turned off" in capsys.readouterr().out
     plain = json.loads(other.read_text())
     assert plain["format"] == "autodeuq-ensemble/1" and not (other.parent / "ensemble_refit").exists()
     selected_document = json.loads((other.parent / "metrics.json").read_text())
-    folds = selected_document["ensemble"]["members"]
-    assert {catalog.fold_entry(i)["entry"] for i in folds} == set(members)
-    assert selected_document["ensemble"]["refitted"] == []
-    assert selected_document["ensemble"]["selection"]["refit"] == {
-        "refitted": False, "reason": "not refitted: the members are the fold networks (turned off)"}
-    # validation is the out-of-fold score of the selection, in both; the test scores differ
+    assert selected_document["ensemble"]["members"] == members and selected_document["ensemble"]["refitted"] == []
+    assert selected_document["ensemble"]["selection"]["refit"] == {"refitted": False,
+                                                                   "reason": "not refitted: turned off"}
+    # validation is the selection's score before the refit, in both; the test scores differ
     assert selected_document["validation"] == document["validation"]
     assert selected_document["test"]["nll"]["mean"] != document["test"]["nll"]["mean"]
     selected = load_ensemble(other)
-    assert refitted.without_refit().member_ids == members  # the search's networks of those configurations
-    assert not np.allclose(means.mean(axis=0), selected.components(test)[0].mean(axis=0))
+    np.testing.assert_array_equal(refitted.without_refit().components(test)[0], selected.components(test)[0])
+    assert not np.allclose(means, selected.components(test)[0])
 
 
 def test_a_refitted_run_directory_moves_exports_and_predicts(reported, tables, tmp_path):
@@ -272,13 +269,9 @@ def test_estimator_refits_by_default_keeps_its_catalog_and_pickles(tmp_path):
     before = model.ensemble_.without_refit().predict(x[:5]).mean[:, 0]
     assert not np.allclose(before, mean)
 
-    off = AutoDEUQRegressor(**options, run_dir=tmp_path / "run", refit=False, crossfit=False).fit(x, y)
+    off = AutoDEUQRegressor(**options, run_dir=tmp_path / "run", refit=False).fit(x, y)
     assert off.ensemble_.selection["refit"] == {"refitted": False, "reason": "not refitted: turned off"}
-    assert "crossfit" not in off.ensemble_.selection  # selected on the validation part, as before
-    folds = AutoDEUQRegressor(**options, run_dir=tmp_path / "run", refit=False).fit(x, y)  # read back, not trained
-    assert folds.ensemble_.selection["crossfit"]["trained"] == 0
-    assert folds.ensemble_.selection["refit"]["reason"] == ("not refitted: the members are the fold networks "
-                                                            "(turned off)")
+    np.testing.assert_array_equal(off.predict(x[:5]), before)
 
 
 def test_auto_refits_small_data_only(reported, monkeypatch):

@@ -261,16 +261,17 @@ OPTIONS: tuple[Option, ...] = (
            "retrain the selected members on the training and validation rows together, each for the epochs of its "
            "best validation loss with the learning rates it used then; off: keep the networks the search trained. "
            "After a search, the members retrain at once on its Ray workers. Under {timeout}, a member is refitted "
-           "only if its retraining fits in the time left. After a cross-fit ({crossfit}), the configurations selected "
-           "retrain on every row and replace their fold networks as members",
-           default_text=f"auto: when the training and validation rows number at most {SMALL_DATA_ROWS}; after a "
-                        f"cross-fit, for regression (classification keeps the fold networks)"),
+           "only if its retraining fits in the time left. After a cross-fit ({crossfit}), asking for it retrains the "
+           "configurations selected on every row in place of their fold networks",
+           default_text=f"auto: when the training and validation rows number at most {SMALL_DATA_ROWS} and the "
+                        f"ensemble is not cross-fitted"),
     Option("crossfit", "ensemble", "auto", Boolean(auto=True),
            "cross-fit the ensemble: train the best configurations again on {crossfit_folds} folds of the training and "
            "validation rows (each fold's network stops early on the fold it leaves out), select, recalibrate and fit "
            "the conformal intervals on their out-of-fold predictions of every row, and predict with the fold networks "
            "of the configurations selected (or, with {refit}, with those configurations retrained on every row)",
-           default_text=f"auto: when the training and validation rows number at most {SMALL_DATA_ROWS}"),
+           default_text=f"auto: for classification, when the training and validation rows number at most "
+                        f"{SMALL_DATA_ROWS}"),
     Option("crossfit_folds", "ensemble", 5, Integer(2, 100), "folds of the cross-fitted ensemble", metavar="K"),
     Option("crossfit_configs", "ensemble", "auto", Integer(1, 10**4, auto=True),
            "configurations cross-fitted (the best of the search, one per configuration)", metavar="N",

@@ -237,7 +237,9 @@ def select_ensemble(run_dir, config, *, seed: int | None = 0, deadline: float | 
 
 def should_crossfit(crossfit, run_dir) -> tuple[bool, str]:
     """Whether ``crossfit`` (True, False or "auto") cross-fits the ensemble of the catalog in
-    ``run_dir``, and why: "auto" does on small tables (:func:`autodeuq.data.is_small`)."""
+    ``run_dir``, and why: "auto" does for the tasks of
+    :data:`autodeuq.ensemble.crossfit.AUTO_TASKS` on small tables
+    (:func:`autodeuq.table.data.is_small`)."""
     from autodeuq.catalog import Catalog
     from autodeuq.table.data import SMALL_DATA_ROWS, is_small
 
@@ -245,8 +247,13 @@ def should_crossfit(crossfit, run_dir) -> tuple[bool, str]:
         return True, "cross-fitted: asked for"
     if crossfit is False:
         return False, "not cross-fitted: turned off"
+    from autodeuq.ensemble.crossfit import AUTO_TASKS
+
     with Catalog(run_dir) as catalog:
-        counts = catalog.row_counts()
+        counts, task = catalog.row_counts(), catalog.task
+    if task not in AUTO_TASKS:
+        return False, (f"not cross-fitted: a {task} run (auto cross-fits {' and '.join(AUTO_TASKS)} runs; "
+                       f"crossfit=True, --crossfit, cross-fits anyway)")
     if counts is None:
         return False, "not cross-fitted: the catalog does not record its number of rows"
     rows = sum(counts)
@@ -285,7 +292,7 @@ def refit_ensemble(ensemble, when="auto", *, deadline: float | None = None, wher
     from autodeuq.ensemble.refit import not_refitted, refit_selected, should_refit
 
     if is_cross_fitted(ensemble):
-        go, why = refit_folds(when, ensemble.catalog.task)
+        go, why = refit_folds(when)
         if not go:
             return not_refitted(ensemble, why), why
         # The configurations selected, with their weights and the out-of-fold calibration, retrain on every row.

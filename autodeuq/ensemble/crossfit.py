@@ -41,10 +41,9 @@ DEFAULT_FOLDS = 5
 CONFIGS_PER_MEMBER = 2
 
 
-#: Whether ``refit="auto"`` retrains the configurations a cross-fit selected on every row (their
-#: networks then replace the fold networks as members), by task; the measurements are in the
+#: The tasks that ``crossfit="auto"`` cross-fits (on small tables); the measurements are in the
 #: documentation (docs/decisions/crossfit.md).
-REFIT_AFTER_CROSSFIT = {"regression": True, "classification": False}
+AUTO_TASKS = ("classification",)
 
 
 class CrossFitError(AutoDEUQError, RuntimeError):
@@ -56,20 +55,20 @@ def is_cross_fitted(ensemble) -> bool:
     return "crossfit" in ensemble.selection and any(is_fold_id(i) for i in ensemble.member_ids)
 
 
-def refit_folds(refit, task: str) -> tuple[bool, str]:
+def refit_folds(refit) -> tuple[bool, str]:
     """Whether ``refit`` (True, False or "auto") retrains the configurations that a cross-fit
-    selected on every training and validation row, in place of their fold networks, and why.
+    selected on every training and validation row, in place of their fold networks, and why:
+    only when asked for (the conformal scores and the recalibration were fitted on the fold
+    networks' predictions, which a refit changes).
 
-    >>> refit_folds("auto", "regression")[0], refit_folds("auto", "classification")[0], refit_folds(False, "x")[0]
-    (True, False, False)
+    >>> refit_folds("auto")[0], refit_folds(True)[0], refit_folds(False)[0]
+    (False, True, False)
     """
     if refit is True:
         return True, "refit: the configurations selected retrain on every row (asked for)"
     if refit is False:
         return False, "not refitted: the members are the fold networks (turned off)"
-    if REFIT_AFTER_CROSSFIT[task]:
-        return True, f"refit: the configurations selected retrain on every row (auto: {task})"
-    return False, f"not refitted: the members are the fold networks (auto: {task})"
+    return False, "not refitted: the members are the fold networks (auto: cross-fitted)"
 
 
 def fold_plan(n_rows: int, folds: int, seed: int) -> dict:
