@@ -116,6 +116,7 @@ def rescore(record: dict, args) -> dict:
     run_dir = Path(args.runs_dir) / f"{record['dataset']}-split{record['split']}"
     earlier = [k for k in record if k in VARIANTS or k.startswith("crossfit_")]
     kept = {k: v for k, v in record.items() if k not in earlier}
+    kept.setdefault("searched_by", record.get("command"))
     return stages({**kept, "rescored_from": {k: record[k] for k in earlier}}, data, run_dir, args)
 
 
@@ -142,7 +143,13 @@ def _refit_cost(record: dict) -> float:
 def report(records: list[dict]) -> str:
     """Markdown: per dataset, the mean (and its standard error) over the splits recorded of each
     variant's test scores, and the whole run's cost with the cross-fitted stage."""
-    lines = []
+    commands = sorted({r[key] for r in records for key in ("searched_by", "command") if key in r})
+    lines = ["# The cross-fitted ensemble stage on the UCI splits", "",
+             "Commands: " + "; ".join(f"`{c}`" for c in commands) + " (each split searched once; `--rescore` "
+             "redid the stages on its catalog).", "",
+             "Machine: " + ", ".join(sorted({r.get("machine", "?") for r in records})) + " (2-core AMD EPYC), shared with "
+             "other benchmarks and test runs (load 4-15): the seconds, and so the cost, carry that load; the "
+             "scores do not depend on it.", ""]
     datasets = sorted({r["dataset"] for r in records}, key=list(THESIS).index)
     for key, title in SHOWN:
         lines += [f"**{title}** (mean ± SE over splits)", "",
