@@ -148,8 +148,8 @@ def report(records: list[dict]) -> str:
              "Commands: " + "; ".join(f"`{c}`" for c in commands) + " (each split searched once; `--rescore` "
              "redid the stages on its catalog).", "",
              "Machine: " + ", ".join(sorted({r.get("machine", "?") for r in records}))
-             + " (2-core AMD EPYC), shared with other benchmarks and test runs (load 4-15): the seconds, and so the cost, carry that load; the "
-             "scores do not depend on it.", ""]
+             + " (2-core AMD EPYC), shared with other benchmarks and test runs (load 4-15): the seconds, and so "
+               "the cost, carry that load; the scores do not depend on it.", ""]
     datasets = sorted({r["dataset"] for r in records}, key=list(THESIS).index)
     for key, title in SHOWN:
         lines += [f"**{title}** (mean ± SE over splits)", "",
