@@ -517,9 +517,10 @@ DAMAGED_COLUMNS = [
     ("UPDATE evaluations SET config_json = json_set(config_json, '$.hp.learning_rate', 'fast')",
      ("damaged catalog: config_json", "learning_rate")),
 ]
-#: What a cross-fitted stage reads of the search's entries: not their validation predictions.
+#: What a cross-fitted stage reads of the search's entries: their configurations and losses, not their
+#: networks or validation predictions (its members are the fold networks it trains).
 READ_BY_CROSSFIT = [(statement, fragments) for statement, fragments in DAMAGED_COLUMNS
-                    if "predictions_sha256" not in statement]
+                    if "predictions_sha256" not in statement and "model_sha256" not in statement]
 
 
 @pytest.mark.parametrize("crossfit, statement, fragments",
