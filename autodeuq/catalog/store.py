@@ -491,6 +491,18 @@ class Catalog:
             return None
         return int(rows[0]["id"]), float(_checked_objective(rows[0]["objective"], self._where(rows[0])))
 
+    def best_configurations(self, n: int) -> list[int]:
+        """Ids of the ``n`` entries trained to their end with the lowest objective, one per
+        configuration (a configuration drawn twice counts once), best first."""
+        rows = self._query("SELECT id, config_json FROM evaluations WHERE status = ? AND objective IS NOT NULL "
+                           "ORDER BY objective, id", (Status.DONE,))
+        chosen, seen = [], set()
+        for row in rows:
+            if row["config_json"] not in seen and len(chosen) < n:
+                seen.add(row["config_json"])
+                chosen.append(int(row["id"]))
+        return chosen
+
     def history(self, with_ids: bool = False) -> list[tuple]:
         """(config, objective) of finished entries in the order their results were recorded.
 

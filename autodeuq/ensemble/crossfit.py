@@ -116,22 +116,6 @@ def check_folds(folds, n_rows: int, codes=None) -> None:
                                                    f"part must see each class", folds)
 
 
-def candidate_entries(catalog, n: int) -> list[int]:
-    """The ``n`` search entries of lowest validation loss trained to their end, one per
-    configuration (a configuration drawn twice counts once)."""
-    rows = catalog._query("SELECT id, config_json FROM evaluations WHERE status = 'done' AND objective IS NOT NULL "
-                          "ORDER BY objective, id")
-    chosen, seen = [], set()
-    for row in rows:
-        if row["config_json"] in seen:
-            continue
-        seen.add(row["config_json"])
-        chosen.append(int(row["id"]))
-        if len(chosen) == n:
-            break
-    return chosen
-
-
 class FoldObjective(TrainingObjective):
     """Train a catalog entry's configuration on all folds but one: evaluation ``job`` trains
     ``jobs[job] = (entry, fold)``, from the initial weights of that entry's search training.
@@ -235,7 +219,7 @@ def cross_fit(catalog, configs: int, folds: int = DEFAULT_FOLDS, *, seed: int = 
     check_folds(folds, len(x), codes)
     plan = fold_plan(len(x), folds, seed)
     assignment = assign_folds(plan, codes)
-    entries = candidate_entries(catalog, configs)
+    entries = catalog.best_configurations(configs)
     if not entries:
         from autodeuq.ensemble.predictive import EnsembleError
 
