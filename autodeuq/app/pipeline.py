@@ -207,6 +207,7 @@ def select_ensemble(run_dir, config, *, seed: int | None = 0, deadline: float | 
     selected and calibrated on their out-of-fold predictions; ``log`` receives the line saying
     whether it was cross-fitted.
     """
+    from autodeuq.catalog import Catalog
     from autodeuq.ensemble import Ensemble
     from autodeuq.ensemble.crossfit import CONFIGS_PER_MEMBER, cross_fit
 
@@ -215,13 +216,11 @@ def select_ensemble(run_dir, config, *, seed: int | None = 0, deadline: float | 
                    stop=config.selection_stop, diversity=config.diversity, calibrate=config.calibrate,
                    bags=config.selection_bags, seed=seed, pool=config.selection_pool)
     crossfit = None
-    go, why = should_crossfit(config.crossfit, run_dir)
-    if go:
-        from autodeuq.catalog import Catalog
-
-        configs = (CONFIGS_PER_MEMBER * config.ensemble_size if config.crossfit_configs == "auto"
-                   else config.crossfit_configs)
-        with Catalog(run_dir) as catalog:
+    with Catalog(run_dir) as catalog:  # opened once for the decision and the cross-fit
+        go, why = should_crossfit(config.crossfit, catalog)
+        if go:
+            configs = (CONFIGS_PER_MEMBER * config.ensemble_size if config.crossfit_configs == "auto"
+                       else config.crossfit_configs)
             crossfit = cross_fit(catalog, configs, config.crossfit_folds, seed=seed, deadline=deadline,
                                  evaluator=(where or {}).get("evaluator", "serial"),
                                  evaluator_options=(where or {}).get("evaluator_options"), log=log)
@@ -235,22 +234,23 @@ def select_ensemble(run_dir, config, *, seed: int | None = 0, deadline: float | 
     return ensemble
 
 
-def should_crossfit(crossfit, run_dir) -> tuple[bool, str]:
-    """Whether ``crossfit`` (True, False or "auto") cross-fits the ensemble of the catalog in
-    ``run_dir``, and why: "auto" does for the tasks of
-    :data:`autodeuq.ensemble.crossfit.AUTO_TASKS` on small tables
+def should_crossfit(crossfit, catalog) -> tuple[bool, str]:
+    """Whether ``crossfit`` (True, False or "auto") cross-fits the ensemble of ``catalog`` (a
+    :class:`~autodeuq.catalog.Catalog`, or its run directory), and why: "auto" does for the tasks
+    of :data:`autodeuq.ensemble.crossfit.AUTO_TASKS` on small tables
     (:func:`autodeuq.table.data.is_small`)."""
     from autodeuq.catalog import Catalog
+    from autodeuq.ensemble.crossfit import AUTO_TASKS
     from autodeuq.table.data import SMALL_DATA_ROWS, is_small
 
     if crossfit is True:
         return True, "cross-fitted: asked for"
     if crossfit is False:
         return False, "not cross-fitted: turned off"
-    from autodeuq.ensemble.crossfit import AUTO_TASKS
-
-    with Catalog(run_dir) as catalog:
-        counts, task = catalog.row_counts(), catalog.task
+    if not isinstance(catalog, Catalog):
+        with Catalog(catalog) as opened:
+            return should_crossfit(crossfit, opened)
+    counts, task = catalog.row_counts(), catalog.task
     if task not in AUTO_TASKS:
         return False, (f"not cross-fitted: a {task} run (auto cross-fits {' and '.join(AUTO_TASKS)} runs; "
                        f"crossfit=True, --crossfit, cross-fits anyway)")
