@@ -224,9 +224,9 @@ def select_ensemble(run_dir, config, *, seed: int | None = 0, deadline: float | 
             crossfit = cross_fit(catalog, configs, config.crossfit_folds, seed=seed, deadline=deadline,
                                  evaluator=(where or {}).get("evaluator", "serial"),
                                  evaluator_options=(where or {}).get("evaluator_options"), log=log)
-        record = crossfit.record
-        why += (f"; {record['configurations']} configuration(s) x {record['folds']} folds, {record['trained']} "
-                f"network(s) trained, {record['resumed']} read back, in {record['seconds']:.1f} s")
+            record = crossfit.record
+            why += (f"; {record['configurations']} configuration(s) x {record['folds']} folds, {record['trained']} "
+                    f"network(s) trained, {record['resumed']} read back, in {record['seconds']:.1f} s")
     if log is not None:
         log(why)
     ensemble = Ensemble.from_catalog(run_dir, **options, crossfit=crossfit)
