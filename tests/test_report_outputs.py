@@ -395,3 +395,27 @@ def test_predicted_vs_observed_draws_at_most_200_error_bars_on_many_rows(monkeyp
         mean[:50], np.full((50, 1), 0.09), np.full((50, 1), 0.01)), None, ["y"])
     (bars,) = [c for c in small.axes[0].containers if hasattr(c, "has_yerr")]
     assert len(bars.lines[2][0].get_segments()) == 50  # a few rows: a bar on each
+
+
+def test_a_retraining_that_fails_keeps_the_members_network_and_says_why(reported, monkeypatch):
+    import autodeuq.ensemble.refit as refit_module
+    from autodeuq.core.result import TrainResult
+    from autodeuq.ensemble import Ensemble
+
+    ens = Ensemble.from_catalog(reported, size=2)
+    x, y = Catalog(reported).fit_data()
+    first = ens.member_ids[0]
+    train = refit_module.RefitObjective.__call__
+
+    def failing(self, eval_id, config):  # the first member's retraining diverges (plain SGD, a large rate)
+        if eval_id == first:
+            return TrainResult.failure("non-finite training loss at epoch 1 (loss=nan, val_loss=nan)")
+        return train(self, eval_id, config)
+
+    monkeypatch.setattr(refit_module.RefitObjective, "__call__", failing)
+    refitted, line = refit_module.refit_selected(ens, x, y, True)
+    info = refitted.selection["refit"]
+    assert info["failed"] == {str(first): "non-finite training loss at epoch 1 (loss=nan, val_loss=nan)"}
+    assert first in info["kept_original"] and first not in refitted.refitted_ids
+    assert f"the search's network kept for member(s) {first}, whose retraining failed (" in line
+    np.testing.assert_array_equal(refitted.member_predictions(x[:3])[0][0], ens.member_predictions(x[:3])[0][0])

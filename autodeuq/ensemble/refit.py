@@ -239,8 +239,9 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
         :meth:`Ensemble.without_refit` gives the ensemble before the refit).
         ``selection["refit"]`` records ``refitted`` (whether any member was), the rows, each
         refitted member's epochs, the members kept as they were (``kept_original``: a worse
-        fit; ``out_of_time``: no time left for them), the retrainings run at once (``parallel``)
-        and the seconds it took.
+        fit, or a retraining that failed, whose reason ``failed`` gives by member;
+        ``out_of_time``: no time left for them), the retrainings run at once (``parallel``) and
+        the seconds it took.
 
     Raises
     ------
@@ -248,7 +249,8 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
         The ensemble has no catalog, ``x``/``y`` do not match its features and targets, or the
         evaluator is unknown.
     RefitError
-        A member's training failed (non-finite loss, ...).
+        A member has no best epoch recorded. A retraining that fails (a non-finite loss, say)
+        is no error: that member keeps the search's network.
     """
     from autodeuq.catalog import load_network
     from autodeuq.engine import evaluator as evaluators
@@ -287,14 +289,15 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
         while runner.n_running:
             results.update(runner.wait())
         parallel = min(runner.n_slots, len(planned))
-    models, epochs, kept = {}, {}, []
+    models, epochs, kept, failed = {}, {}, [], {}
     classifier = labels is not None
     constant = _constant_nll(y, labels.n_classes if classifier else None)
     for entry_id in planned:
         result = results.get(entry_id)
-        if result is None or not result.ok:
-            reason = "no result" if result is None else result.reason
-            raise RefitError(f"refit of member {entry_id} failed: {reason}")
+        if result is None or not result.ok:  # a retraining that failed: the member keeps the search's network
+            failed[str(entry_id)] = "no result" if result is None else str(result.reason)
+            kept.append(entry_id)
+            continue
         where = f"{catalog.run_dir}: member {entry_id}"
         original = load_network(catalog.model_bytes(entry_id), where)
         refitted = load_network(result.model_bytes, where)
@@ -303,7 +306,7 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
         else:
             kept.append(entry_id)
     record = {"refitted": bool(epochs), "rows": int(len(x)), "epochs": {str(i): e for i, e in epochs.items()},
-              "kept_original": kept, "out_of_time": late, "parallel": parallel,
+              "kept_original": kept, "failed": failed, "out_of_time": late, "parallel": parallel,
               "seconds": round(time.monotonic() - started, 1)}
     source = CatalogMembers(catalog.run_dir, models)
     return type(ensemble)(source, ensemble.member_ids, ensemble.weights,
@@ -338,10 +341,15 @@ def refit_selected(ensemble: Ensemble, x, y, when="auto", *, deadline: float | N
         at_once = f", {info['parallel']} at a time" if info.get("parallel", 1) > 1 else ""
         line = (f"{why}; {len(info['epochs'])} of {len(ensemble.member_ids)} member(s) retrained on {info['rows']} "
                 f"rows in {info['seconds']:.1f} s{at_once}")
-        if info["kept_original"]:  # a safeguard that worked, not an error: one clause for all of them
-            line += (f"; the search's network kept for member(s) {', '.join(map(str, info['kept_original']))}, whose "
+        failed = info.get("failed") or {}
+        worse = [i for i in info["kept_original"] if str(i) not in failed]
+        if worse:  # a safeguard that worked, not an error: one clause for all of them
+            line += (f"; the search's network kept for member(s) {', '.join(map(str, worse))}, whose "
                      f"retrained network fitted the rows clearly worse (--no-refit / refit=False keeps every "
                      f"member's)")
+        if failed:
+            line += (f"; the search's network kept for member(s) {', '.join(failed)}, whose retraining failed ("
+                     f"{'; '.join(f'{i}: {why}' for i, why in failed.items())})")
         if info["out_of_time"]:
             line += f"; no time left to retrain member(s) {', '.join(map(str, info['out_of_time']))}"
         if info["out_of_time"]:
