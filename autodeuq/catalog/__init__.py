@@ -47,7 +47,11 @@ A run directory is untrusted input (it may be shared, copied from elsewhere or t
 - The test set and, for one-feature problems, the training points are stored in the index at
   creation, so reports never re-read the user's data files.
 
-The package has three modules, one job each, and re-exports their public names:
+The cross-fitted ensemble stage adds fold entries (:mod:`autodeuq.catalog.folds`): networks of a
+search entry's configuration trained on all but one fold of the training and validation rows, in
+the index's ``folds`` table, their files beside the search's under ids from 2^40.
+
+The package has four modules, one job each, and re-exports their public names:
 
 - :mod:`autodeuq.catalog.artifacts`: safe reading and encoding of the files (``.keras`` checks
   and loading, checksum-verified reads, ``.npy`` / JSON encoding, size caps).
@@ -55,6 +59,7 @@ The package has three modules, one job each, and re-exports their public names:
   time-bounded connection) and the writer's lock.
 - :mod:`autodeuq.catalog.store`: :class:`Catalog` and :class:`CatalogWriter`, the reader and the
   writer of a run directory.
+- :mod:`autodeuq.catalog.folds`: the fold entries' table and their writer.
 """
 from autodeuq.catalog.artifacts import (
     MAX_ARRAY_BYTES,
