@@ -303,41 +303,38 @@ def out_of_fold(catalog, groups) -> tuple[np.ndarray, ...]:
     """The out-of-fold predictions of every row by each group of fold entries (a configuration's
     K networks): arrays of shape (len(groups), n_rows, width), in the order of
     :attr:`~autodeuq.catalog.Catalog.prediction_arrays`."""
-    out = None
+    out = counts = None
     for g, ids in enumerate(groups):
-        seen = None
         for fold_id in ids:
             rows, arrays = catalog.fold_predictions(fold_id)
             if out is None:
                 n_rows = catalog.fold_entry(fold_id)["plan"]["rows"]
                 out = tuple(np.full((len(groups), n_rows, a.shape[1]), np.nan) for a in arrays)
-                seen = np.zeros(n_rows, dtype=np.int64)
-            if seen is None:
-                seen = np.zeros(out[0].shape[1], dtype=np.int64)
+                counts = np.zeros((len(groups), n_rows), dtype=np.int64)
             for target, values in zip(out, arrays):
                 target[g, rows] = values
-            seen[rows] += 1
-        if seen is None or np.any(seen != 1):
+            counts[g, rows] += 1
+        if out is None or np.any(counts[g] != 1):
             raise AutoDEUQError(f"{catalog.run_dir}: the fold entries {ids} do not predict every row exactly once")
     return out
 
 
 def configuration_view(ensemble):
     """``(view, arrays, y)`` of a cross-fitted ensemble: ``view`` an ensemble of the same class,
-    calibration and conformal scores whose members are the selected search entries with their configurations' weights
-    (it holds no networks), and ``arrays`` their out-of-fold predictions of every training and
+    calibration and conformal scores whose members are the selected search entries with their
+    configurations' weights (it holds no networks), and ``arrays`` their out-of-fold predictions of every training and
     validation row, so that ``view.mixture(*arrays)`` (a classifier's ``view.mixture(log
     probabilities)``) is the ensemble's out-of-fold prediction of ``y``."""
     catalog = ensemble.catalog
+    folds = {f["id"]: f for f in catalog.fold_entries()}  # read once: each member's entry and fold
     by_entry: dict[int, list[int]] = {}
     weights: dict[int, float] = {}
     for member, weight in zip(ensemble.member_ids, ensemble.weights):
-        entry = catalog.fold_entry(member)["entry"]
+        entry = folds[member]["entry"]
         by_entry.setdefault(entry, []).append(member)
         weights[entry] = weights.get(entry, 0.0) + float(weight)
     entries = list(by_entry)
-    arrays = out_of_fold(catalog, [sorted(by_entry[e], key=lambda i: catalog.fold_entry(i)["fold"])
-                                   for e in entries])
+    arrays = out_of_fold(catalog, [sorted(by_entry[e], key=lambda i: folds[i]["fold"]) for e in entries])
     w = np.array([weights[e] for e in entries])
     view = type(ensemble)(ensemble.run_dir, entries, w / w.sum(), selection=ensemble.selection,
                           calibration=ensemble.calibration, conformal=ensemble.conformal)
