@@ -95,6 +95,7 @@ def run_split(name: str, split: int, args) -> dict:
 
     data = load_split(args.data_dir, name, split)
     run_dir = Path(args.runs_dir) / f"{name}-split{split}"
+    searched_before = (run_dir / "catalog.sqlite").exists()
     tic = time.monotonic()
     model = AutoDEUQRegressor(run_dir=run_dir, seed=split, crossfit=False, progress=False, max_evals=args.max_evals,
                               evaluator=args.evaluator)
@@ -102,11 +103,15 @@ def run_split(name: str, split: int, args) -> dict:
     whole = time.monotonic() - tic
     record = stages({"dataset": name, "split": split, **data.sizes, "whole_run_s": round(whole, 1)}, data, run_dir,
                     args)
+    record["fold_seconds"] = fold_seconds(run_dir)
+    if searched_before:
+        # An earlier run's catalog resumed: its search's seconds are not this run's, so no cost.
+        record["catalog_searched_earlier"] = True
+        return record
     search_s = whole - record["today"]["stage_s"]
     record["search_s"] = round(search_s, 1)
     # The first cross-fitted variant trained the folds; its stage is the cost (the refit adds its own).
     record["cost_ratio"] = round((search_s + record["crossfit_folds"]["stage_s"]) / whole, 3)
-    record["fold_seconds"] = fold_seconds(run_dir)
     return record
 
 
@@ -166,8 +171,8 @@ def report(records: list[dict]) -> str:
     lines += ["**Whole run's cost** (search + cross-fitted stage) / (search + today's stage), per split", "",
               "| dataset | fold networks | with the refit |", "|---|---|---|"]
     for name in datasets:
-        rows = [r for r in records if r["dataset"] == name]
-        folds = ", ".join(f"{r['cost_ratio']:.2f}" for r in rows)
+        rows = [r for r in records if r["dataset"] == name and "cost_ratio" in r]
+        folds = ", ".join(f"{r['cost_ratio']:.2f}" for r in rows) or "-"
         refit = ", ".join(f"{_refit_cost(r):.2f}" for r in rows if "crossfit_refit" in r) or "-"
         lines.append(f"| {name} | {folds} | {refit} |")
     return "\n".join(lines) + "\n"

@@ -20,6 +20,7 @@ import numpy as np
 
 from autodeuq import metrics
 from autodeuq.catalog import Catalog
+from autodeuq.catalog.folds import FOLD_ID_START
 from autodeuq.ensemble import load_ensemble
 from autodeuq.ensemble.refit import _constant_nll
 
@@ -44,10 +45,11 @@ def fitted_networks(run_dir: Path) -> tuple[int, int]:
     return int(np.sum(nll < _constant_nll(y) - FIT_MARGIN)), len(nll)
 
 
-def row(run_dir: Path) -> str:
-    """The row of a run directory's ``ensemble.json``, or of a manifest given by its path."""
+def measures(run_dir: Path) -> dict:
+    """The numbers of a run directory's ``ensemble.json`` (or of a manifest given by its path): the
+    row's columns, and the effective size over configurations as well as over networks (a
+    cross-fitted ensemble's members are each configuration's fold networks)."""
     ens = load_ensemble(run_dir if run_dir.suffix == ".json" else run_dir / "ensemble.json")
-    shown, run_dir = run_dir, ens.run_dir
     grid = np.linspace(-40, 40, 801)[:, None]
     means, variances = ens.components(grid)
     _, ale, epi = metrics.mixture_moments(means, variances, ens.weights)
@@ -55,12 +57,31 @@ def row(run_dir: Path) -> str:
     left, right = (x >= -30) & (x <= -20), (x >= 20) & (x <= 30)
     train, gap, beyond = left | right, np.abs(x) <= 15, np.abs(x) > 32
     base = epi_std[train].mean()
-    fitted, total = fitted_networks(run_dir)
-    nll = metrics.mixture_nll(means, variances, ens.weights, 2 * np.sin(grid)).mean()
-    return (f"| {shown} | {ale_std[left].mean():.3f} | {ale_std[right].mean():.3f} | {base:.3f} "
-            f"| {epi_std[gap].mean():.3f} | {epi_std[gap].mean() / base:.1f}x | {epi_std[beyond].mean():.3f} "
-            f"| {epi_std[beyond].mean() / base:.1f}x | {nll:.2f} | {len(ens.member_ids)} "
-            f"| {1 / np.sum(np.asarray(ens.weights) ** 2):.2f} | {fitted} of {total} |")
+    fitted, total = fitted_networks(ens.run_dir)
+    weights = np.asarray(ens.weights, dtype=float)
+    with Catalog(ens.run_dir) as catalog:
+        configs = [catalog.fold_entry(i)["entry"] if i >= FOLD_ID_START else i for i in ens.member_ids]
+    per_config: dict[int, float] = {}
+    for config, w in zip(configs, weights):
+        per_config[int(config)] = per_config.get(int(config), 0.0) + float(w)
+    return {"aleatoric_left": float(ale_std[left].mean()), "aleatoric_right": float(ale_std[right].mean()),
+            "epistemic_train": float(base), "epistemic_gap": float(epi_std[gap].mean()),
+            "gap_ratio": float(epi_std[gap].mean() / base), "epistemic_beyond": float(epi_std[beyond].mean()),
+            "beyond_ratio": float(epi_std[beyond].mean() / base),
+            "test_nll": float(metrics.mixture_nll(means, variances, ens.weights, 2 * np.sin(grid)).mean()),
+            "members": len(ens.member_ids), "effective_size": float(1 / np.sum(weights**2)),
+            "configurations": len(per_config),
+            "effective_configurations": float(1 / np.sum(np.square(list(per_config.values())))),
+            "fitted_networks": fitted, "networks": total}
+
+
+def row(run_dir: Path) -> str:
+    """The markdown row of :func:`measures`."""
+    m = measures(run_dir)
+    return (f"| {run_dir} | {m['aleatoric_left']:.3f} | {m['aleatoric_right']:.3f} | {m['epistemic_train']:.3f} "
+            f"| {m['epistemic_gap']:.3f} | {m['gap_ratio']:.1f}x | {m['epistemic_beyond']:.3f} "
+            f"| {m['beyond_ratio']:.1f}x | {m['test_nll']:.2f} | {m['members']} "
+            f"| {m['effective_size']:.2f} | {m['fitted_networks']} of {m['networks']} |")
 
 
 def main(argv=None) -> int:
