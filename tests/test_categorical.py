@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+import sklearn
 from scipy.special import log_softmax
 from sklearn import metrics as skm
 
@@ -30,6 +31,8 @@ from autodeuq.ensemble.selection import IMPROVEMENT_RTOL, select_categorical, se
 from autodeuq.errors import ParameterError
 
 from numerics import assert_same_math
+
+SKLEARN_MULTICLASS_BRIER = tuple(int(p) for p in sklearn.__version__.split(".")[:2]) >= (1, 7)
 
 LN2 = np.log(2.0)
 
@@ -482,7 +485,12 @@ def test_metrics_agree_with_sklearn():
     labels = list(range(4))
     predicted = proba.argmax(axis=1)
     assert scores["log_loss"] == pytest.approx(skm.log_loss(y, proba, labels=labels), rel=1e-12)
-    assert scores["brier"] == pytest.approx(skm.brier_score_loss(y, proba, labels=labels), rel=1e-12)
+    # The multiclass Brier score: the mean over rows of the squared distance to the one-hot label
+    # (scikit-learn's brier_score_loss takes more than two classes from its version 1.7 on).
+    onehot = np.eye(4)[y]
+    assert scores["brier"] == pytest.approx(np.mean(np.sum((proba - onehot) ** 2, axis=1)), rel=1e-12)
+    if SKLEARN_MULTICLASS_BRIER:
+        assert scores["brier"] == pytest.approx(skm.brier_score_loss(y, proba, labels=labels), rel=1e-12)
     assert scores["accuracy"] == pytest.approx(skm.accuracy_score(y, predicted), rel=1e-12)
     assert scores["balanced_accuracy"] == pytest.approx(skm.balanced_accuracy_score(y, predicted), rel=1e-12)
     assert all(isinstance(v, (int, float)) for v in scores.values())
