@@ -187,16 +187,16 @@ def test_refit_on_ray_runs_the_members_at_once_like_the_serial_refit_and_reprodu
 
 
 def test_a_refit_that_fits_its_rows_worse_keeps_the_original_member(reported, monkeypatch):
-    import autodeuq.ensemble.refit as refit_module
     from autodeuq.ensemble import Ensemble
+    from autodeuq.tasks import RegressionTask
 
     calls = []
 
-    def nll(model, x, y, classifier=False):  # called for the refitted network, then for the original one
+    def nll(self, model, x, y):  # called for the refitted network, then for the original one
         calls.append(model)
         return 1.0 if len(calls) % 2 else 0.0
 
-    monkeypatch.setattr(refit_module, "_nll", nll)
+    monkeypatch.setattr(RegressionTask, "network_nll", nll)
     catalog = Catalog(reported)
     ens = Ensemble.from_catalog(reported, size=1)
     x, y = catalog.fit_data()
@@ -213,14 +213,16 @@ def test_a_refit_as_good_within_noise_replaces_the_member(reported, monkeypatch)
 
     catalog = Catalog(reported)
     x, y = catalog.fit_data()
-    original = refit_module._constant_nll(y) - 1.0  # gained 1 nat over the constant Gaussian
+    from autodeuq.tasks import RegressionTask
+
+    original = RegressionTask().constant_nll(y) - 1.0  # gained 1 nat over the constant Gaussian
     calls = []
 
-    def nll(model, x, y, classifier=False):  # the refitted network first, then the original one
+    def nll(self, model, x, y):  # the refitted network first, then the original one
         calls.append(model)
         return original + (0.09 if len(calls) % 2 else 0.0)
 
-    monkeypatch.setattr(refit_module, "_nll", nll)
+    monkeypatch.setattr(RegressionTask, "network_nll", nll)
     ens = Ensemble.from_catalog(reported, size=1)
     refitted = refit(ens, x, y)
     assert refitted.selection["refit"]["kept_original"] == [] and refitted.refitted_ids == ens.member_ids

@@ -237,11 +237,12 @@ def select_ensemble(run_dir, config, *, seed: int | None = 0, deadline: float | 
 def should_crossfit(crossfit, catalog) -> tuple[bool, str]:
     """Whether ``crossfit`` (True, False or "auto") cross-fits the ensemble of ``catalog`` (a
     :class:`~autodeuq.catalog.Catalog`, or its run directory), and why: "auto" does for the tasks
-    of :data:`autodeuq.ensemble.crossfit.AUTO_TASKS` on small tables
+    whose :attr:`Task.auto_crossfit <autodeuq.tasks.base.Task.auto_crossfit>` is set (classification)
+    on small tables
     (:func:`autodeuq.table.data.is_small`)."""
     from autodeuq.catalog import Catalog
-    from autodeuq.ensemble.crossfit import AUTO_TASKS
     from autodeuq.table.data import SMALL_DATA_ROWS, is_small
+    from autodeuq.tasks import TASKS, get_task
 
     if crossfit is True:
         return True, "cross-fitted: asked for"
@@ -251,8 +252,9 @@ def should_crossfit(crossfit, catalog) -> tuple[bool, str]:
         with Catalog(catalog) as opened:
             return should_crossfit(crossfit, opened)
     counts, task = catalog.row_counts(), catalog.task
-    if task not in AUTO_TASKS:
-        return False, (f"not cross-fitted: a {task} run (auto cross-fits {' and '.join(AUTO_TASKS)} runs; "
+    if not catalog.task_object.auto_crossfit:
+        auto = [name for name in TASKS if get_task(name).auto_crossfit]
+        return False, (f"not cross-fitted: a {task} run (auto cross-fits {' and '.join(auto)} runs; "
                        f"crossfit=True, --crossfit, cross-fits anyway)")
     if counts is None:
         return False, "not cross-fitted: the catalog does not record its number of rows"

@@ -58,6 +58,7 @@ from autodeuq.core.errors import CatalogWarning
 from autodeuq.core.fileio import TEMP_SUFFIX, replace_file, replace_files
 from autodeuq.core.result import MODEL_STATUSES, Status, TrainResult
 from autodeuq.search.space import ROW_RULE_KEYS, SearchSpace, load_space
+from autodeuq.tasks import get_task
 
 STATUSES = tuple(Status)
 
@@ -457,7 +458,7 @@ class Catalog:
         fold = self.fold_entry(fold_id)
         names = self.prediction_arrays
         n_rows = int(fold["plan"]["rows"])
-        width = self.labels.n_classes if self.task == "classification" else len(self.meta["data"]["targets"])
+        width = self.task_object.prediction_width(len(self.meta["data"]["targets"]), self.labels)
         array_bytes = n_rows * max(width, 1) * 8 + 4096
         data = self._read_checked(fold_id, self.predictions_path(fold_id), fold["predictions_sha256"], "predictions",
                                   (len(names) + 1) * array_bytes + (1 << 16))
@@ -678,22 +679,28 @@ class Catalog:
         return (self._meta.get("data") or {}).get("task", "regression")
 
     @property
+    def task_object(self):
+        """The run's :class:`~autodeuq.tasks.base.Task` (:func:`autodeuq.tasks.get_task` of :attr:`task`)."""
+        return get_task(self.task)
+
+    @property
     def labels(self):
-        """A classification run's :class:`~autodeuq.table.labels.Labels`; None for regression."""
+        """The classes of a run whose targets are labels (:attr:`Task.targets
+        <autodeuq.tasks.base.Task.targets>`), a :class:`~autodeuq.table.labels.Labels`; None otherwise."""
         from autodeuq.table.labels import Labels
 
         recorded = (self._meta.get("data") or {}).get("labels")
-        return Labels.from_dict(recorded) if self.task == "classification" and recorded else None
+        return Labels.from_dict(recorded) if recorded and self.task_object.targets == "labels" else None
 
     @property
     def prediction_arrays(self) -> tuple[str, ...]:
-        """The validation predictions each entry stores: ``("mean", "var")``, a classifier's ``("proba",)``."""
-        return ("proba",) if self.task == "classification" else ("mean", "var")
+        """The validation predictions each entry stores: the task's, ``("mean", "var")`` or ``("proba",)``."""
+        return self.task_object.prediction_arrays
 
     @property
     def _prediction_shape(self) -> tuple[int, int]:
-        n_valid = self._valid_targets.shape[0]
-        return (n_valid, self.labels.n_classes) if self.task == "classification" else self._valid_targets.shape
+        n_valid, n_targets = self._valid_targets.shape
+        return n_valid, self.task_object.prediction_width(n_targets, self.labels)
 
     def _read_predictions(self, entry_id: int) -> tuple[np.ndarray, ...]:
         """The entry's validation predictions, in the order of :attr:`prediction_arrays`."""
@@ -728,7 +735,7 @@ class Catalog:
         skipped : dict of int to str
             The entries left out, with the reason.
         """
-        if self.task != "classification":
+        if self.prediction_arrays != ("proba",):
             raise CatalogError(f"{self.run_dir}: a {self.task} run has no class probabilities")
         ids, arrays, skipped = self._load_predictions(ids, skip_missing=True)
         shape = (0, *self._prediction_shape)
@@ -754,7 +761,7 @@ class Catalog:
             Unpacks as ``(ids, means, variances)``: the entries loaded, and their means and
             variances, each of shape (len(ids), n_valid, n_targets).
         """
-        if self.task != "regression":
+        if self.prediction_arrays != ("mean", "var"):
             raise CatalogError(f"{self.run_dir}: a {self.task} run has no means and variances: "
                                f"see validation_probabilities")
         loaded, arrays, skipped = self._load_predictions(ids, skip_missing)

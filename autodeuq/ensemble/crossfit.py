@@ -41,11 +41,6 @@ DEFAULT_FOLDS = 5
 CONFIGS_PER_MEMBER = 2
 
 
-#: The tasks that ``crossfit="auto"`` cross-fits (on small tables); the measurements are in the
-#: documentation (docs/decisions/crossfit.md).
-AUTO_TASKS = ("classification",)
-
-
 class CrossFitError(AutoDEUQError, RuntimeError):
     """No configuration could be cross-fitted (every one had a fold whose training failed)."""
 

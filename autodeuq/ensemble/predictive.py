@@ -30,6 +30,7 @@ from autodeuq.ensemble.inputs import checked_preprocessor, encode_inputs
 from autodeuq.ensemble.mixture import UncertaintyPrediction
 from autodeuq.metrics import check_level
 from autodeuq.table.data import DataError
+from autodeuq.tasks import get_task
 
 MEMBERS_DIR = "members"  #: the folder of a self-contained export that holds its members' model files
 
@@ -310,7 +311,7 @@ class Ensemble:
             :class:`~autodeuq.ensemble.building.EnsembleSizeWarning` says so.
         selector, score, stop :
             See :func:`autodeuq.ensemble.select`; ``selector="auto"`` is the task's
-            (:data:`autodeuq.ensemble.options.AUTO_SELECTOR`: ``"greedy"`` for regression,
+            (:attr:`Task.auto_selector <autodeuq.tasks.base.Task.auto_selector>`: ``"greedy"`` for regression,
             ``"greedy-noreplace"`` for classification). With the default ``stop="size"`` the ensemble
             has ``size`` distinct members whenever the catalog has that many usable models;
             otherwise a warning says how many it has and why.
@@ -337,7 +338,7 @@ class Ensemble:
             Select only among the best fraction ``pool`` of the catalog's usable models, ranked by
             their own validation score (at least ``size`` of them; see
             :func:`autodeuq.ensemble.select`). ``"auto"`` is the task's
-            (:data:`autodeuq.ensemble.options.AUTO_POOL`: 0.4 for regression, 1, the whole
+            (:attr:`Task.auto_pool <autodeuq.tasks.base.Task.auto_pool>`: 0.4 for regression, 1, the whole
             catalog, for classification); ``selection["pool"]`` records the fraction used.
 
         Warns
@@ -594,14 +595,13 @@ class Ensemble:
         return f"Ensemble({str(self.source.location)!r}, members=[{members}]{refitted})"
 
 
-def ensemble_class(task: str, base=None) -> type:
-    """The ensemble class of a run's task: ``base`` (default :class:`Ensemble`) for regression,
-    :class:`~autodeuq.ensemble.classifier.ClassifierEnsemble` for classification."""
-    if task == "classification":
-        from autodeuq.ensemble.classifier import ClassifierEnsemble
-
-        return base if base is not None and issubclass(base, ClassifierEnsemble) else ClassifierEnsemble
-    return base or Ensemble
+def ensemble_class(task, base=None) -> type:
+    """The ensemble class of a run's task (a name or a :class:`~autodeuq.tasks.base.Task`): the
+    task's (:attr:`Task.ensemble <autodeuq.tasks.base.Task.ensemble>`: :class:`Ensemble` for
+    regression, :class:`~autodeuq.ensemble.classifier.ClassifierEnsemble` for classification), or
+    ``base`` when it is a subclass of the task's."""
+    kind = get_task(task).part("ensemble")
+    return base if base is not None and issubclass(base, kind) else kind
 
 
 class _StackedMembers:
