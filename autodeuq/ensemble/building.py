@@ -25,8 +25,8 @@ from autodeuq.ensemble.categorical import (
     log_probabilities,
     pooled_log_loss,
 )
+from autodeuq.ensemble.members import EnsembleError, ensemble_class
 from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
-from autodeuq.ensemble.predictive import EnsembleError, ensemble_class
 from autodeuq.ensemble.selection import select, select_bagged, select_categorical, select_categorical_bagged
 
 COVERAGE_LEVELS = (0.5, 0.9, 0.95)

@@ -216,7 +216,7 @@ def cross_fit(catalog, configs: int, folds: int = DEFAULT_FOLDS, *, seed: int = 
     assignment = assign_folds(plan, codes)
     entries = catalog.best_configurations(configs)
     if not entries:
-        from autodeuq.ensemble.predictive import EnsembleError
+        from autodeuq.ensemble.members import EnsembleError
 
         raise EnsembleError(f"{catalog.run_dir}: the catalog has no successful evaluation to build an ensemble from")
     done = {(f["entry"], f["fold"]): f["id"] for f in catalog.fold_entries(plan)}
