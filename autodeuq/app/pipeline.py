@@ -216,7 +216,10 @@ def select_ensemble(run_dir, config, *, seed: int | None = 0, deadline: float | 
                    stop=config.selection_stop, diversity=config.diversity, calibrate=config.calibrate,
                    bags=config.selection_bags, seed=seed, pool=config.selection_pool)
     crossfit = None
-    with Catalog(run_dir) as catalog:  # opened once for the decision and the cross-fit
+    # Opened once for the stage: the decision, the cross-fit, the selection, and the ensemble's members,
+    # whose source keeps it (its predictions read once, autodeuq.catalog.predictions).
+    catalog = Catalog(run_dir)
+    try:
         go, why = should_crossfit(config.crossfit, catalog)
         if go:
             configs = (CONFIGS_PER_MEMBER * config.ensemble_size if config.crossfit_configs == "auto"
@@ -227,10 +230,13 @@ def select_ensemble(run_dir, config, *, seed: int | None = 0, deadline: float | 
             record = crossfit.record
             why += (f"; {record['configurations']} configuration(s) x {record['folds']} folds, {record['trained']} "
                     f"network(s) trained, {record['resumed']} read back, in {record['seconds']:.1f} s")
-    if log is not None:
-        log(why)
-    ensemble = Ensemble.from_catalog(run_dir, **options, crossfit=crossfit)
-    ensemble.load_members()
+        if log is not None:
+            log(why)
+        ensemble = Ensemble.from_catalog(catalog, **options, crossfit=crossfit)
+        ensemble.load_members()
+    except BaseException:
+        catalog.close()
+        raise
     return ensemble
 
 

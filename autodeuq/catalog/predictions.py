@@ -60,7 +60,10 @@ class PredictionReads:
 
     def fold_predictions(self, fold_id: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         """A fold entry's held-out rows (their numbers among :meth:`fit_data`'s rows) and its
-        predictions of them, in the order of :attr:`prediction_arrays`."""
+        predictions of them, in the order of :attr:`prediction_arrays` (read once per catalog object)."""
+        return self._read_once(("fold", int(fold_id)), lambda: self._read_fold_predictions(fold_id))
+
+    def _read_fold_predictions(self, fold_id: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         fold = self.fold_entry(fold_id)
         names = self.prediction_arrays
         n_rows = int(fold["plan"]["rows"])
@@ -133,7 +136,23 @@ class PredictionReads:
         return n_valid, self.task_object.prediction_width(n_targets, self.labels)
 
     def _read_predictions(self, entry_id: int) -> tuple[np.ndarray, ...]:
-        """The entry's validation predictions, in the order of :attr:`prediction_arrays`."""
+        """The entry's validation predictions, in the order of :attr:`prediction_arrays`: read once
+        per catalog object (:meth:`_read_once`)."""
+        return self._read_once(("entry", int(entry_id)), lambda: self._read_entry_predictions(entry_id))
+
+    def _read_once(self, key, read):
+        """``read()``, memoized under ``key`` for this catalog object, its arrays made read-only: a
+        recorded entry's files never change, and the ensemble stage asks for the same members'
+        predictions in its selection, its calibration and its report."""
+        memo = self.__dict__.setdefault("_arrays_read", {})
+        if key not in memo:
+            value = read()
+            for array in (a for a in _arrays_of(value)):
+                array.flags.writeable = False
+            memo[key] = value
+        return memo[key]
+
+    def _read_entry_predictions(self, entry_id: int) -> tuple[np.ndarray, ...]:
         row = self._done_row(entry_id, "predictions")
         path = self.predictions_path(entry_id)
         expected = self._prediction_shape
@@ -243,3 +262,12 @@ class PredictionReads:
         """
         data = self.model_bytes(entry_id)
         return load_keras_model(data, f"{self.run_dir}: entry {entry_id}: model file {self.model_path(entry_id)}")
+
+
+def _arrays_of(value):
+    """The numpy arrays in ``value``, a tuple of arrays or of tuples of arrays."""
+    for item in value:
+        if isinstance(item, np.ndarray):
+            yield item
+        else:
+            yield from _arrays_of(item)

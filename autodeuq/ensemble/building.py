@@ -79,7 +79,8 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
         raise ParameterError("diversity", f"must be one of {list(DIVERSITY)}", diversity)
     if calibrate not in CALIBRATIONS:
         raise ParameterError("calibrate", f"must be one of {list(CALIBRATIONS)}", calibrate)
-    catalog = Catalog(run_dir)
+    catalog = run_dir if isinstance(run_dir, Catalog) else Catalog(run_dir)  # an open one is used as it is
+    run_dir = catalog.run_dir if catalog is run_dir else run_dir  # as messages name it
     task = catalog.task_object
     cls = ensemble_class(task, cls)
     if selector == "auto":
@@ -161,7 +162,7 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
         members = [i for entry in members for i in crossfit.fold_ids[entry]]
         weights = np.repeat(np.asarray(weights, dtype=float) / crossfit.plan["folds"], crossfit.plan["folds"])
         weights = weights / weights.sum()
-    return cls(run_dir, members, weights, selection=selection, calibration=calibration, conformal=conformal)
+    return cls(catalog, members, weights, selection=selection, calibration=calibration, conformal=conformal)
 
 
 def held_out_selections(select_rows, n_rows: int, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray,

@@ -331,6 +331,6 @@ def configuration_view(ensemble):
     entries = list(by_entry)
     arrays = out_of_fold(catalog, [sorted(by_entry[e], key=lambda i: folds[i]["fold"]) for e in entries])
     w = np.array([weights[e] for e in entries])
-    view = type(ensemble)(ensemble.run_dir, entries, w / w.sum(), selection=ensemble.selection,
+    view = type(ensemble)(ensemble.catalog, entries, w / w.sum(), selection=ensemble.selection,
                           calibration=ensemble.calibration, conformal=ensemble.conformal)
     return view, arrays, catalog.fit_data()[1]

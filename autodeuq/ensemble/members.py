@@ -61,8 +61,10 @@ class CatalogMembers:
     labels = None  # also the value of sources pickled before classification
 
     def __init__(self, run_dir, refitted: Mapping[int, bytes] | None = None):
-        self.run_dir = Path(os.path.abspath(run_dir))
-        self.catalog = Catalog(self.run_dir)
+        # An open Catalog is used as it is: the ensemble stage opens its catalog once.
+        opened = run_dir if isinstance(run_dir, Catalog) else None
+        self.run_dir = Path(os.path.abspath(run_dir.run_dir if opened is not None else run_dir))
+        self.catalog = opened if opened is not None else Catalog(self.run_dir)
         if refitted:
             self.refitted = {int(i): bytes(b) for i, b in refitted.items()}
         data = self.catalog.meta.get("data", {})
@@ -74,6 +76,16 @@ class CatalogMembers:
             self.preprocessor = checked_preprocessor(data.get("preprocessing"), self.feature_names)
         except DataError as exc:
             raise CatalogError(f"{self.run_dir}: damaged catalog: {exc}") from None
+
+    def __getstate__(self):
+        # The catalog pickles as the absolute run directory it is reopened from: the one given may
+        # have been opened by a relative path (the ensemble stage's, autodeuq.app.pipeline).
+        return {**self.__dict__, "catalog": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if self.__dict__.get("catalog") is None:
+            self.catalog = Catalog(self.run_dir)
 
     @property
     def location(self) -> Path:

@@ -93,7 +93,7 @@ class Ensemble:
 
     def __init__(self, source, member_ids, weights, selection: dict | None = None,
                  calibration: dict | None = None, conformal: dict | None = None):
-        self.source = CatalogMembers(source) if isinstance(source, (str, os.PathLike)) else source
+        self.source = CatalogMembers(source) if isinstance(source, (str, os.PathLike, Catalog)) else source
         self.member_ids = [int(i) for i in member_ids]
         self.weights = np.asarray(weights, dtype=float)
         if len(self.member_ids) != len(self.weights) or not self.member_ids:

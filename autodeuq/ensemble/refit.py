@@ -284,7 +284,7 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
     record = {"refitted": bool(epochs), "rows": int(len(x)), "epochs": {str(i): e for i, e in epochs.items()},
               "kept_original": kept, "failed": failed, "out_of_time": late, "parallel": parallel,
               "seconds": round(time.monotonic() - started, 1)}
-    source = CatalogMembers(catalog.run_dir, models)
+    source = CatalogMembers(catalog, models)
     return type(ensemble)(source, ensemble.member_ids, ensemble.weights,
                           selection={**ensemble.selection, "refit": record}, calibration=ensemble.calibration,
                           conformal=ensemble.conformal)
