@@ -11,7 +11,7 @@ from autodeuq import discard, search, tasks
 from autodeuq.app.cli import build_parser, main
 from autodeuq.app.options import SearchConfig, configure
 from autodeuq.app.pipeline import fill_catalog
-from autodeuq.catalog import Catalog
+from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.core.errors import ParameterError
 from autodeuq.discard.base import DiscardRule
 from autodeuq.report import RegressionScores
@@ -350,7 +350,8 @@ def test_a_catalog_of_an_unregistered_task_says_so(tmp_path, toy_task, monkeypat
     config = configure(SearchConfig, **{**TINY, "max_evals": 1}, search="random", early_discarding="none")
     fill_catalog(load_space("toy").for_rows(len(data.x_train)), data, tmp_path / "run", config).raise_for_error()
     monkeypatch.delitem(tasks.TASKS, toy_task)
-    with Catalog(tmp_path / "run") as catalog, pytest.raises(ParameterError, match="registered tasks"):
+    with Catalog(tmp_path / "run") as catalog, pytest.raises(CatalogError, match="task 'regression-max-error' is not "
+                                                                                "registered here"):
         catalog.validation_predictions()
 
 

@@ -27,7 +27,7 @@ from autodeuq.catalog.layout import (
 )
 from autodeuq.core.errors import CatalogWarning
 from autodeuq.core.result import MODEL_STATUSES
-from autodeuq.tasks import get_task
+from autodeuq.tasks import TASKS, get_task
 
 
 class ValidationPredictions(tuple):
@@ -113,7 +113,17 @@ class PredictionReads:
 
     @property
     def task_object(self):
-        """The run's :class:`~autodeuq.tasks.base.Task` (:func:`autodeuq.tasks.get_task` of :attr:`task`)."""
+        """The run's :class:`~autodeuq.tasks.base.Task` (:func:`autodeuq.tasks.get_task` of :attr:`task`).
+
+        Raises
+        ------
+        CatalogError
+            The run's task is not registered in this process (:data:`autodeuq.tasks.TASKS`).
+        """
+        if self.task not in TASKS:
+            raise CatalogError(f"{self.run_dir}: the run's task {self.task!r} is not registered here: the tasks are "
+                               f"{list(TASKS)} (a task added outside the package is registered in "
+                               f"autodeuq.tasks.TASKS before its catalog is read)")
         return get_task(self.task)
 
     @property
