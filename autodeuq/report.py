@@ -6,6 +6,7 @@ import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,9 +18,9 @@ from autodeuq.core.fileio import atomic_write, refuse_linked_folders
 from autodeuq.core.result import Status
 from autodeuq.ensemble import Ensemble, conformal
 from autodeuq.ensemble.categorical import CategoricalPrediction, log_probabilities
-from autodeuq.ensemble.classifier import ClassifierEnsemble
 from autodeuq.ensemble.crossfit import configuration_view
 from autodeuq.table.data import load_test_file
+from autodeuq.tasks import get_task
 
 TABLE_METRICS = ("nll", "nll_gaussian", "rmse", "mae", "crps", "coverage_50", "coverage_90", "coverage_gaussian_90",
                  "coverage_conformal_90", "coverage_95", "miscalibration_area", "sharpness")
@@ -40,20 +41,13 @@ class Report:
     metrics: dict
     plots: list[Path] = field(default_factory=list)
     refit: str = ""  #: what the refit step did, one line
+    #: The task's scores and figures (:attr:`Task.report <autodeuq.tasks.base.Task.report>`);
+    #: None: those of the ensemble's task.
+    scores: Any = None
 
     def table(self) -> str:
-        splits = list(self.metrics)
-        if isinstance(self.ensemble, ClassifierEnsemble):
-            lines = [f"{'metric':<34}" + "".join(f"{s:>14}" for s in splits)]
-            for name in CLASSIFICATION_TABLE_METRICS:
-                values = [self.metrics[s].get(name) for s in splits]
-                lines.append(f"{name:<34}" + "".join(f"{'-':>14}" if v is None else f"{v:>14.4f}" for v in values))
-            return "\n".join(lines)
-        lines = [f"{'metric':<22}" + "".join(f"{s:>14}" for s in splits)]
-        for name in TABLE_METRICS:  # coverage_conformal_90: "-" for an ensemble without conformal scores
-            values = [self.metrics[s].get(name, {}).get("mean") for s in splits]
-            lines.append(f"{name:<22}" + "".join(f"{'-':>14}" if v is None else f"{v:>14.4f}" for v in values))
-        return "\n".join(lines)
+        scores = self.scores or get_task(self.ensemble.task).part("report")
+        return scores.table(self.metrics)
 
 
 def build_and_report(run_dir, config=None, *, test_file=None, manifest=None, deadline=None, refit_where=None,
@@ -95,7 +89,7 @@ def build_and_report(run_dir, config=None, *, test_file=None, manifest=None, dea
     # An unreadable member fails before any file is written.
     ensemble = select_ensemble(run_dir, config, seed=seed, deadline=deadline, where=refit_where, log=lines.append)
     catalog = ensemble.catalog
-    task = ClassificationScores if isinstance(ensemble, ClassifierEnsemble) else RegressionScores
+    task = catalog.task_object.part("report")
     validation, valid_targets = task.validation(ensemble, catalog)  # recalibrated when the ensemble is
     results = {"validation": task.scores(validation, valid_targets)}
     calibration = dict(ensemble.calibration) if ensemble.calibration else None
@@ -125,11 +119,31 @@ def build_and_report(run_dir, config=None, *, test_file=None, manifest=None, dea
     written = [atomic_write(out_dir / name, png) for name, png in figures.items()]
     atomic_write(out_dir / METRICS_NAME, json.dumps(document, indent=2).encode())
     ensemble.save(manifest)
-    return Report(ensemble, results, written, "\n".join([*lines, refit_line]))
+    return Report(ensemble, results, written, "\n".join([*lines, refit_line]), task)
 
 
 class RegressionScores:
-    """What the report computes of a regression ensemble: its mixture's scores and figures."""
+    """What the report computes of a regression ensemble: its mixture's scores and figures.
+
+    A task's report part (:attr:`Task.report <autodeuq.tasks.base.Task.report>`) has these
+    methods: ``validation``, ``scores``, ``test``, ``figures``, ``input_figures``, ``table`` and
+    ``trace_units``.
+    """
+
+    @staticmethod
+    def table(metrics_by_split) -> str:
+        """The scores of :data:`TABLE_METRICS`, one row each, a column per split."""
+        splits = list(metrics_by_split)
+        lines = [f"{'metric':<22}" + "".join(f"{s:>14}" for s in splits)]
+        for name in TABLE_METRICS:  # coverage_conformal_90: "-" for an ensemble without conformal scores
+            values = [metrics_by_split[s].get(name, {}).get("mean") for s in splits]
+            lines.append(f"{name:<22}" + "".join(f"{'-':>14}" if v is None else f"{v:>14.4f}" for v in values))
+        return "\n".join(lines)
+
+    @staticmethod
+    def trace_units(original: bool) -> str:
+        """The search trace's units: the data's, or standardized where the catalog lacks their scale."""
+        return "original units" if original else "standardized"
 
     @staticmethod
     def validation(ensemble, catalog):
@@ -184,6 +198,20 @@ class ClassificationScores:
     Brier score, expected calibration error, the AUROC of each uncertainty for flagging the
     misclassified rows (:func:`autodeuq.classification_metrics.classification_metrics`), and the
     reliability diagram, confusion matrix and uncertainty of right and wrong rows."""
+
+    @staticmethod
+    def table(metrics_by_split) -> str:
+        """The scores of :data:`CLASSIFICATION_TABLE_METRICS`, one row each, a column per split."""
+        splits = list(metrics_by_split)
+        lines = [f"{'metric':<34}" + "".join(f"{s:>14}" for s in splits)]
+        for name in CLASSIFICATION_TABLE_METRICS:
+            values = [metrics_by_split[s].get(name) for s in splits]
+            lines.append(f"{name:<34}" + "".join(f"{'-':>14}" if v is None else f"{v:>14.4f}" for v in values))
+        return "\n".join(lines)
+
+    @staticmethod
+    def trace_units(original: bool) -> str:
+        return "the log loss, nats"
 
     @staticmethod
     def validation(ensemble, catalog):
@@ -314,9 +342,7 @@ def _trace_plot(catalog, member_ids=()) -> bytes:
     column = "valid_nll" if original else "objective"
     objectives = np.where(frame["status"] != Status.FAILED, frame[column].astype(float), np.inf)
     position = {int(i): k + 1 for k, i in enumerate(frame["id"])}
-    units = "original units" if original else "standardized"
-    if catalog.task == "classification":
-        units = "the log loss, nats"
+    units = catalog.task_object.part("report").trace_units(original)
     return plots.plot_search_trace(objectives, None, units=units,
                                    status=frame["status"].to_numpy(),
                                    members=[position[i] for i in member_ids if i in position])

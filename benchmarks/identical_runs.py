@@ -106,15 +106,32 @@ def _entries(run_dir: Path) -> dict:
     return rows
 
 
-def _manifest(path: Path) -> dict:
+def _fold_names(run: Path) -> dict[str, str]:
+    """Fold network id -> ``fold-<entry>-<k>``: a cross-fit numbers its fold networks in the order
+    their trainings were planned, longest expected first, and the expectation is measured (the
+    search's seconds), so the same network may get another id from run to run."""
+    con = sqlite3.connect(run / "catalog.sqlite")
+    try:
+        rows = con.execute("select id, entry, fold from folds").fetchall()
+    except sqlite3.OperationalError:  # no folds table: not cross-fitted
+        rows = []
+    con.close()
+    return {str(i): f"fold-{entry}-{fold}" for i, entry, fold in rows}
+
+
+def _manifest(path: Path, folds: dict[str, str]) -> dict:
     """The saved ensemble less what depends on the clock: its members (ids, weights, files) without
-    the refitted files' checksums and sizes (the ``.keras`` zip holds its save time), and the
-    selection's record without the refit's seconds."""
+    the refitted files' checksums and sizes (the ``.keras`` zip holds its save time), the
+    selection's record without the refit's and the cross-fit's seconds; fold networks by
+    :func:`_fold_names`."""
     manifest = json.loads(path.read_text())
     for member in manifest.get("members", []):
         member.pop("sha256", None)
         member.pop("bytes", None)
+        if str(member.get("id")) in folds:
+            member["id"] = member["model"] = folds[str(member["id"])]
     (manifest.get("selection") or {}).get("refit", {}).pop("seconds", None)
+    (manifest.get("selection") or {}).get("crossfit", {}).pop("seconds", None)
     manifest.pop("run_dir", None)
     return manifest
 
@@ -142,16 +159,18 @@ def compare(a: str, b: str) -> int:
         for i in sorted(set(ea) & set(eb)):
             for column in sorted(set(ea[i]) | set(eb[i])):
                 check(f"{case}: entry {i} {column}", ea[i].get(column), eb[i].get(column))
+        fa, fb = _fold_names(ra), _fold_names(rb)
         for folder, reader in (("models", _network), ("predictions", lambda p: dict(np.load(p)))):
-            names = sorted(p.name for p in (ra / folder).glob("*") if not p.name.startswith("."))
-            check(f"{case}: {folder}/ files", names, sorted(p.name for p in (rb / folder).glob("*")
-                                                             if not p.name.startswith(".")))
-            for name in names:
-                pa, pb = reader(ra / folder / name), reader(rb / folder / name)
+            files_a, files_b = ({folds.get(p.stem, p.stem) + p.suffix: p for p in (r / folder).glob("*")
+                                 if not p.name.startswith(".")} for r, folds in ((ra, fa), (rb, fb)))
+            names = sorted(files_a)
+            check(f"{case}: {folder}/ files", names, sorted(files_b))
+            for name in sorted(set(files_a) & set(files_b)):
+                pa, pb = reader(files_a[name]), reader(files_b[name])
                 check(f"{case}: {folder}/{name} arrays", sorted(pa), sorted(pb))
                 for key in sorted(set(pa) & set(pb)):
                     check(f"{case}: {folder}/{name} {key}", pa[key], pb[key])
-        ma, mb = (_manifest(Path(d) / f"{case}-ensemble.json") for d in (a, b))
+        ma, mb = (_manifest(Path(d) / f"{case}-ensemble.json", folds) for d, folds in ((a, fa), (b, fb)))
         for key in sorted(set(ma) | set(mb)):
             check(f"{case}: ensemble {key}", ma.get(key), mb.get(key))
         refit_a, refit_b = Path(a) / f"{case}-ensemble_refit", Path(b) / f"{case}-ensemble_refit"

@@ -14,8 +14,9 @@ import json
 
 from autodeuq.catalog import Catalog, load_keras_model
 from autodeuq.ensemble import load_ensemble
-from autodeuq.ensemble.refit import RefitObjective, _constant_nll, _nll, member_schedule, refit_failed
+from autodeuq.ensemble.refit import RefitObjective, member_schedule, refit_failed
 from autodeuq.table import data
+from autodeuq.tasks import RegressionTask
 
 
 def probe(run_dir: str) -> list[dict]:
@@ -24,15 +25,16 @@ def probe(run_dir: str) -> list[dict]:
     x, y = catalog.fit_data()
     rows = data.from_arrays(x, y, x, y, feature_names=ensemble.feature_names, target_names=ensemble.target_names,
                             name="refit")
-    constant = _constant_nll(y)
+    task = RegressionTask()
+    constant = task.constant_nll(y)
     out = []
     for entry_id in dict.fromkeys(ensemble.member_ids):
         entry = catalog.entry(entry_id)
         schedule = member_schedule(entry)
         objective = RefitObjective(catalog.space, rows, int(catalog.meta.get("seed") or 0), {entry_id: schedule})
         result = objective(entry_id, entry["config"])
-        original = _nll(load_keras_model(catalog.model_bytes(entry_id), "original"), x, y)
-        refitted = _nll(load_keras_model(result.model_bytes, "refit"), x, y) if result.ok else float("nan")
+        original = task.network_nll(load_keras_model(catalog.model_bytes(entry_id), "original"), x, y)
+        refitted = task.network_nll(load_keras_model(result.model_bytes, "refit"), x, y) if result.ok else float("nan")
         out.append({"run": str(run_dir), "member": entry_id, "epochs_replayed": len(schedule),
                     "nll_constant": round(constant, 3), "nll_original": round(original, 3),
                     "nll_refit": round(refitted, 3), "kept_by_worse": not refitted <= original,

@@ -36,10 +36,10 @@ SET_HP = ("optimizer", "learning_rate", "batch_size", "patience_reduce_lr", "pat
 def one_training(job: tuple[int, dict]) -> dict:
     index, options = job
     from autodeuq import metrics
-    from autodeuq.ensemble.refit import _constant_nll
     from autodeuq.nn.train import configure_threads, train
     from autodeuq.search.space import load_space
     from autodeuq.table.data import toy_sine
+    from autodeuq.tasks import RegressionTask
 
     configure_threads(1)
     space, data = load_space("toy"), toy_sine(seed=options["data_seed"])
@@ -55,7 +55,7 @@ def one_training(job: tuple[int, dict]) -> dict:
     if result.valid_mean is None:
         return {**line, "nll": None, "fits": False, "reason": result.reason}
     nll = float(np.mean(metrics.gaussian_nll(data.y_valid, result.valid_mean, result.valid_var)))
-    return {**line, "nll": nll, "fits": nll < _constant_nll(data.y_valid) - FIT_MARGIN}
+    return {**line, "nll": nll, "fits": nll < RegressionTask().constant_nll(data.y_valid) - FIT_MARGIN}
 
 
 def main(argv=None) -> int:

@@ -22,7 +22,7 @@ from autodeuq import metrics
 from autodeuq.catalog import Catalog
 from autodeuq.catalog.folds import FOLD_ID_START
 from autodeuq.ensemble import load_ensemble
-from autodeuq.ensemble.refit import _constant_nll
+from autodeuq.tasks import RegressionTask
 
 FIT_MARGIN = 0.5  # nats below predicting the validation targets' mean and variance
 
@@ -42,7 +42,7 @@ def fitted_networks(run_dir: Path) -> tuple[int, int]:
         y = catalog.validation_targets()
         offset = catalog.nll_offset
         nll = np.array([catalog.entry(i)["objective"] + offset for i in catalog.model_ids()])
-    return int(np.sum(nll < _constant_nll(y) - FIT_MARGIN)), len(nll)
+    return int(np.sum(nll < RegressionTask().constant_nll(y) - FIT_MARGIN)), len(nll)
 
 
 def measures(run_dir: Path) -> dict:

@@ -1,19 +1,20 @@
-"""Extending autodeuq from outside the package, as docs/guide/extending.md shows: a searcher and
-an early-discarding rule are one class each plus one registry line, written here in test code
-(no file of the package edited), and a tiny serial search runs with each, from the estimator's
-pipeline and from the command line."""
+"""Extending autodeuq from outside the package, as docs/guide/extending.md shows: a searcher, an
+early-discarding rule and a task are one class each plus one registry line, written here in test
+code (no file of the package edited), and a tiny serial search runs with each, from the estimator's
+pipeline and from the command line (the task's through the ensemble stage too)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from autodeuq import discard, search
+from autodeuq import discard, search, tasks
 from autodeuq.app.cli import build_parser, main
 from autodeuq.app.options import SearchConfig, configure
 from autodeuq.app.pipeline import fill_catalog
-from autodeuq.catalog import Catalog
+from autodeuq.catalog import Catalog, CatalogError
 from autodeuq.core.errors import ParameterError
 from autodeuq.discard.base import DiscardRule
+from autodeuq.report import RegressionScores
 from autodeuq.search.base import Searcher
 from autodeuq.search.space import load_space
 from autodeuq.table.data import toy_sine
@@ -139,6 +140,7 @@ import json, sys
 from autodeuq.core.option import Integer, Option
 from autodeuq.discard import RULES
 from autodeuq.discard.base import DiscardRule
+from autodeuq.report import RegressionScores
 
 
 class Patient(DiscardRule):
@@ -284,3 +286,81 @@ def test_the_package_itself_imports_no_former_name():
     run = subprocess.run([sys.executable, "-W", former, "-m", "autodeuq", "--help"],
                          capture_output=True, text=True, cwd=package.parent, timeout=300)
     assert run.returncode == 0 and "usage: autodeuq" in run.stdout, run.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- a task
+class MaxErrorScores(RegressionScores):
+    """The toy task's report: regression's scores and figures, plus the largest absolute error of
+    the mixture's mean (``max_abs_error``), in its table too."""
+
+    @staticmethod
+    def scores(prediction, y) -> dict:
+        scores = RegressionScores.scores(prediction, y)
+        error = np.abs(np.asarray(prediction.mean) - y).max(axis=0)
+        scores["max_abs_error"] = {"per_target": error.tolist(), "mean": float(error.mean())}
+        return scores
+
+    @staticmethod
+    def table(metrics_by_split) -> str:
+        return RegressionScores.table(metrics_by_split) + "\nmax_abs_error " + " ".join(
+            f"{metrics_by_split[s]['max_abs_error']['mean']:.4f}" for s in metrics_by_split)
+
+
+class MaxErrorRegression(tasks.RegressionTask):
+    """A toy task: regression, scored by its largest error besides regression's scores."""
+
+    name = "regression-max-error"
+    report = MaxErrorScores
+
+
+@pytest.fixture
+def toy_task(monkeypatch):
+    monkeypatch.setitem(tasks.TASKS, MaxErrorRegression.name, MaxErrorRegression)  # the registry line
+    return MaxErrorRegression.name
+
+
+def test_a_task_registered_from_outside_runs_a_search_and_an_ensemble(tmp_path, toy_task):
+    import dataclasses
+    import json
+
+    from autodeuq.app.options import EnsembleConfig
+    from autodeuq.ensemble import Ensemble
+    from autodeuq.report import build_and_report
+
+    data = dataclasses.replace(toy_sine(seed=0), task=toy_task)
+    config = configure(SearchConfig, **TINY, search="random", early_discarding="none")
+    fill_catalog(load_space("toy").for_rows(len(data.x_train)), data, tmp_path / "run", config).raise_for_error()
+    with Catalog(tmp_path / "run") as catalog:
+        assert catalog.task == toy_task and isinstance(catalog.task_object, MaxErrorRegression)
+        assert catalog.prediction_arrays == ("mean", "var")
+    report = build_and_report(tmp_path / "run", configure(EnsembleConfig, ensemble_size=2, refit=False,
+                                                          crossfit=False, calibrate="none"))
+    assert type(report.ensemble) is Ensemble and report.ensemble.selection["selector"] == "greedy"
+    written = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    value = written["validation"]["max_abs_error"]["mean"]
+    assert np.isfinite(value) and value > 0 and "nll" in written["validation"]
+    test = written["test"]["max_abs_error"]["mean"]  # toy-sine keeps a test set
+    assert report.table().splitlines()[-1] == f"max_abs_error {value:.4f} {test:.4f}"
+
+
+def test_a_catalog_of_an_unregistered_task_says_so(tmp_path, toy_task, monkeypatch):
+    import dataclasses
+
+    data = dataclasses.replace(toy_sine(seed=0), task=toy_task)
+    config = configure(SearchConfig, **{**TINY, "max_evals": 1}, search="random", early_discarding="none")
+    fill_catalog(load_space("toy").for_rows(len(data.x_train)), data, tmp_path / "run", config).raise_for_error()
+    monkeypatch.delitem(tasks.TASKS, toy_task)
+    with Catalog(tmp_path / "run") as catalog, pytest.raises(CatalogError, match="task 'regression-max-error' is not "
+                                                                                "registered here"):
+        catalog.validation_predictions()
+
+
+def test_the_built_in_tasks_are_named_in_the_registry():
+    assert list(tasks.TASKS) == ["regression", "classification"]
+    regression, classification = tasks.get_task("regression"), tasks.get_task("classification")
+    assert (regression.head, classification.head) == ("gaussian", "logits")
+    assert regression.part("ensemble").__name__ == "Ensemble"
+    assert classification.part("ensemble").__name__ == "ClassifierEnsemble"
+    assert tasks.get_task(regression) is regression
+    with pytest.raises(ParameterError, match="task must be one of the registered tasks"):
+        tasks.get_task("quantile")

@@ -187,16 +187,16 @@ def test_refit_on_ray_runs_the_members_at_once_like_the_serial_refit_and_reprodu
 
 
 def test_a_refit_that_fits_its_rows_worse_keeps_the_original_member(reported, monkeypatch):
-    import autodeuq.ensemble.refit as refit_module
     from autodeuq.ensemble import Ensemble
+    from autodeuq.tasks import RegressionTask
 
     calls = []
 
-    def nll(model, x, y, classifier=False):  # called for the refitted network, then for the original one
+    def nll(self, model, x, y):  # called for the refitted network, then for the original one
         calls.append(model)
         return 1.0 if len(calls) % 2 else 0.0
 
-    monkeypatch.setattr(refit_module, "_nll", nll)
+    monkeypatch.setattr(RegressionTask, "network_nll", nll)
     catalog = Catalog(reported)
     ens = Ensemble.from_catalog(reported, size=1)
     x, y = catalog.fit_data()
@@ -213,14 +213,16 @@ def test_a_refit_as_good_within_noise_replaces_the_member(reported, monkeypatch)
 
     catalog = Catalog(reported)
     x, y = catalog.fit_data()
-    original = refit_module._constant_nll(y) - 1.0  # gained 1 nat over the constant Gaussian
+    from autodeuq.tasks import RegressionTask
+
+    original = RegressionTask().constant_nll(y) - 1.0  # gained 1 nat over the constant Gaussian
     calls = []
 
-    def nll(model, x, y, classifier=False):  # the refitted network first, then the original one
+    def nll(self, model, x, y):  # the refitted network first, then the original one
         calls.append(model)
         return original + (0.09 if len(calls) % 2 else 0.0)
 
-    monkeypatch.setattr(refit_module, "_nll", nll)
+    monkeypatch.setattr(RegressionTask, "network_nll", nll)
     ens = Ensemble.from_catalog(reported, size=1)
     refitted = refit(ens, x, y)
     assert refitted.selection["refit"]["kept_original"] == [] and refitted.refitted_ids == ens.member_ids
@@ -419,3 +421,67 @@ def test_a_retraining_that_fails_keeps_the_members_network_and_says_why(reported
     assert first in info["kept_original"] and first not in refitted.refitted_ids
     assert f"the search's network kept for member(s) {first}, whose retraining failed (" in line
     np.testing.assert_array_equal(refitted.member_predictions(x[:3])[0][0], ens.member_predictions(x[:3])[0][0])
+
+
+def test_the_ensemble_stage_opens_its_catalog_once_and_reads_each_file_once(searched, tmp_path, monkeypatch):
+    # Issue 65: the stage opened the catalog three times and read its members' predictions twice.
+    import collections
+
+    import autodeuq.catalog.predictions as predictions
+    from autodeuq.app.options import EnsembleConfig, configure
+    from autodeuq.catalog.store import Catalog as StoreCatalog
+    from autodeuq.report import build_and_report
+
+    run = tmp_path / "run"
+    shutil.copytree(searched, run)
+    opened, files = [], collections.Counter()
+    setup, read = StoreCatalog._setup, predictions.read_verified
+
+    def counted_setup(self, *args):
+        opened.append(self)
+        return setup(self, *args)
+
+    def counted_read(path, *args, **kwargs):
+        files[path] += 1
+        return read(path, *args, **kwargs)
+
+    monkeypatch.setattr(StoreCatalog, "_setup", counted_setup)
+    monkeypatch.setattr(predictions, "read_verified", counted_read)
+    report = build_and_report(run, configure(EnsembleConfig, ensemble_size=2, refit=False, crossfit=False))
+    assert len(opened) == 1 and report.ensemble.catalog is opened[0]
+    with Catalog(run) as catalog:
+        candidates = catalog.model_ids()
+    assert max(files.values()) == 1  # every file read once
+    assert sorted(p.name for p in files if p.parent.name == "predictions") == sorted(f"{i}.npz" for i in candidates)
+    assert sorted(p.name for p in files if p.parent.name == "models") == sorted(
+        f"{i}.keras" for i in report.ensemble.member_ids)
+
+
+def test_a_catalog_reads_an_entrys_predictions_once_and_hands_them_out_read_only(searched):
+    with Catalog(searched) as catalog:
+        first = catalog.validation_predictions()
+        again = catalog.validation_predictions()
+        entry = catalog.ids()[0]
+        arrays = catalog._read_predictions(entry)
+        assert catalog._read_predictions(entry) is arrays and not arrays[0].flags.writeable
+    np.testing.assert_array_equal(first.means, again.means)
+    with pytest.raises(ValueError, match="read-only"):
+        arrays[0][0, 0] = 1.0
+
+
+def test_an_ensemble_of_a_catalog_opened_by_a_relative_path_unpickles_elsewhere(searched, tmp_path, monkeypatch):
+    # The stage's one catalog may be opened by the path the user gave; a pickle reopens it by its absolute path.
+    import pickle
+
+    from autodeuq.app.options import EnsembleConfig, configure
+    from autodeuq.app.pipeline import select_ensemble
+
+    monkeypatch.chdir(searched.parent)
+    ens = select_ensemble(searched.name, configure(EnsembleConfig, ensemble_size=1, refit=False, crossfit=False))
+    assert not ens.catalog.run_dir.is_absolute()
+    data = pickle.dumps(ens)
+    monkeypatch.chdir(tmp_path)
+    again = pickle.loads(data)
+    assert again.catalog.run_dir == searched.resolve() and again.member_ids == ens.member_ids
+    rows = Catalog(searched).fit_data()[0][:5]
+    np.testing.assert_array_equal(again.components(rows, encoded=True)[0], ens.components(rows, encoded=True)[0])

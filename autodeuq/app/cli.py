@@ -21,6 +21,7 @@ from pathlib import Path
 from autodeuq.app.options import BY_NAME, add_option, add_to_parser, option_of
 from autodeuq.core.errors import AutoDEUQError, AutoDEUQWarning, ParameterError, ParameterWarning
 from autodeuq.table.data import BUILTIN_DATASETS
+from autodeuq.tasks import get_task
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1  # an unexpected exception (a bug), as for any Python program that dies of one
@@ -379,7 +380,7 @@ def cmd_ensemble(args, run_dir=None, deadline=None, config=None, search=None):
             print(f"{why}; predictive std x {scale} (per target)")
     conformal = (report.ensemble.selection or {}).get("conformal")
     if conformal:  # which held-out rows the intervals' (or sets') conformal scores come from
-        print(f"conformal {'sets' if report.ensemble.task == 'classification' else 'intervals'}: {conformal}")
+        print(f"conformal {get_task(report.ensemble.task).conformal_gives}: {conformal}")
     print(f"ensemble: {report.ensemble}")
     print(f"wrote {out}, {out.parent / 'metrics.json'}")
     for plot in report.plots:

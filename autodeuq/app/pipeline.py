@@ -216,7 +216,10 @@ def select_ensemble(run_dir, config, *, seed: int | None = 0, deadline: float | 
                    stop=config.selection_stop, diversity=config.diversity, calibrate=config.calibrate,
                    bags=config.selection_bags, seed=seed, pool=config.selection_pool)
     crossfit = None
-    with Catalog(run_dir) as catalog:  # opened once for the decision and the cross-fit
+    # Opened once for the stage: the decision, the cross-fit, the selection, and the ensemble's members,
+    # whose source keeps it (its predictions read once, autodeuq.catalog.predictions).
+    catalog = Catalog(run_dir)
+    try:
         go, why = should_crossfit(config.crossfit, catalog)
         if go:
             configs = (CONFIGS_PER_MEMBER * config.ensemble_size if config.crossfit_configs == "auto"
@@ -227,21 +230,25 @@ def select_ensemble(run_dir, config, *, seed: int | None = 0, deadline: float | 
             record = crossfit.record
             why += (f"; {record['configurations']} configuration(s) x {record['folds']} folds, {record['trained']} "
                     f"network(s) trained, {record['resumed']} read back, in {record['seconds']:.1f} s")
-    if log is not None:
-        log(why)
-    ensemble = Ensemble.from_catalog(run_dir, **options, crossfit=crossfit)
-    ensemble.load_members()
+        if log is not None:
+            log(why)
+        ensemble = Ensemble.from_catalog(catalog, **options, crossfit=crossfit)
+        ensemble.load_members()
+    except BaseException:
+        catalog.close()
+        raise
     return ensemble
 
 
 def should_crossfit(crossfit, catalog) -> tuple[bool, str]:
     """Whether ``crossfit`` (True, False or "auto") cross-fits the ensemble of ``catalog`` (a
     :class:`~autodeuq.catalog.Catalog`, or its run directory), and why: "auto" does for the tasks
-    of :data:`autodeuq.ensemble.crossfit.AUTO_TASKS` on small tables
+    whose :attr:`Task.auto_crossfit <autodeuq.tasks.base.Task.auto_crossfit>` is set (classification)
+    on small tables
     (:func:`autodeuq.table.data.is_small`)."""
     from autodeuq.catalog import Catalog
-    from autodeuq.ensemble.crossfit import AUTO_TASKS
     from autodeuq.table.data import SMALL_DATA_ROWS, is_small
+    from autodeuq.tasks import TASKS, get_task
 
     if crossfit is True:
         return True, "cross-fitted: asked for"
@@ -251,8 +258,9 @@ def should_crossfit(crossfit, catalog) -> tuple[bool, str]:
         with Catalog(catalog) as opened:
             return should_crossfit(crossfit, opened)
     counts, task = catalog.row_counts(), catalog.task
-    if task not in AUTO_TASKS:
-        return False, (f"not cross-fitted: a {task} run (auto cross-fits {' and '.join(AUTO_TASKS)} runs; "
+    if not catalog.task_object.auto_crossfit:
+        auto = [name for name in TASKS if get_task(name).auto_crossfit]
+        return False, (f"not cross-fitted: a {task} run (auto cross-fits {' and '.join(auto)} runs; "
                        f"crossfit=True, --crossfit, cross-fits anyway)")
     if counts is None:
         return False, "not cross-fitted: the catalog does not record its number of rows"

@@ -51,14 +51,18 @@ The cross-fitted ensemble stage adds fold entries (:mod:`autodeuq.catalog.folds`
 search entry's configuration trained on all but one fold of the training and validation rows, in
 the index's ``folds`` table, their files beside the search's under ids from 2^40.
 
-The package has four modules, one job each, and re-exports their public names:
+The package has these modules, one job each, and re-exports their public names:
 
 - :mod:`autodeuq.catalog.artifacts`: safe reading and encoding of the files (``.keras`` checks
   and loading, checksum-verified reads, ``.npy`` / JSON encoding, size caps).
 - :mod:`autodeuq.catalog.schema`: the SQLite index (tables, format version and migrations, the
   time-bounded connection) and the writer's lock.
+- :mod:`autodeuq.catalog.layout`: the run directory's file names and the columns of its table.
 - :mod:`autodeuq.catalog.store`: :class:`Catalog` and :class:`CatalogWriter`, the reader and the
-  writer of a run directory.
+  writer of a run directory, each assembled from the modules of its jobs:
+  :mod:`autodeuq.catalog.predictions` (the entries' model files and validation predictions),
+  :mod:`autodeuq.catalog.views` (early discarding's views) and :mod:`autodeuq.catalog.writer`
+  (submitting and recording).
 - :mod:`autodeuq.catalog.folds`: the fold entries' table and their writer.
 """
 from autodeuq.catalog.artifacts import (

@@ -3,21 +3,22 @@ driver's, from :meth:`Catalog.create_or_resume`) submits configurations and reco
 
 The run directory's layout and what makes it crash-safe and safe to read are in
 :mod:`autodeuq.catalog`; the files are read through :mod:`autodeuq.catalog.artifacts` and the
-index through :mod:`autodeuq.catalog.schema`.
+index through :mod:`autodeuq.catalog.schema`. This module opens a catalog and answers the queries
+of the search and the leaderboard; the reads of the entries' files
+(:mod:`autodeuq.catalog.predictions`), the views of early discarding (:mod:`autodeuq.catalog.views`)
+and the recording (:mod:`autodeuq.catalog.writer`) are modules of their own, whose classes
+:class:`Catalog` and :class:`CatalogWriter` derive from.
 """
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import math
 import os
-import re
 import socket
 import sqlite3
 import threading
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -25,21 +26,34 @@ import numpy as np
 
 from autodeuq.catalog.artifacts import (
     MAX_ARRAY_BYTES,
-    MAX_MODEL_BYTES,
     CatalogError,
     decode_json,
     dumps,
-    load_keras_model,
     load_npy,
-    load_npz,
-    npy_bytes,
-    npz_bytes,
     package_versions,
-    read_verified,
     refuse_links,
-    sha256_hex,
 )
 from autodeuq.catalog.folds import FoldWriter, check_folds_table, describe_fold, has_folds_table, is_fold_id, plan_key
+from autodeuq.catalog.layout import (  # noqa: F401 - the names the catalog exports, also from here
+    _DERIVED_COLUMNS,
+    _MAX_ID,
+    _SHA256,
+    CSV_NAME,
+    DISCARDING_DECISION,
+    LEADING_COLUMNS,
+    META_NAME,
+    MODELS_DIR,
+    MUTATED_FROM,
+    PLACEMENT_COLUMNS,
+    PREDICTIONS_DIR,
+    PROMOTED_FROM,
+    STATUSES,
+    TARGETS_NAME,
+    TRAILING_COLUMNS,
+    _checked_objective,
+    _number,
+)
+from autodeuq.catalog.predictions import PredictionReads, ValidationPredictions  # noqa: F401 - exported
 from autodeuq.catalog.schema import (
     DB_FILES,
     DB_NAME,
@@ -54,51 +68,12 @@ from autodeuq.catalog.schema import (
     read_run_info,
     release_lock,
 )
-from autodeuq.core.errors import CatalogWarning
-from autodeuq.core.fileio import TEMP_SUFFIX, replace_file, replace_files
-from autodeuq.core.result import MODEL_STATUSES, Status, TrainResult
+from autodeuq.catalog.views import DiscardingViews
+from autodeuq.catalog.writer import Recording
+from autodeuq.core.result import MODEL_STATUSES, Status
 from autodeuq.search.space import ROW_RULE_KEYS, SearchSpace, load_space
 
-STATUSES = tuple(Status)
-
-META_NAME = "meta.json"
-TARGETS_NAME = "valid_targets.npy"
-CSV_NAME = "results.csv"
-MODELS_DIR = "models"
-PREDICTIONS_DIR = "predictions"
-
-#: Key of an entry's ``extra`` naming the search-phase entry whose configuration it trains to the full budget.
-PROMOTED_FROM = "promoted_from"
-#: Key of an entry's ``extra`` naming the entry whose configuration aging evolution mutated into it.
-MUTATED_FROM = "mutated_from"
-#: Key of the run's search options holding the decision of ``early_discarding="auto"``
-#: (:mod:`autodeuq.discard.scheduler`).
-DISCARDING_DECISION = "discarding_decision"
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-_MAX_ID = 2**63 - 1  # SQLite's largest integer
-
-# Columns of to_dataframe() / results.csv; the training hyperparameters follow "architecture".
-# "objective" is the training loss (standardized targets), "valid_nll" the same NLL in the data's units.
-LEADING_COLUMNS = ("id", "status", "objective", "valid_nll", "reason", "arch", "architecture", "parent")
-# Computed by to_dataframe(), not stored in the index ("parent": the entry aging evolution mutated into this
-# one, from its extra; empty for a configuration drawn otherwise).
-_DERIVED_COLUMNS = ("valid_nll", "architecture", "parent")
-TRAILING_COLUMNS = (
-    "epochs", "best_epoch", "wall_time", "n_params", "worker", "submit_time", "start_time", "end_time",
-)
-# Derived from an entry's extra, after the stored columns: where a Ray evaluation ran (its node's id
-# and the GPU ids Ray gave it, comma-separated; empty for an evaluation without that record).
-PLACEMENT_COLUMNS = ("node", "gpus")
-
-
 # --------------------------------------------------------------------------- small helpers
-def _number(value, kind):
-    """``kind(value)``, or None for a missing or non-finite value (a failure may lack them)."""
-    try:
-        value = kind(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def _without_row_rules(spec):
@@ -140,39 +115,8 @@ def _same_record(old, new) -> bool:
     return type(old) is type(new) and old == new
 
 
-def _checked_objective(value, where: str):
-    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
-        return value
-    raise CatalogError(f"{where}: damaged catalog: objective {value!r} is not a number")
-
-
-# --------------------------------------------------------------------------- predictions
-class ValidationPredictions(tuple):
-    """Cached validation predictions of catalog entries, unpackable as ``(ids, means, variances)``.
-
-    Attributes
-    ----------
-    ids : list of int
-        The entries loaded, in the order of the arrays.
-    means, variances : ndarray of shape (n_models, n_valid, n_targets)
-        Original units; row ``k`` belongs to entry ``ids[k]``.
-    skipped : dict of int to str
-        Entries asked for but not loaded, with the reason.
-    """
-
-    def __new__(cls, ids, means, variances, skipped):
-        ids = list(ids)
-        self = super().__new__(cls, (ids, means, variances))
-        self.ids, self.means, self.variances, self.skipped = ids, means, variances, dict(skipped)
-        return self
-
-    def __repr__(self):
-        return (f"ValidationPredictions(n_models={len(self.ids)}, shape={self.means.shape}, "
-                f"skipped={sorted(self.skipped)})")
-
-
 # --------------------------------------------------------------------------- read side
-class Catalog:
+class Catalog(PredictionReads, DiscardingViews):
     """Read-only view of a run directory.
 
     Parameters
@@ -451,27 +395,6 @@ class Catalog:
             raise CatalogError(f"{self.run_dir}: no fold entry {fold_id}")
         return describe_fold(rows[0])
 
-    def fold_predictions(self, fold_id: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-        """A fold entry's held-out rows (their numbers among :meth:`fit_data`'s rows) and its
-        predictions of them, in the order of :attr:`prediction_arrays`."""
-        fold = self.fold_entry(fold_id)
-        names = self.prediction_arrays
-        n_rows = int(fold["plan"]["rows"])
-        width = self.labels.n_classes if self.task == "classification" else len(self.meta["data"]["targets"])
-        array_bytes = n_rows * max(width, 1) * 8 + 4096
-        data = self._read_checked(fold_id, self.predictions_path(fold_id), fold["predictions_sha256"], "predictions",
-                                  (len(names) + 1) * array_bytes + (1 << 16))
-        try:
-            arrays = load_npz(data, ("rows", *names), array_bytes)
-            rows = arrays["rows"][:, 0] if arrays["rows"].shape[1:] == (1,) else np.empty(0)
-            if len(rows) == 0 or rows.min() < 0 or rows.max() >= n_rows or np.any(rows != np.round(rows)):
-                raise ValueError(f"row numbers outside 0..{n_rows - 1}")
-            if any(arrays[name].shape != (len(rows), width) for name in names):
-                raise ValueError(f"predictions of shape {[arrays[n].shape for n in names]} for {len(rows)} rows")
-        except Exception as exc:  # noqa: BLE001 - any decoding failure means a corrupt file
-            raise CatalogError(f"{self.run_dir}: fold entry {fold_id}: predictions file "
-                               f"{self.predictions_path(fold_id)} is corrupt: {exc}") from None
-        return rows.astype(np.int64), tuple(arrays[name] for name in names)
 
     def fold_writer(self) -> FoldWriter:
         """A :class:`~autodeuq.catalog.folds.FoldWriter` of this run (it takes the run's lock)."""
@@ -503,58 +426,6 @@ class Catalog:
                 chosen.append(int(row["id"]))
         return chosen
 
-    def history(self, with_ids: bool = False) -> list[tuple]:
-        """(config, objective) of finished entries in the order their results were recorded.
-
-        That is the order a searcher was told them, so replaying it rebuilds the searcher's state
-        (the aging-evolution FIFO included). Failures have objective ``None``; a discarded entry
-        has the loss it had reached, which is what the searcher was told. With ``with_ids``,
-        ``(entry id, config, objective)`` triples.
-        """
-        rows = self._query(
-            "SELECT id, config_json, status, objective FROM evaluations WHERE status IN (?, ?, ?) "
-            "ORDER BY finish_order, id", (Status.DONE, Status.DISCARDED, Status.FAILED),
-        )
-        out = [(r["id"], self._decoded_config(r),
-                float(_checked_objective(r["objective"], self._where(r))) if r["status"] in MODEL_STATUSES
-                else None)
-               for r in rows]
-        return out if with_ids else [(config, objective) for _, config, objective in out]
-
-    def validation_loss_histories(self, batch_sizes: bool = False) -> list:
-        """Per-epoch validation losses of the finished entries, in the order they were recorded
-        (what an early-discarding rule replays to continue a run; see :mod:`autodeuq.discard`).
-
-        With ``batch_sizes``, ``(losses, batch size)`` pairs: the batch size the training used
-        (``extra["batch_size"]``, which the row count may have capped), else None.
-        """
-        rows = self._query(
-            "SELECT id, history_json, extra_json FROM evaluations WHERE status IN (?, ?, ?) "
-            "ORDER BY finish_order, id", (Status.DONE, Status.DISCARDED, Status.FAILED),
-        )
-        out = []
-        for r in rows:
-            history = decode_json(r["history_json"] or "{}", self._where(r), "history_json")
-            losses = history.get("val_loss", []) if isinstance(history, dict) else []
-            losses = [float(v) if isinstance(v, (int, float)) else math.nan for v in losses]
-            if batch_sizes:
-                extra = decode_json(r["extra_json"] or "{}", self._where(r), "extra_json")
-                batch = extra.get("batch_size") if isinstance(extra, dict) else None
-                losses = (losses, int(batch) if isinstance(batch, int) and not isinstance(batch, bool) else None)
-            out.append(losses)
-        return out
-
-    def full_trainings(self) -> dict[int, int]:
-        """``{id: id of the entry it trains again}`` for the entries submitted as full trainings of a
-        search-phase entry (i-Epoch, :class:`autodeuq.discard.IEpoch`), whatever their status."""
-        out = {}
-        for r in self._query("SELECT id, extra_json FROM evaluations WHERE extra_json LIKE ? ORDER BY id",
-                             (f'%"{PROMOTED_FROM}"%',)):
-            extra = decode_json(r["extra_json"], self._where(r), "extra_json")
-            source = extra.get(PROMOTED_FROM) if isinstance(extra, dict) else None
-            if isinstance(source, int) and not isinstance(source, bool):
-                out[int(r["id"])] = source
-        return out
 
     # ----------------------------------------------------------------- tables
     @property
@@ -649,163 +520,6 @@ class Catalog:
         frame["valid_nll"] = frame["valid_nll"].astype(float)
         return frame
 
-    # ----------------------------------------------------------------- files
-    def model_path(self, entry_id: int) -> Path:
-        return self.run_dir / MODELS_DIR / f"{int(entry_id)}.keras"
-
-    def predictions_path(self, entry_id: int) -> Path:
-        return self.run_dir / PREDICTIONS_DIR / f"{int(entry_id)}.npz"
-
-    def _done_row(self, entry_id: int, what: str) -> sqlite3.Row:
-        row = self._row(entry_id)
-        if row["status"] not in MODEL_STATUSES:
-            raise CatalogError(f"{self.run_dir}: entry {entry_id} is {row['status']}: it has no {what}")
-        return row
-
-    def _read_checked(self, entry_id: int, path: Path, sha, what: str, limit: int) -> bytes:
-        """The bytes of an entry's file, refused unless it is a regular file inside the run
-        directory, at most ``limit`` bytes, matching the checksum the index holds."""
-        where = f"{self.run_dir}: entry {entry_id}: {what} file {path}"
-        if not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
-            state = "missing" if sha is None else "damaged"
-            raise CatalogError(f"{where}: the catalog holds no valid checksum for it ({what}_sha256 is {state}); "
-                               f"refusing to use it")
-        return read_verified(path, self.run_dir, sha, limit, where, "the run directory")
-
-    @property
-    def task(self) -> str:
-        """``"regression"`` or ``"classification"``, as the run was created."""
-        return (self._meta.get("data") or {}).get("task", "regression")
-
-    @property
-    def labels(self):
-        """A classification run's :class:`~autodeuq.table.labels.Labels`; None for regression."""
-        from autodeuq.table.labels import Labels
-
-        recorded = (self._meta.get("data") or {}).get("labels")
-        return Labels.from_dict(recorded) if self.task == "classification" and recorded else None
-
-    @property
-    def prediction_arrays(self) -> tuple[str, ...]:
-        """The validation predictions each entry stores: ``("mean", "var")``, a classifier's ``("proba",)``."""
-        return ("proba",) if self.task == "classification" else ("mean", "var")
-
-    @property
-    def _prediction_shape(self) -> tuple[int, int]:
-        n_valid = self._valid_targets.shape[0]
-        return (n_valid, self.labels.n_classes) if self.task == "classification" else self._valid_targets.shape
-
-    def _read_predictions(self, entry_id: int) -> tuple[np.ndarray, ...]:
-        """The entry's validation predictions, in the order of :attr:`prediction_arrays`."""
-        row = self._done_row(entry_id, "predictions")
-        path = self.predictions_path(entry_id)
-        expected = self._prediction_shape
-        names = self.prediction_arrays
-        array_bytes = math.prod(expected) * 8 + 4096  # float64 data and its .npy header
-        data = self._read_checked(entry_id, path, row["predictions_sha256"], "predictions",
-                                  len(names) * array_bytes + (1 << 16))
-        try:
-            arrays = load_npz(data, names, array_bytes)
-        except Exception as exc:  # any decoding failure means a corrupt file
-            raise CatalogError(f"{self.run_dir}: entry {entry_id}: predictions file {path} is corrupt: {exc}") from None
-        shapes = [arrays[name].shape for name in names]
-        if any(shape != expected for shape in shapes):
-            raise CatalogError(
-                f"{self.run_dir}: entry {entry_id}: predictions file {path} has shapes "
-                f"{'/'.join(map(str, shapes))}, expected {expected}"
-            )
-        return tuple(arrays[name] for name in names)
-
-    def validation_probabilities(self, ids: Iterable[int] | None = None) -> tuple[list[int], np.ndarray, dict]:
-        """A classification run's cached validation class probabilities of done entries.
-
-        Returns
-        -------
-        ids : list of int
-            The entries loaded (an entry whose file is missing or damaged is left out, as
-            :meth:`validation_predictions` does with ``skip_missing=True``).
-        probas : ndarray of shape (len(ids), n_valid, n_classes)
-        skipped : dict of int to str
-            The entries left out, with the reason.
-        """
-        if self.task != "classification":
-            raise CatalogError(f"{self.run_dir}: a {self.task} run has no class probabilities")
-        ids, arrays, skipped = self._load_predictions(ids, skip_missing=True)
-        shape = (0, *self._prediction_shape)
-        return ids, np.stack([a[0] for a in arrays]) if arrays else np.empty(shape), skipped
-
-    def validation_predictions(self, ids: Iterable[int] | None = None, *,
-                               skip_missing: bool = True) -> ValidationPredictions:
-        """Cached validation predictions of done entries, original units.
-
-        Parameters
-        ----------
-        ids : iterable of int, optional
-            Entries to load, in this order; default :meth:`ids` ``("done")``.
-        skip_missing : bool
-            True (default): an entry that is not done or whose predictions file is missing or
-            corrupt is left out, listed in ``.skipped`` with its reason and reported in one
-            ``RuntimeWarning``; the returned ``ids`` say which entries were loaded.
-            False: any such entry raises one :class:`CatalogError` listing every one of them.
-
-        Returns
-        -------
-        ValidationPredictions
-            Unpacks as ``(ids, means, variances)``: the entries loaded, and their means and
-            variances, each of shape (len(ids), n_valid, n_targets).
-        """
-        if self.task != "regression":
-            raise CatalogError(f"{self.run_dir}: a {self.task} run has no means and variances: "
-                               f"see validation_probabilities")
-        loaded, arrays, skipped = self._load_predictions(ids, skip_missing)
-        means, variances = [a[0] for a in arrays], [a[1] for a in arrays]
-        shape = (0, *self._valid_targets.shape)
-        return ValidationPredictions(
-            loaded,
-            np.stack(means) if means else np.empty(shape),
-            np.stack(variances) if variances else np.empty(shape),
-            skipped,
-        )
-
-    def _load_predictions(self, ids, skip_missing: bool) -> tuple[list[int], list[tuple], dict[int, str]]:
-        ids = self.model_ids() if ids is None else [int(i) for i in ids]
-        loaded, arrays, skipped = [], [], {}
-        for entry_id in ids:
-            try:
-                arrays.append(self._read_predictions(entry_id))
-            except CatalogError as exc:
-                skipped[entry_id] = str(exc)
-                continue
-            loaded.append(entry_id)
-        if skipped:
-            listing = "; ".join(skipped.values())
-            if not skip_missing:
-                raise CatalogError(f"cannot load the validation predictions of {len(skipped)} entr"
-                                   f"{'y' if len(skipped) == 1 else 'ies'}: {listing}")
-            warnings.warn(f"skipped {len(skipped)} catalog entries: {listing}", CatalogWarning, stacklevel=3)
-        return loaded, arrays, skipped
-
-    def model_bytes(self, entry_id: int) -> bytes:
-        """The bytes of a done entry's model file, checked as :meth:`load_model` checks them.
-
-        Refused (:class:`CatalogError`) when the file is missing, outside the run directory,
-        without a recorded checksum or not matching it, or larger than :data:`MAX_MODEL_BYTES`.
-        """
-        sha = (self.fold_entry(entry_id) if is_fold_id(entry_id) else self._done_row(entry_id, "model"))["model_sha256"]
-        return self._read_checked(entry_id, self.model_path(entry_id), sha, "model", MAX_MODEL_BYTES)
-
-    def load_model(self, entry_id: int):
-        """The trained Keras model of a done entry (inputs and outputs in original units).
-
-        Refuses, with a :class:`CatalogError`, a model file that is missing, outside the run
-        directory, without a recorded checksum or not matching it, larger than
-        :data:`MAX_MODEL_BYTES` (decompressed members included), holding members a saved model
-        does not have, or holding a Lambda layer (which would run code stored in the file);
-        Keras loads the checked bytes with ``safe_mode=True`` as a second guard
-        (:func:`load_keras_model`). The model is not compiled (inference only).
-        """
-        data = self.model_bytes(entry_id)
-        return load_keras_model(data, f"{self.run_dir}: entry {entry_id}: model file {self.model_path(entry_id)}")
 
     # ----------------------------------------------------------------- writing
     @classmethod
@@ -933,7 +647,7 @@ def _check_matches(run_dir: Path, info: dict[str, Any], space: SearchSpace, data
 
 
 # --------------------------------------------------------------------------- write side
-class CatalogWriter(Catalog):
+class CatalogWriter(Recording, Catalog):
     """The search driver's handle on a run: submit configurations, record their results.
 
     Obtained from :meth:`Catalog.create_or_resume`; also offers every read method of
@@ -973,196 +687,4 @@ class CatalogWriter(Catalog):
     def __reduce__(self):
         raise TypeError("a CatalogWriter holds its run's lock and cannot be pickled; pickle Catalog(run_dir)")
 
-    def _prepare_folders(self) -> None:
-        for name in (MODELS_DIR, PREDICTIONS_DIR):
-            (self.run_dir / name).mkdir(exist_ok=True)
-        # We hold the lock, so no temporary file here belongs to a live writer.
-        for folder in (self.run_dir, self.run_dir / MODELS_DIR, self.run_dir / PREDICTIONS_DIR):
-            for tmp in folder.glob(f".*{TEMP_SUFFIX}"):
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-        replace_file(self.run_dir / META_NAME, (json.dumps(self.meta, indent=2, sort_keys=True) + "\n").encode())
-        replace_file(self.run_dir / TARGETS_NAME, npy_bytes(self._valid_targets))
-        self._write_results_csv()
 
-    def _write_results_csv(self) -> None:
-        tic = time.monotonic()
-        buf = io.StringIO()
-        self.to_dataframe().to_csv(buf, index=False)
-        replace_file(self.run_dir / CSV_NAME, buf.getvalue().encode())
-        self._csv_written, self._csv_stale = time.monotonic(), False
-        self._csv_seconds = self._csv_written - tic
-
-    def _refresh_results_csv(self, force: bool = False) -> None:
-        self._csv_stale = True
-        interval = max(self.CSV_INTERVAL, self._csv_seconds / self.CSV_SHARE)
-        if not force and time.monotonic() - self._csv_written < interval:
-            return
-        try:
-            self._write_results_csv()
-        except OSError as exc:  # the index holds the result; the export catches up next time
-            warnings.warn(f"could not rewrite {CSV_NAME}: {exc}", CatalogWarning, stacklevel=3)
-
-    # ----------------------------------------------------------------- driver API
-    def record_discarding(self, rule: dict[str, Any] | None, decision: dict[str, Any]) -> dict[str, Any]:
-        """Record in the run's search options the early-discarding ``rule`` (its ``describe()``;
-        None: none) that the trainings submitted from now on follow, and the ``decision`` that chose
-        it (:data:`DISCARDING_DECISION`), so that a resumed search keeps both; returns the search
-        options as recorded."""
-        meta = json.loads(json.dumps(self._meta))
-        meta["search"] = {**(meta.get("search") or {}), "early_discarding": rule, DISCARDING_DECISION: decision}
-        db = self.run_dir / DB_NAME
-        with self._conn.limited(db):
-            self._conn.execute("UPDATE run SET value = ? WHERE key = 'meta_json'", (dumps(meta, indent=2),))
-        self._meta = meta
-        replace_file(self.run_dir / META_NAME, (json.dumps(self.meta, indent=2, sort_keys=True) + "\n").encode())
-        return meta["search"]
-
-    def submit(self, config: dict[str, Any], extra: dict[str, Any] | None = None) -> int:
-        """Register a configuration about to be trained; returns its id (committed, never reused).
-
-        ``extra`` is stored with the entry at once (a resumed driver reads it back, see
-        :meth:`Catalog.full_trainings`); the result's own ``extra`` is added to it when recorded.
-        """
-        try:
-            plain = json.loads(dumps(config))
-            self.space.validate(plain)
-        except (TypeError, ValueError) as exc:
-            raise CatalogError(f"cannot submit {config!r}: not a configuration of the run's space: {exc}") from None
-        arch, hp = SearchSpace.split(plain)
-        with self._lock:
-            if self._conn is None:
-                raise CatalogError(f"{self.run_dir}: catalog is closed")
-            # A submission stands between a freed worker and its next evaluation, so its commit
-            # is not fsynced: the next recorded result's commit syncs the log with it. A power
-            # loss can forget submissions since the last result, never a result (a killed
-            # process forgets nothing: the operating system holds the write).
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            try:
-                cursor = self._conn.execute(
-                    "INSERT INTO evaluations (status, config_json, arch_json, hp_json, submit_time, "
-                    "data_fingerprint, extra_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (Status.RUNNING, dumps(plain), json.dumps(arch, separators=(",", ":")), dumps(hp), time.time(),
-                     self.fingerprint, dumps(extra) if extra else None),
-                )
-            finally:
-                self._conn.execute("PRAGMA synchronous=FULL")
-            return int(cursor.lastrowid)
-
-    def pending(self) -> list[tuple[int, dict[str, Any]]]:
-        """(id, config) of submitted entries without a result, by id: train them again on resume."""
-        rows = self._query("SELECT id, config_json FROM evaluations WHERE status = ? ORDER BY id", (Status.RUNNING,))
-        return [(int(r["id"]), self._decoded_config(r)) for r in rows]
-
-    def record(self, entry_id: int, result: TrainResult) -> dict[str, Any]:
-        """Store the result of a submitted entry, atomically, and return the entry as stored.
-
-        A successful (or discarded) result's model and predictions are made durable under their
-        final names first; then one transaction marks the entry done (or discarded). A failed
-        result stores its reason and no file. A successful result that lacks its model or has
-        predictions of the wrong shape is stored as failed, with the reason (and a warning).
-
-        Parameters
-        ----------
-        entry_id : int
-            The id :meth:`submit` returned; its entry must still be running.
-        result : TrainResult
-
-        Returns
-        -------
-        dict
-            The entry as the index now holds it, :meth:`Catalog.entry`'s dict: its ``status``
-            says whether the result was stored as given or as failed (``reason`` says why), and
-            ``extra`` merges what :meth:`submit` stored with the result's own.
-
-        Raises
-        ------
-        CatalogError
-            The entry does not exist, already has a result, or the catalog is closed.
-        """
-        return self.record_many([(entry_id, result)])[0]
-
-    def record_many(self, results: list[tuple[int, TrainResult]]) -> list[dict[str, Any]]:
-        """:meth:`record` for several ``(entry_id, result)`` at once: their files are made durable
-        together (one fsync per folder, not per file), then one transaction stores them all.
-
-        Nothing is stored when one of them cannot be (another status than running, the same id
-        twice): the :class:`CatalogError` names it.
-        """
-        with self._lock:
-            staged, files = [], []
-            for entry_id, result in results:
-                entry_id = int(entry_id)
-                row = self._row(entry_id)
-                if row["status"] != Status.RUNNING or any(entry_id == e for e, *_ in staged):
-                    raise CatalogError(f"{self.run_dir}: entry {entry_id} is already "
-                                       f"{'recorded' if row['status'] == Status.RUNNING else row['status']}; "
-                                       f"a result is recorded once")
-                status, reason, model_sha, predictions_sha, written = self._stage(entry_id, result)
-                files += written
-                submitted = decode_json(row["extra_json"] or "{}", self._where(row), "extra_json")
-                extra = {**(submitted if isinstance(submitted, dict) else {}), **(result.extra or {})}
-                staged.append((entry_id, result, status, reason, model_sha, predictions_sha, extra))
-            replace_files(files)
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                for entry in staged:
-                    self._commit_record(*entry)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-            self._refresh_results_csv()
-            return [self.entry(entry_id) for entry_id, *_ in staged]
-
-    def _stage(self, entry_id: int, result: TrainResult) -> tuple:
-        """(status, reason, model sha, predictions sha, [(path, bytes) to write]) of a result."""
-        if result.ok:
-            status, reason = (Status.DISCARDED if result.status == Status.DISCARDED else Status.DONE), None
-        else:
-            status, reason = Status.FAILED, str(result.reason or "unknown failure")
-        if status in MODEL_STATUSES:
-            problem = self.result_problem(result)
-            if problem:
-                warnings.warn(f"entry {entry_id}: recorded as failed: {problem}", CatalogWarning, stacklevel=4)
-                status, reason = Status.FAILED, f"invalid result: {problem}"
-        if status not in MODEL_STATUSES:
-            return status, reason, None, None, []
-        npz = npz_bytes(**{name: np.asarray(getattr(result, f"valid_{name}"), dtype=np.float64)
-                           for name in self.prediction_arrays})
-        model = bytes(result.model_bytes)
-        return (status, reason, sha256_hex(model), sha256_hex(npz),
-                [(self.model_path(entry_id), model), (self.predictions_path(entry_id), npz)])
-
-    def result_problem(self, result: TrainResult) -> str | None:
-        """Why :meth:`record` would store a done ``result`` as failed (no model, a non-finite
-        objective, predictions of the wrong shape), or None: the rule the driver tells its
-        searcher before the result is written."""
-        if not isinstance(result.model_bytes, (bytes, bytearray)) or not result.model_bytes:
-            return "no model bytes"
-        if not isinstance(result.objective, (int, float)) or not math.isfinite(float(result.objective)):
-            return f"non-finite objective {result.objective!r}"
-        expected = self._prediction_shape
-        for name in self.prediction_arrays:
-            value = getattr(result, f"valid_{name}")
-            shape = None if value is None else np.shape(value)
-            if shape != expected:
-                return f"valid_{name} has shape {shape}, expected {expected}"
-        return None
-
-    def _commit_record(self, entry_id, result, status, reason, model_sha, predictions_sha, extra) -> None:
-        objective = float(result.objective) if status in MODEL_STATUSES else None
-        cursor = self._conn.execute(
-            "UPDATE evaluations SET status = ?, objective = ?, reason = ?, epochs = ?, best_epoch = ?, "
-            "wall_time = ?, n_params = ?, worker = ?, start_time = ?, end_time = ?, record_time = ?, "
-            "finish_order = (SELECT COALESCE(MAX(finish_order), 0) + 1 FROM evaluations), "
-            "model_sha256 = ?, predictions_sha256 = ?, history_json = ?, extra_json = ? "
-            "WHERE id = ? AND status = ?",
-            (status, objective, reason, _number(result.epochs, int), _number(result.best_epoch, int),
-             _number(result.wall_time, float), _number(result.n_params, int), str(result.worker or ""),
-             _number(result.start_time, float), _number(result.end_time, float), time.time(),
-             model_sha, predictions_sha, dumps(result.history or {}), dumps(extra),
-             entry_id, Status.RUNNING),
-        )
-        if cursor.rowcount != 1:
-            raise CatalogError(f"{self.run_dir}: entry {entry_id} was not running when its result arrived")

@@ -16,7 +16,7 @@ from autodeuq._lazy import lazy_attributes
 
 _NAMES = {
     "Ensemble": "autodeuq.ensemble.predictive", "EnsembleSizeWarning": "autodeuq.ensemble.building",
-    "ManifestError": "autodeuq.ensemble.predictive", "UncertaintyPrediction": "autodeuq.ensemble.mixture",
+    "ManifestError": "autodeuq.ensemble.members", "UncertaintyPrediction": "autodeuq.ensemble.mixture",
     "load_ensemble": "autodeuq.ensemble.manifest", "select": "autodeuq.ensemble.selection",
     "ClassifierEnsemble": "autodeuq.ensemble.classifier", "CategoricalPrediction": "autodeuq.ensemble.categorical",
 }

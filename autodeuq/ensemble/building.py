@@ -25,8 +25,8 @@ from autodeuq.ensemble.categorical import (
     log_probabilities,
     pooled_log_loss,
 )
-from autodeuq.ensemble.options import AUTO_POOL, AUTO_SELECTOR, CALIBRATIONS, DIVERSITY
-from autodeuq.ensemble.predictive import EnsembleError, ensemble_class
+from autodeuq.ensemble.members import EnsembleError, ensemble_class
+from autodeuq.ensemble.options import CALIBRATIONS, DIVERSITY
 from autodeuq.ensemble.selection import select, select_bagged, select_categorical, select_categorical_bagged
 
 COVERAGE_LEVELS = (0.5, 0.9, 0.95)
@@ -79,12 +79,14 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
         raise ParameterError("diversity", f"must be one of {list(DIVERSITY)}", diversity)
     if calibrate not in CALIBRATIONS:
         raise ParameterError("calibrate", f"must be one of {list(CALIBRATIONS)}", calibrate)
-    catalog = Catalog(run_dir)
-    cls = ensemble_class(catalog.task, cls)
+    catalog = run_dir if isinstance(run_dir, Catalog) else Catalog(run_dir)  # an open one is used as it is
+    run_dir = catalog.run_dir if catalog is run_dir else run_dir  # as messages name it
+    task = catalog.task_object
+    cls = ensemble_class(task, cls)
     if selector == "auto":
-        selector = AUTO_SELECTOR[catalog.task]
+        selector = task.auto_selector
     if pool == "auto":  # a cross-fit's candidates are the catalog's best already
-        pool = AUTO_POOL[catalog.task] if crossfit is None else 1.0
+        pool = task.auto_pool if crossfit is None else 1.0
     ids = catalog.model_ids() if crossfit is None else list(crossfit.entries)
     if not ids:
         raise EnsembleError(f"{run_dir}: the catalog has no successful evaluation to build an ensemble from")
@@ -96,18 +98,17 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
         warnings.warn(f"{run_dir}: ensemble size {size} asked, but the catalog has only {len(ids)} successful "
                       f"entries: selecting among those, at most {len(ids)} members", EnsembleSizeWarning,
                       stacklevel=3)
-    kind = ClassifierCandidates if catalog.task == "classification" else GaussianCandidates
+    kind = task.part("candidates")
     candidates = kind(catalog, ids) if crossfit is None else kind.of_arrays(ids, crossfit.arrays, crossfit.y)
     ids, n_valid = candidates.ids, candidates.n_rows
-    if catalog.task == "classification":
-        selection["score"] = "log_loss"
+    selection["score"] = candidates.score_name(score)
     if crossfit is not None and calibrate == "auto":
-        calibrate = "temperature" if catalog.task == "classification" else "scale"
+        calibrate = task.calibration
         selection["calibration"] = f"recalibrated: out-of-fold predictions of {n_valid} rows (auto: cross-fitted)"
     else:
         counts = catalog.row_counts() if calibrate == "auto" else None
         calibrate, selection["calibration"] = resolve_calibration(calibrate, sum(counts) if counts else None,
-                                                                  catalog.task)
+                                                                  task)
     if calibrate != "none" and n_valid < calibration_folds:
         raise EnsembleError(f"{run_dir}: recalibration cross-fits on {calibration_folds} folds of the validation "
                             f"rows, and there are {n_valid}; give more validation rows or no recalibration",
@@ -161,7 +162,7 @@ def from_catalog(cls, run_dir, size: int = 5, selector: str = "greedy", score: s
         members = [i for entry in members for i in crossfit.fold_ids[entry]]
         weights = np.repeat(np.asarray(weights, dtype=float) / crossfit.plan["folds"], crossfit.plan["folds"])
         weights = weights / weights.sum()
-    return cls(run_dir, members, weights, selection=selection, calibration=calibration, conformal=conformal)
+    return cls(catalog, members, weights, selection=selection, calibration=calibration, conformal=conformal)
 
 
 def held_out_selections(select_rows, n_rows: int, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray,
@@ -197,6 +198,11 @@ class GaussianCandidates:
         self.ids, (self.means, self.variances) = list(ids), arrays
         self.y, self.n_rows = np.asarray(y, dtype=np.float64), len(y)
         return self
+
+    @staticmethod
+    def score_name(score: str) -> str:
+        """What the selection record calls the score members are selected on (``score`` as asked)."""
+        return score
 
     def select(self, rows, size, *, selector, score, stop, groups, bags, seed, pool):
         options = dict(selector=selector, score=score, stop=stop, groups=groups, pool=pool)
@@ -253,6 +259,10 @@ class ClassifierCandidates:
         self.y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)[:, 0].astype(np.int64)
         self.n_rows = len(self.y)
         return self
+
+    @staticmethod
+    def score_name(score: str) -> str:
+        return "log_loss"
 
     def select(self, rows, size, *, selector, score, stop, groups, bags, seed, pool):
         if score != "mixture":

@@ -26,6 +26,7 @@ from scipy.optimize import minimize_scalar
 from autodeuq import metrics
 from autodeuq.core.errors import ParameterError
 from autodeuq.table import data
+from autodeuq.tasks import get_task
 
 __all__ = ["apply_scale", "fit_scale", "cross_fitted_scale", "pooled_coverage", "resolve_calibration"]
 
@@ -35,19 +36,21 @@ LIMIT = 1e3
 Chunk = tuple  # (means (M, n, T), variances (M, n, T), weights (M,), y (n, T))
 
 
-def resolve_calibration(calibrate: str, n_rows: int | None, task: str = "regression") -> tuple[str, str]:
+def resolve_calibration(calibrate: str, n_rows: int | None, task="regression") -> tuple[str, str]:
     """The recalibration ``calibrate`` stands for on ``n_rows`` training and validation rows
-    (None: not known, as for a catalog of an older autodeuq), and why: a std scale for
-    regression, a temperature for classification.
+    (None: not known, as for a catalog of an older autodeuq), and why: the task's
+    (:attr:`Task.calibration <autodeuq.tasks.base.Task.calibration>`, a name or a task), a std
+    scale for regression, a temperature for classification.
 
     >>> resolve_calibration("auto", 5000)
     ('scale', 'recalibrated: 5000 training and validation rows (auto: more than 1000)')
     >>> resolve_calibration("auto", 500)[0], resolve_calibration("scale", 10)[0], resolve_calibration("none", 10)[0]
     ('none', 'scale', 'none')
     """
-    method = "temperature" if task == "classification" else "scale"
+    task = get_task(task)
+    method = task.calibration
     if calibrate in ("scale", "temperature") and calibrate != method:
-        raise ParameterError("calibrate", f"must be 'auto', 'none' or {method!r} for {task}: {calibrate!r} "
+        raise ParameterError("calibrate", f"must be 'auto', 'none' or {method!r} for {task.name}: {calibrate!r} "
                                           f"recalibrates the other task's predictions", calibrate)
     if calibrate == method:
         return method, "recalibrated: asked for"

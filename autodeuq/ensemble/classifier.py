@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from autodeuq.ensemble.categorical import CategoricalPrediction, apply_temperature
-from autodeuq.ensemble.predictive import Ensemble, EnsembleError
+from autodeuq.ensemble.members import EnsembleError
+from autodeuq.ensemble.predictive import Ensemble
 
 
 class ClassifierEnsemble(Ensemble):

@@ -35,6 +35,7 @@ import numpy as np
 
 from autodeuq.core.errors import AutoDEUQWarning
 from autodeuq.metrics import check_level
+from autodeuq.tasks import get_task
 
 __all__ = ["ConformalLevelWarning", "MAX_SCORES", "METHODS", "fit_regression", "fit_classification",
            "quantile", "interval", "prediction_sets", "check_conformal", "resolve_method", "coverage",
@@ -153,11 +154,12 @@ def fit_classification(codes, probas) -> dict:
     return {"method": CLASSIFICATION_METHOD, "n": int(len(codes)), "scores": [_kept(np.sort(scores))]}
 
 
-def check_conformal(table, n_targets: int | None = None, task: str = "regression") -> dict:
-    """``table`` (a manifest's ``conformal`` object) checked: its method is the task's, ``n`` a
-    positive integer, one list of sorted, non-negative scores per target (one for classification),
+def check_conformal(table, n_targets: int | None = None, task="regression") -> dict:
+    """``table`` (a manifest's ``conformal`` object) checked: its method is the task's
+    (:attr:`Task.conformal <autodeuq.tasks.base.Task.conformal>`; ``task`` a name or a task), ``n``
+    a positive integer, one list of sorted, non-negative scores per target (one for LAC's sets),
     each of ``min(n, MAX_SCORES)`` numbers. Raises ValueError naming what is wrong."""
-    want = CLASSIFICATION_METHOD if task == "classification" else REGRESSION_METHOD
+    want = get_task(task).conformal
     if not isinstance(table, dict) or table.get("method") != want:
         raise ValueError(f"conformal scores must be an object with method {want!r}, got "
                          f"{str(table)[:80] if not isinstance(table, dict) else table.get('method')!r}")
@@ -165,7 +167,7 @@ def check_conformal(table, n_targets: int | None = None, task: str = "regression
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"conformal 'n' must be a positive integer, got {n!r}")
     scores = table.get("scores")
-    lists = 1 if task == "classification" else n_targets
+    lists = 1 if want == CLASSIFICATION_METHOD else n_targets
     if not isinstance(scores, list) or (lists is not None and len(scores) != lists):
         raise ValueError(f"conformal 'scores' must hold {lists} list(s) of scores, got "
                          f"{len(scores) if isinstance(scores, list) else type(scores).__name__}")

@@ -41,11 +41,6 @@ DEFAULT_FOLDS = 5
 CONFIGS_PER_MEMBER = 2
 
 
-#: The tasks that ``crossfit="auto"`` cross-fits (on small tables); the measurements are in the
-#: documentation (docs/decisions/crossfit.md).
-AUTO_TASKS = ("classification",)
-
-
 class CrossFitError(AutoDEUQError, RuntimeError):
     """No configuration could be cross-fitted (every one had a fold whose training failed)."""
 
@@ -221,7 +216,7 @@ def cross_fit(catalog, configs: int, folds: int = DEFAULT_FOLDS, *, seed: int = 
     assignment = assign_folds(plan, codes)
     entries = catalog.best_configurations(configs)
     if not entries:
-        from autodeuq.ensemble.predictive import EnsembleError
+        from autodeuq.ensemble.members import EnsembleError
 
         raise EnsembleError(f"{catalog.run_dir}: the catalog has no successful evaluation to build an ensemble from")
     done = {(f["entry"], f["fold"]): f["id"] for f in catalog.fold_entries(plan)}
@@ -336,6 +331,6 @@ def configuration_view(ensemble):
     entries = list(by_entry)
     arrays = out_of_fold(catalog, [sorted(by_entry[e], key=lambda i: folds[i]["fold"]) for e in entries])
     w = np.array([weights[e] for e in entries])
-    view = type(ensemble)(ensemble.run_dir, entries, w / w.sum(), selection=ensemble.selection,
+    view = type(ensemble)(ensemble.catalog, entries, w / w.sum(), selection=ensemble.selection,
                           calibration=ensemble.calibration, conformal=ensemble.conformal)
     return view, arrays, catalog.fit_data()[1]

@@ -63,7 +63,7 @@ def member_network(data: bytes, where: str):
         The file is not the network of a plan (no ONNX graph can be made of it).
     """
     from autodeuq.catalog.artifacts import load_network
-    from autodeuq.ensemble.predictive import EnsembleError
+    from autodeuq.ensemble.members import EnsembleError
     from autodeuq.nn.keras_file import SavedNetwork, _plan_of
 
     network = load_network(data, where)
@@ -295,7 +295,7 @@ def ensemble_model(ens):
     import onnx
     from onnx import TensorProto, helper
 
-    from autodeuq.ensemble.predictive import EnsembleError
+    from autodeuq.ensemble.members import EnsembleError
 
     classifier = getattr(ens, "labels", None) is not None
     outputs = CLASSIFICATION_OUTPUTS if classifier else REGRESSION_OUTPUTS
@@ -378,7 +378,7 @@ def save_onnx(ens, path) -> Path:
         The file cannot be written.
     """
     from autodeuq.core.fileio import atomic_write
-    from autodeuq.ensemble.predictive import EnsembleError
+    from autodeuq.ensemble.members import EnsembleError
 
     path = Path(path)
     if path.suffix != ".onnx":

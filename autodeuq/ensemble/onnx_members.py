@@ -30,7 +30,7 @@ def onnxruntime_available() -> bool:
 def _session(data: bytes, where: str):
     import onnxruntime as ort
 
-    from autodeuq.ensemble.predictive import ManifestError
+    from autodeuq.ensemble.members import ManifestError
 
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only: ONNX Runtime's warnings are for model authors
@@ -59,7 +59,7 @@ class OnnxMembers:
 
     def __init__(self, path, data: bytes, metadata: dict):
         from autodeuq.ensemble.inputs import checked_preprocessor
-        from autodeuq.ensemble.predictive import ManifestError
+        from autodeuq.ensemble.members import ManifestError
         from autodeuq.table.data import DataError
         from autodeuq.table.labels import Labels
 
@@ -90,7 +90,7 @@ class OnnxMembers:
         return self._session
 
     def model_bytes(self, entry_id: int) -> bytes:
-        from autodeuq.ensemble.predictive import EnsembleError
+        from autodeuq.ensemble.members import EnsembleError
 
         raise EnsembleError(f"{self.path}: an ONNX ensemble holds one graph, not its members' .keras files; export "
                             f"the ensemble from its run directory or self-contained folder instead")
@@ -103,7 +103,7 @@ class OnnxMembers:
         :meth:`Ensemble.member_predictions <autodeuq.ensemble.Ensemble.member_predictions>`
         checks it (the same errors and warnings)."""
         from autodeuq.ensemble.inputs import as_frame, encode_inputs, warn_out_of_range
-        from autodeuq.ensemble.predictive import EnsembleError
+        from autodeuq.ensemble.members import EnsembleError
 
         prep = self.preprocessor
         if prep is not None and encoded:
@@ -184,8 +184,8 @@ def raw_columns(frame, prep) -> dict[str, np.ndarray]:
 
 def read_metadata(data: bytes, where: str) -> tuple[dict, object]:
     """The checked ``autodeuq`` metadata of an ``.onnx`` file's bytes, and the ONNX Runtime session that read it."""
+    from autodeuq.ensemble.members import ManifestError
     from autodeuq.ensemble.onnx_export import METADATA_KEY, ONNX_FORMAT
-    from autodeuq.ensemble.predictive import ManifestError
 
     session = _session(data, where)
     text = session.get_modelmeta().custom_metadata_map.get(METADATA_KEY)
@@ -208,14 +208,14 @@ def load_onnx_ensemble(path):
         The file is missing, too large, not an ONNX model ONNX Runtime loads, or holds no
         autodeuq metadata (the message names the field at fault).
     """
-    from autodeuq.ensemble.manifest import (
+    from autodeuq.ensemble.manifest_fields import (
         _conformal,
         _manifest_members,
         _manifest_names,
         _selection_and_calibration,
         read_capped,
     )
-    from autodeuq.ensemble.predictive import ManifestError, ensemble_class
+    from autodeuq.ensemble.members import ManifestError, ensemble_class
 
     path = Path(path)
     if not onnxruntime_available():
@@ -278,7 +278,7 @@ def cached_onnx_ensemble(ens, convert: bool = True):
     WriteError
         The conversion cannot be written.
     """
-    from autodeuq.ensemble.predictive import EnsembleError
+    from autodeuq.ensemble.members import EnsembleError
 
     if not onnxruntime_available():
         if convert:

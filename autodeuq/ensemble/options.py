@@ -4,16 +4,14 @@ choices come from here; :mod:`~autodeuq.ensemble.selection` and
 
 #: Selection methods (``selector``).
 METHODS = ("greedy", "greedy-noreplace", "topk")
-#: The ``selector`` option's values: a method, or ``auto``, the task's (:data:`AUTO_SELECTOR`).
+#: The ``selector`` option's values: a method, or ``auto``, the task's
+#: (:attr:`Task.auto_selector <autodeuq.tasks.base.Task.auto_selector>`: with replacement for
+#: regression, Caruana et al. 2004, the method's rule; each member once for classification,
+#: docs/decisions/selection.md). ``pool="auto"`` is the task's too (:attr:`Task.auto_pool
+#: <autodeuq.tasks.base.Task.auto_pool>`: the best 40 % of a regression catalog's models, the
+#: whole catalog for classification, where the best 40 % made no difference that the benchmark
+#: could tell apart; docs/decisions/selection.md, "The selection pool").
 SELECTORS = ("auto", *METHODS)
-#: What ``selector="auto"`` selects with, per task: with replacement for regression (Caruana et al.
-#: 2004, the method's rule); each member once for classification (docs/decisions/selection.md).
-AUTO_SELECTOR = {"regression": "greedy", "classification": "greedy-noreplace"}
-#: What ``pool="auto"`` is, per task: the fraction of a catalog's models, best first by their own
-#: validation score, that selection may take (docs/decisions/selection.md, "The selection pool"):
-#: the best 40 % for regression; the whole catalog for classification, where the best 40 % made no
-#: difference that the benchmark could tell apart.
-AUTO_POOL = {"regression": 0.4, "classification": 1.0}
 #: Scores of an ensemble (``score``); "objective" is reserved for the search's (a model's validation NLL).
 SCORES = ("mixture", "gaussian")
 #: When greedy selection stops (``stop``).

@@ -1,10 +1,11 @@
 """The predictive ensemble: members with weights, predicting a Gaussian mixture.
 
 :class:`Ensemble` holds its members (ids and weights), its recalibration and where the members'
-networks come from, a *member source*: a catalog (:class:`CatalogMembers`, the run directory a
-search filled, possibly with some members replaced by their refits, see
-:mod:`autodeuq.ensemble.refit`) or a self-contained folder written by
-``Ensemble.save(folder, self_contained=True)`` (:class:`ExportedMembers`). Its prediction runs
+networks come from, a *member source* (:mod:`autodeuq.ensemble.members`): a catalog
+(:class:`~autodeuq.ensemble.members.CatalogMembers`, the run directory a search filled, possibly
+with some members replaced by their refits, see :mod:`autodeuq.ensemble.refit`) or a
+self-contained folder written by ``Ensemble.save(folder, self_contained=True)``
+(:class:`~autodeuq.ensemble.members.ExportedMembers`). Its prediction runs
 every member on the same rows in one TensorFlow graph, in float64, and returns the mixture
 (:class:`~autodeuq.ensemble.mixture.UncertaintyPrediction`).
 
@@ -16,142 +17,25 @@ and the value a prediction returns (:mod:`autodeuq.ensemble.mixture`).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from types import MappingProxyType
 
 import numpy as np
 
-from autodeuq.catalog import Catalog, CatalogError, load_network
-from autodeuq.core.errors import AutoDEUQError
+from autodeuq.catalog import Catalog
 from autodeuq.ensemble import conformal as conformal_scores
 from autodeuq.ensemble.calibration import apply_scale
-from autodeuq.ensemble.inputs import checked_preprocessor, encode_inputs
+from autodeuq.ensemble.inputs import encode_inputs
+from autodeuq.ensemble.members import (  # noqa: F401 - their former home: importable from here
+    MEMBERS_DIR,
+    CatalogMembers,
+    EnsembleError,
+    ExportedMembers,
+    ManifestError,
+    ensemble_class,
+)
 from autodeuq.ensemble.mixture import UncertaintyPrediction
 from autodeuq.metrics import check_level
 from autodeuq.table.data import DataError
-
-MEMBERS_DIR = "members"  #: the folder of a self-contained export that holds its members' model files
-
-
-class EnsembleError(AutoDEUQError, ValueError):
-    """An ensemble cannot be built or saved as asked: the message says which file or folder and why."""
-
-
-class ManifestError(EnsembleError):
-    """An ensemble manifest cannot be used: the message names the file and the entry at fault."""
-
-
-class CatalogMembers:
-    """Ensemble members read from a catalog: its model files and its data description.
-
-    Parameters
-    ----------
-    run_dir : path
-        The run directory; kept as an absolute path, so a pickled ensemble (or estimator)
-        reopens it from any working directory.
-    refitted : dict of int to bytes, optional
-        Members whose network is a refit (:mod:`autodeuq.ensemble.refit`): the ``.keras``
-        archive used instead of the catalog's model of that entry.
-
-    Attributes
-    ----------
-    run_dir : Path
-    catalog : Catalog
-    refitted : dict of int to bytes
-    feature_names, target_names : list of str
-    standardization : dict or None
-        The training split's ``x_mean``, ``x_std`` (and ``y_mean``, ``y_std``).
-    preprocessor : TablePreprocessor or None
-        How a table's columns become ``feature_names`` (None: the features are the columns).
-    labels : Labels or None
-        A classification run's classes.
-    """
-
-    refitted: Mapping[int, bytes] = MappingProxyType({})  # also the value of sources pickled before refits
-    labels = None  # also the value of sources pickled before classification
-
-    def __init__(self, run_dir, refitted: Mapping[int, bytes] | None = None):
-        self.run_dir = Path(os.path.abspath(run_dir))
-        self.catalog = Catalog(self.run_dir)
-        if refitted:
-            self.refitted = {int(i): bytes(b) for i, b in refitted.items()}
-        data = self.catalog.meta.get("data", {})
-        self.feature_names = list(data.get("features", []))
-        self.target_names = list(data.get("targets", []))
-        self.standardization = data.get("standardization")
-        self.labels = self.catalog.labels
-        try:
-            self.preprocessor = checked_preprocessor(data.get("preprocessing"), self.feature_names)
-        except DataError as exc:
-            raise CatalogError(f"{self.run_dir}: damaged catalog: {exc}") from None
-
-    @property
-    def location(self) -> Path:
-        return self.run_dir
-
-    def model_bytes(self, entry_id: int) -> bytes:
-        """The bytes of a member's ``.keras`` archive: its refit's, else the catalog's checked file."""
-        if entry_id in self.refitted:
-            return self.refitted[entry_id]
-        return self.catalog.model_bytes(entry_id)
-
-    def load_network(self, entry_id: int, dtype: str = "float32"):
-        """The member's network (:func:`autodeuq.catalog.load_network`): its refit, else the
-        catalog's model, whose file is checked as :meth:`Catalog.load_model` checks it."""
-        if entry_id in self.refitted:
-            return load_network(self.refitted[entry_id], f"{self.run_dir}: refitted member {entry_id}", dtype)
-        where = f"{self.run_dir}: entry {entry_id}: model file {self.catalog.model_path(entry_id)}"
-        return load_network(self.catalog.model_bytes(entry_id), where, dtype)
-
-
-class ExportedMembers:
-    """Ensemble members of a self-contained folder: their checked model bytes, held in memory.
-
-    Built by :func:`load_ensemble` once every member file has matched its SHA-256 and passed
-    :func:`autodeuq.catalog.checked_keras_config`; models are built from these bytes (never
-    from the files again), and an ensemble pickled with them needs no folder.
-
-    Parameters
-    ----------
-    folder : Path
-        Where the members were read from (named in messages).
-    models : dict of int to bytes
-        Each member's ``.keras`` archive.
-    feature_names, target_names : list of str
-    standardization : dict or None
-    preprocessor : TablePreprocessor or None
-    labels : Labels or None
-    """
-
-    run_dir = None
-    catalog = None
-    labels = None  # also the value of exports loaded before classification
-
-    def __init__(self, folder, models: dict, feature_names, target_names, standardization, preprocessor=None,
-                 labels=None):
-        self.folder = Path(folder)
-        self.models = dict(models)
-        self.feature_names = list(feature_names)
-        self.target_names = list(target_names)
-        self.standardization = standardization
-        self.preprocessor = preprocessor
-        self.labels = labels
-
-    @property
-    def location(self) -> Path:
-        return self.folder
-
-    def model_bytes(self, entry_id: int) -> bytes:
-        return self.models[entry_id]
-
-    def load_network(self, entry_id: int, dtype: str = "float32"):
-        """The member's network, through :func:`autodeuq.catalog.load_network`."""
-        try:
-            where = f"{self.folder}: member {entry_id} ({MEMBERS_DIR}/{entry_id}.keras)"
-            return load_network(self.models[entry_id], where, dtype)
-        except CatalogError as exc:
-            raise ManifestError(str(exc)) from None
 
 
 class Ensemble:
@@ -209,7 +93,7 @@ class Ensemble:
 
     def __init__(self, source, member_ids, weights, selection: dict | None = None,
                  calibration: dict | None = None, conformal: dict | None = None):
-        self.source = CatalogMembers(source) if isinstance(source, (str, os.PathLike)) else source
+        self.source = CatalogMembers(source) if isinstance(source, (str, os.PathLike, Catalog)) else source
         self.member_ids = [int(i) for i in member_ids]
         self.weights = np.asarray(weights, dtype=float)
         if len(self.member_ids) != len(self.weights) or not self.member_ids:
@@ -310,7 +194,7 @@ class Ensemble:
             :class:`~autodeuq.ensemble.building.EnsembleSizeWarning` says so.
         selector, score, stop :
             See :func:`autodeuq.ensemble.select`; ``selector="auto"`` is the task's
-            (:data:`autodeuq.ensemble.options.AUTO_SELECTOR`: ``"greedy"`` for regression,
+            (:attr:`Task.auto_selector <autodeuq.tasks.base.Task.auto_selector>`: ``"greedy"`` for regression,
             ``"greedy-noreplace"`` for classification). With the default ``stop="size"`` the ensemble
             has ``size`` distinct members whenever the catalog has that many usable models;
             otherwise a warning says how many it has and why.
@@ -337,7 +221,7 @@ class Ensemble:
             Select only among the best fraction ``pool`` of the catalog's usable models, ranked by
             their own validation score (at least ``size`` of them; see
             :func:`autodeuq.ensemble.select`). ``"auto"`` is the task's
-            (:data:`autodeuq.ensemble.options.AUTO_POOL`: 0.4 for regression, 1, the whole
+            (:attr:`Task.auto_pool <autodeuq.tasks.base.Task.auto_pool>`: 0.4 for regression, 1, the whole
             catalog, for classification); ``selection["pool"]`` records the fraction used.
 
         Warns
@@ -592,16 +476,6 @@ class Ensemble:
         members = ", ".join(f"{i}:{w:.2f}" for i, w in zip(self.member_ids, self.weights))
         refitted = f", refitted={self.refitted_ids}" if self.refitted_ids else ""
         return f"Ensemble({str(self.source.location)!r}, members=[{members}]{refitted})"
-
-
-def ensemble_class(task: str, base=None) -> type:
-    """The ensemble class of a run's task: ``base`` (default :class:`Ensemble`) for regression,
-    :class:`~autodeuq.ensemble.classifier.ClassifierEnsemble` for classification."""
-    if task == "classification":
-        from autodeuq.ensemble.classifier import ClassifierEnsemble
-
-        return base if base is not None and issubclass(base, ClassifierEnsemble) else ClassifierEnsemble
-    return base or Ensemble
 
 
 class _StackedMembers:

@@ -50,7 +50,6 @@ import numpy as np
 from autodeuq.core.errors import AutoDEUQError, AutoDEUQWarning, ParameterError
 from autodeuq.engine.evaluator.base import TrainingObjective, evaluation_threads
 from autodeuq.ensemble.predictive import CatalogMembers, Ensemble
-from autodeuq.metrics import gaussian_nll
 from autodeuq.table import data
 
 
@@ -127,29 +126,6 @@ def refit_failed(refit_nll: float, original_nll: float, constant_nll: float) -> 
     (False, True)
     """
     return refit_nll - original_nll > REFIT_TOLERANCE * max(constant_nll - original_nll, 0.0)
-
-
-def _constant_nll(y, n_classes: int | None = None) -> float:
-    """Mean NLL on ``y`` of the constant prediction: the Gaussian with its columns' means and
-    variances, or for class codes (``n_classes``) the classes' frequencies."""
-    y = np.asarray(y, dtype=np.float64)
-    if n_classes is not None:
-        codes = y[:, 0].astype(np.int64)
-        frequencies = np.bincount(codes, minlength=n_classes) / len(codes)
-        return float(-np.mean(np.log(frequencies[codes])))
-    return float(np.mean(gaussian_nll(y, np.broadcast_to(y.mean(axis=0), y.shape),
-                                      np.broadcast_to(np.maximum(y.var(axis=0), 1e-12), y.shape))))
-
-
-def _nll(model, x, y, classifier: bool = False) -> float:
-    """Mean NLL of an original-unit network on rows ``(x, y)``: Gaussian, or a classifier's log loss."""
-    from autodeuq.nn.train import predict, predict_log_proba
-
-    if classifier:
-        log_proba = predict_log_proba(model, x)
-        return float(-np.mean(log_proba[np.arange(len(y)), np.asarray(y, dtype=np.float64)[:, 0].astype(np.int64)]))
-    mean, var = predict(model, x)
-    return float(np.mean(gaussian_nll(y, mean, var)))
 
 
 class RefitObjective(TrainingObjective):
@@ -290,8 +266,8 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
             results.update(runner.wait())
         parallel = min(runner.n_slots, len(planned))
     models, epochs, kept, failed = {}, {}, [], {}
-    classifier = labels is not None
-    constant = _constant_nll(y, labels.n_classes if classifier else None)
+    task = catalog.task_object
+    constant = task.constant_nll(y, labels)
     for entry_id in planned:
         result = results.get(entry_id)
         if result is None or not result.ok:  # a retraining that failed: the member keeps the search's network
@@ -301,14 +277,14 @@ def refit(ensemble: Ensemble, x, y, *, threads: int | None = None, deadline: flo
         where = f"{catalog.run_dir}: member {entry_id}"
         original = load_network(catalog.model_bytes(entry_id), where)
         refitted = load_network(result.model_bytes, where)
-        if not refit_failed(_nll(refitted, x, y, classifier), _nll(original, x, y, classifier), constant):
+        if not refit_failed(task.network_nll(refitted, x, y), task.network_nll(original, x, y), constant):
             models[entry_id], epochs[entry_id] = result.model_bytes, len(schedules[entry_id])
         else:
             kept.append(entry_id)
     record = {"refitted": bool(epochs), "rows": int(len(x)), "epochs": {str(i): e for i, e in epochs.items()},
               "kept_original": kept, "failed": failed, "out_of_time": late, "parallel": parallel,
               "seconds": round(time.monotonic() - started, 1)}
-    source = CatalogMembers(catalog.run_dir, models)
+    source = CatalogMembers(catalog, models)
     return type(ensemble)(source, ensemble.member_ids, ensemble.weights,
                           selection={**ensemble.selection, "refit": record}, calibration=ensemble.calibration,
                           conformal=ensemble.conformal)
