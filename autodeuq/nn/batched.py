@@ -29,10 +29,19 @@ not make one). The validation (held-out) rows are padded and masked the same way
 
 The optimizers are those of :mod:`autodeuq.nn.optimizers` (Keras' rules, with TensorFlow's fused
 kernels' arithmetic) written as expressions on ``[K, P]`` tensors with a learning rate and a
-step count per copy; the gradients come from ``tf.GradientTape`` over the batched forward pass.
-The numbers are not bit-identical to K single trainings (batched products, other rounding, a
-tape's backward), but the algorithm is the same: the tests compare a copy's losses with its
-single training's over the first epochs, to float32 rounding.
+step count per copy; the backward pass is written out as :mod:`autodeuq.nn.ops` writes each op's
+(with the activations' gradient kernels), batched over the copies. The numbers are not
+bit-identical to K single trainings (batched products and unfused updates round otherwise), but
+the algorithm is the same: the tests compare a copy's losses with its single training's over the
+first epochs, to float32 rounding.
+
+Cost. On a CPU this program took about 3.4 times the CPU seconds of the K single trainings
+(``benchmarks/results/crossfit/fold_training.md``): those run a spliced epoch under TensorFlow's
+single-threaded executor with oneDNN products and fused optimizer kernels, so batching saves no
+per-op overhead worth having there, while its batched products and unfused updates cost more per
+row. The cross-fit therefore trains folds separately by default
+(:data:`autodeuq.ensemble.crossfit.FOLD_TRAINING`); where per-op overhead dominates (a GPU's
+kernel launches) batching is the expected gain, not measured here.
 
 Not batched (:func:`batchable` says so; the caller trains those copies one by one): a network
 with state (batch normalization). Dropout is batched, but draws its masks from a stateless
