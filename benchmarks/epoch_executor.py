@@ -29,13 +29,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
 
 from autodeuq.nn import train as training
+from autodeuq.nn import trainer
 
 
 def one_training(config, space, data, batch_size: int, epochs: int, single_threaded: bool):
     """(CPU s of the whole training, CPU s of its first epoch, CPU s per later epoch, its
     validation losses), from an empty trainer cache."""
-    previous = training.SINGLE_THREADED_EPOCHS
-    training.SINGLE_THREADED_EPOCHS = single_threaded
+    previous = trainer.SINGLE_THREADED_EPOCHS
+    trainer.SINGLE_THREADED_EPOCHS = single_threaded
     training.clear_trainer_cache()
     clock = {"first": None, "start": None, "end": None}
     run_epochs = training._run_epochs
@@ -67,7 +68,7 @@ def one_training(config, space, data, batch_size: int, epochs: int, single_threa
         whole = time.process_time() - t0
     finally:
         training._run_epochs = run_epochs
-        training.SINGLE_THREADED_EPOCHS = previous
+        trainer.SINGLE_THREADED_EPOCHS = previous
         training.clear_trainer_cache()  # its trainers were traced under this setting
     if not result.ok:
         raise RuntimeError(f"a training failed: {result.reason}")

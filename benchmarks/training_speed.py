@@ -227,6 +227,7 @@ def speed_part(args, space, dataset):
 
 def rss_part(args, space, dataset):
     from autodeuq.nn import train as train_mod
+    from autodeuq.nn import trainer as trainer_mod
 
     say(f"## Memory: {args.rss_trainings} trainings in one fresh process (autodeuq trainer, "
         f"{args.rss_epochs} epochs each, configurations sampled from the tabular space)")
@@ -242,7 +243,7 @@ def rss_part(args, space, dataset):
             gc.collect()
             say(f"  after {i:4d} trainings: RSS {before:7.0f} MB, after a full gc {rss_mb():7.0f} MB   "
                 f"({time.perf_counter() - t0:6.1f} s, {failed} failed)")
-    say(f"(compiled-epoch cache holds at most {train_mod.TRAINER_CACHE_SIZE} entries; full gc every "
+    say(f"(compiled-epoch cache holds at most {trainer_mod.TRAINER_CACHE_SIZE} entries; full gc every "
         f"{train_mod.FULL_GC_EVERY} trainings)")
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import autodeuq.nn.trainer as trainer_settings
 import autodeuq.train as training
 from autodeuq import ops, splice
 from autodeuq.optimizers import OPTIMIZERS
@@ -174,8 +175,8 @@ def epochs_of(plan, optimizer, splice_it, rows=60, n_epochs=3):
     weights, state = plan.initial_values()
     trainer = training.CompiledTrainer(NetworkProgram(plan), optimizer, training.loss_of(plan))
     trainer.reset(weights, 1e-2, 5, state)
-    previous = training.SPLICED_EPOCHS
-    training.SPLICED_EPOCHS = splice_it
+    previous = trainer_settings.SPLICED_EPOCHS
+    trainer_settings.SPLICED_EPOCHS = splice_it
     try:
         with training._graph_optimizer_off():
             runs = []
@@ -184,7 +185,7 @@ def epochs_of(plan, optimizer, splice_it, rows=60, n_epochs=3):
                 runs.append([losses.numpy(), kept.numpy(), trainer.params.numpy(), trainer.generator.state.numpy()]
                             + ([] if trainer.state is None else [trainer.state.numpy()]))
     finally:
-        training.SPLICED_EPOCHS = previous
+        trainer_settings.SPLICED_EPOCHS = previous
     return runs, trainer.spliced
 
 
@@ -332,13 +333,13 @@ def test_a_spliced_epoch_holds_the_ops_of_the_direct_trace():
     plan = sampled_plans(load_space("tabular"), 1, seed=3)[0]
     counts = []
     for splice_it in (False, True):
-        previous, training.SPLICED_EPOCHS = training.SPLICED_EPOCHS, splice_it
+        previous, trainer_settings.SPLICED_EPOCHS = trainer_settings.SPLICED_EPOCHS, splice_it
         try:
             trainer = training.CompiledTrainer(NetworkProgram(plan), "adam")
             with training._graph_optimizer_off(), training._single_threaded():
                 epoch = trainer._wrapped()
         finally:
-            training.SPLICED_EPOCHS = previous
+            trainer_settings.SPLICED_EPOCHS = previous
         assert trainer.spliced is splice_it
         if splice_it:  # the epoch's function, then its loop's
             nodes = [list(f.node_def) for f in epoch.library]

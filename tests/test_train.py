@@ -10,6 +10,7 @@ import tensorflow as tf
 from autodeuq import train as train_mod
 from autodeuq.data import from_arrays
 from autodeuq.model import model_from_bytes
+from autodeuq.nn import trainer as trainer_mod
 from autodeuq.optimizers import OPTIMIZERS
 from autodeuq.space import SearchSpace
 from autodeuq.train import (
@@ -264,7 +265,7 @@ def test_reproducible_and_seed_sensitive(space, data):
 
 def _loop_lowered(trainer) -> bool:
     epoch = trainer._concrete_epoch
-    nodes = (epoch.definition.node_def if isinstance(epoch, train_mod.SplicedFunction)
+    nodes = (epoch.definition.node_def if isinstance(epoch, trainer_mod.SplicedFunction)
              else [op.node_def for op in epoch.graph.get_operations()])
     (loop,) = [node for node in nodes if node.op in ("While", "StatelessWhile")]
     return loop.attr["_lower_using_switch_merge"].b  # False where the attribute is absent
@@ -281,7 +282,7 @@ def test_the_single_threaded_executor_keeps_the_numbers_and_the_loop_functional(
     of the loss). A sum of ``n`` float32 terms in another order differs by at most about
     ``n * eps`` of its terms' magnitudes, so the validation losses are compared to ``n_valid * eps``,
     relative."""
-    import autodeuq.train as training
+    import autodeuq.nn.trainer as training  # the compiled epoch's module: its settings live there
 
     cfg = config(space, optimizer="adam", lr=0.01, batch_size=8)
     runs = {}
@@ -454,7 +455,7 @@ def test_trainer_cache_is_bounded(space, data):
         for act in ACTS:
             arch = [dense(space, units, act), 0, 0, 0, 0]
             assert train(config(space, arch=arch, batch_size=64), space, data, epochs=1).ok
-    assert len(train_mod._CACHE) == train_mod.TRAINER_CACHE_SIZE
+    assert len(train_mod._CACHE) == trainer_mod.TRAINER_CACHE_SIZE
 
 
 # --------------------------------------------------------------------------- early discarding

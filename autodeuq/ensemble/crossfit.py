@@ -41,6 +41,13 @@ DEFAULT_FOLDS = 5
 CONFIGS_PER_MEMBER = 2
 
 
+#: How a configuration's K fold networks train: ``"separate"``, K trainings one after the other
+#: (each through :func:`autodeuq.nn.train.train`), or ``"batched"``, as one program with a leading
+#: fold dimension (:mod:`autodeuq.nn.batched`; a network with state falls back to one by one).
+#: Separate by measurement on CPUs (docs/guide/crossfit.md, "What it costs").
+FOLD_TRAINING = "separate"
+
+
 class CrossFitError(AutoDEUQError, RuntimeError):
     """No configuration could be cross-fitted (every one had a fold whose training failed)."""
 
@@ -161,6 +168,44 @@ class FoldObjective(TrainingObjective):
                      epochs=self.epochs)
 
 
+class BatchedFoldObjective(FoldObjective):
+    """Train a configuration's missing folds together: evaluation ``group`` trains the jobs
+    ``groups[group]`` (one entry's folds) as one program (:func:`autodeuq.nn.batched.train_copies`),
+    or one after the other where the network cannot be batched. Its result is a placeholder whose
+    ``extra["fold_results"]`` maps each job to its fold's own result."""
+
+    def __init__(self, *args, groups: dict, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.groups = {int(g): [int(j) for j in jobs] for g, jobs in groups.items()}
+
+    def __call__(self, group: int, config: dict):
+        from autodeuq.core.result import Status, TrainResult
+        from autodeuq.nn import batched
+        from autodeuq.nn.plan import NetworkPlan
+        from autodeuq.nn.train import configure_threads
+        from autodeuq.search.space import SearchSpace
+
+        if self.threads:
+            configure_threads(self.threads)
+        if self._space is None:
+            self._space = SearchSpace(self.space_spec, source=self.space_source)
+        jobs = self.groups[int(group)]
+        started = time.time()
+        datasets = [self.fold_dataset(self.jobs[job][1]) for job in jobs]
+        first = datasets[0]
+        arch, hp = self._space.split(config)
+        plan = NetworkPlan.from_arch(self._space, arch, first.x_train.shape[1], first.y_train.shape[1],
+                                     first.labels.n_classes if first.is_classification else None)
+        if len(jobs) > 1 and batched.batchable(plan) and hp.get("optimizer") in batched.SLOTS:
+            entry = self.jobs[jobs[0]][0]
+            results = batched.train_copies(config, self._space, datasets, seed=evaluation_seed(self.seed, entry),
+                                           epochs=self.epochs)
+        else:
+            results = [FoldObjective.__call__(self, job, config) for job in jobs]
+        return TrainResult(status=Status.DONE, objective=0.0, start_time=started, end_time=time.time(),
+                           extra={"fold_results": dict(zip(jobs, results))})
+
+
 @dataclass
 class CrossFit:
     """What :func:`cross_fit` made: the configurations with every fold, their fold entries and
@@ -272,26 +317,54 @@ def _train_folds(catalog, rows, plan, assignment, jobs, estimates, configs_of, d
                "class_weight": recorded.get("class_weight", "none"),
                "label_smoothing": recorded.get("label_smoothing", 0.0)}
     threads = evaluation_threads((evaluator_options or {}).get("cpus_per_eval")) if evaluator == "ray" else None
-    objective = FoldObjective(catalog.space, rows, assignment, jobs, int(catalog.meta.get("seed") or 0),
-                              (catalog.meta.get("search") or {}).get("epochs"), options, threads)
+    arguments = (catalog.space, rows, assignment, jobs, int(catalog.meta.get("seed") or 0),
+                 (catalog.meta.get("search") or {}).get("epochs"), options, threads)
+    objective, groups, estimates = _fold_objective(arguments, jobs, estimates)
     failed = {}
     with evaluators.create(evaluator, objective, **(evaluator_options or {})) as runner, \
             catalog.fold_writer() as writer:
-        planned, late_jobs = plan_within_deadline(estimates, runner.n_slots, time.monotonic(), deadline)
-        late = {jobs[job][0] for job in late_jobs}
-        for job in planned:
-            if jobs[job][0] not in late:
-                runner.submit(job, configs_of[jobs[job][0]])
+        planned, late_ids = plan_within_deadline(estimates, runner.n_slots, time.monotonic(), deadline)
+        late = {jobs[groups[i][0] if groups else i][0] for i in late_ids}
+        for i in planned:
+            entry_id = jobs[groups[i][0] if groups else i][0]
+            if entry_id not in late:
+                runner.submit(i, configs_of[entry_id])
         while runner.n_running:
-            for job, result in runner.wait():
-                entry_id, fold = jobs[job]
-                if not result.ok:
-                    failed[entry_id] = str(result.reason)
-                    continue
-                arrays = {name: getattr(result, f"valid_{name}") for name in catalog.prediction_arrays}
-                done[(entry_id, fold)] = writer.record(entry_id, fold, plan, result,
-                                                       np.flatnonzero(assignment == fold), arrays)
+            for i, result in runner.wait():
+                for job, fold_result in _fold_results(i, result, groups):
+                    entry_id, fold = jobs[job]
+                    if not fold_result.ok:
+                        failed[entry_id] = str(fold_result.reason)
+                        continue
+                    arrays = {name: getattr(fold_result, f"valid_{name}") for name in catalog.prediction_arrays}
+                    done[(entry_id, fold)] = writer.record(entry_id, fold, plan, fold_result,
+                                                           np.flatnonzero(assignment == fold), arrays)
     return failed, late
+
+
+def _fold_objective(arguments: tuple, jobs: dict, estimates: dict) -> tuple:
+    """The objective of the fold trainings under :data:`FOLD_TRAINING`, its groups (evaluation ->
+    the jobs it trains, one configuration's folds; None when each job is an evaluation) and the
+    evaluations' expected seconds."""
+    if FOLD_TRAINING == "separate":
+        return FoldObjective(*arguments), None, estimates
+    if FOLD_TRAINING != "batched":
+        raise ValueError(f"FOLD_TRAINING must be 'batched' or 'separate', got {FOLD_TRAINING!r}")
+    by_entry: dict[int, list[int]] = {}
+    for job, (entry_id, _) in jobs.items():
+        by_entry.setdefault(entry_id, []).append(job)
+    groups = dict(enumerate(by_entry.values()))
+    return (BatchedFoldObjective(*arguments, groups=groups), groups,
+            {g: sum(estimates[j] for j in group) for g, group in groups.items()})
+
+
+def _fold_results(evaluation: int, result, groups) -> list:
+    """``(job, its result)`` of each fold training that ``evaluation`` ran."""
+    if groups is None:
+        return [(evaluation, result)]
+    if "fold_results" in (result.extra or {}):
+        return list(result.extra["fold_results"].items())
+    return [(job, result) for job in groups[evaluation]]  # the whole group failed before any fold's result
 
 
 def out_of_fold(catalog, groups) -> tuple[np.ndarray, ...]:
