@@ -89,6 +89,24 @@ def test_fold_networks_are_catalog_entries_apart_from_the_search(searched):
     assert fitted.entries == [i for _, i in objectives[:3]]
 
 
+def test_fold_ids_follow_the_configurations_and_folds_not_the_order_the_trainings_end(searched, monkeypatch):
+    # The trainings start longest first (by the search's measured seconds) and, on Ray, end in any
+    # order: the ids must not follow that order, or the members' order, and with it the float sums of
+    # the prediction, would change from run to run. Here they start (and end) in reverse.
+    from autodeuq.ensemble import refit
+
+    planned = refit.plan_within_deadline
+    monkeypatch.setattr(refit, "plan_within_deadline",
+                        lambda *args, **kwargs: (lambda run, late: (run[::-1], late))(*planned(*args, **kwargs)))
+    with Catalog(searched) as catalog:
+        fitted = cross_fit(catalog, 2, FOLDS, seed=11)
+        folds = catalog.fold_entries(fitted.plan)
+    by_id = [(f["entry"], f["fold"]) for f in sorted(folds, key=lambda f: f["id"])]
+    assert by_id == [(e, k) for e in fitted.entries for k in range(FOLDS)]
+    ids = sorted(f["id"] for f in folds)
+    assert ids == list(range(ids[0], ids[0] + 2 * FOLDS))
+
+
 def test_a_crossfit_resumes_with_the_folds_it_has_and_trains_only_the_missing_ones(searched):
     with Catalog(searched) as catalog:
         first = cross_fit(catalog, 2, FOLDS, seed=5)

@@ -108,6 +108,9 @@ class FoldWriter:
                 self._conn.execute("PRAGMA synchronous=FULL")
                 self._conn.execute(FOLDS_TABLE)
                 check_folds_table(self._conn, db)
+                last = self._conn.execute("SELECT MAX(id) FROM folds").fetchone()[0]
+            #: The first id no fold entry has: a training's slot counts from it.
+            self.first_free = max(int(last) + 1, FOLD_ID_START) if last is not None else FOLD_ID_START
         except BaseException:
             self.close()
             raise
@@ -126,15 +129,21 @@ class FoldWriter:
     def __exit__(self, *exc):
         self.close()
 
-    def record(self, entry: int, fold: int, plan: dict, result, rows: np.ndarray, arrays: dict) -> int:
+    def record(self, entry: int, fold: int, plan: dict, result, rows: np.ndarray, arrays: dict,
+               slot: int | None = None) -> int:
         """Store ``result`` (a done :class:`~autodeuq.result.TrainResult`) as the network of search
         entry ``entry``'s configuration that left out fold ``fold`` of ``plan``; ``rows`` are the
         rows it left out and ``arrays`` its predictions of them (``mean``/``var`` or ``proba``).
-        Returns the fold entry's id."""
+        Returns the fold entry's id: :attr:`first_free` + ``slot``, the training's place in the
+        stage's list, so that the ids do not depend on which training ends first; without a slot,
+        the next id after the last recorded."""
         db = self.run_dir / DB_NAME
-        with self._conn.limited(db):
-            last = self._conn.execute("SELECT MAX(id) FROM folds").fetchone()[0]
-        fold_id = max(int(last) + 1, FOLD_ID_START) if last is not None else FOLD_ID_START
+        if slot is None:
+            with self._conn.limited(db):
+                last = self._conn.execute("SELECT MAX(id) FROM folds").fetchone()[0]
+            fold_id = max(int(last) + 1, self.first_free) if last is not None else self.first_free
+        else:
+            fold_id = self.first_free + int(slot)
         model = bytes(result.model_bytes)
         # The catalog's .npy arrays are 2-D floats: the row numbers too.
         npz = npz_bytes(rows=np.asarray(rows, dtype=np.float64).reshape(-1, 1),

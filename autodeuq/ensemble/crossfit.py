@@ -338,7 +338,7 @@ def _train_folds(catalog, rows, plan, assignment, jobs, estimates, configs_of, d
                         continue
                     arrays = {name: getattr(fold_result, f"valid_{name}") for name in catalog.prediction_arrays}
                     done[(entry_id, fold)] = writer.record(entry_id, fold, plan, fold_result,
-                                                           np.flatnonzero(assignment == fold), arrays)
+                                                           np.flatnonzero(assignment == fold), arrays, slot=job)
     return failed, late
 
 
