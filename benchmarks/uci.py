@@ -437,9 +437,9 @@ def ensemble_settings(refit, pool: float | None, others: dict | None = None) -> 
     pool as the fraction used (None: the regression default's; "auto" has meant the whole catalog
     before, so the fraction is always named), then ``others`` (options set apart from the defaults)."""
     from autodeuq import AutoDEUQRegressor
-    from autodeuq.ensemble.options import AUTO_POOL
+    from autodeuq.tasks import get_task
 
-    pool = AUTO_POOL["regression"] if pool is None else pool
+    pool = get_task("regression").auto_pool if pool is None else pool
     return (f"selection_bags={AutoDEUQRegressor().selection_bags}, refit={refit}, selection_pool={pool:g}"
             + "".join(f", {name}={value}" for name, value in (others or {}).items()))
 
