@@ -230,7 +230,11 @@ def test_a_classifier_is_cross_fitted_on_stratified_folds_with_a_temperature(tmp
                        progress=False, early_discarding="none")
     pipeline.fill_catalog(load_space("toy"), data, tmp_path / "run", config).raise_for_error()
     assert pipeline.should_crossfit("auto", tmp_path / "run") == (
-        True, "cross-fitted: 120 training and validation rows (auto: at most 1000)")
+        True, "cross-fitted: 120 training and validation rows (auto: at most 2000)")
+    with Catalog(tmp_path / "run") as catalog:  # the limit is the task's, not the refit's small tables
+        for rows, go in ((1437, True), (2000, True), (2001, False)):
+            catalog.row_counts = lambda rows=rows: (rows - 200, 200)
+            assert pipeline.should_crossfit("auto", catalog)[0] is go
     ensemble = pipeline.select_ensemble(tmp_path / "run", ensemble_config(), seed=0)
     assert type(ensemble).__name__ == "ClassifierEnsemble" and ensemble.calibration["method"] == "temperature"
     record = ensemble.selection["crossfit"]

@@ -47,6 +47,7 @@ from autodeuq.engine import evaluator
 from autodeuq.ensemble import options as ensemble_choices
 from autodeuq.table import labels, preprocess
 from autodeuq.table.data import DEFAULT_VALID_FRACTION, SMALL_DATA_ROWS
+from autodeuq.tasks.classification import ClassificationTask
 
 __all__ = ["OPTIONS", "EnsembleConfig", "Option", "SearchConfig", "TableConfig", "add_option", "add_to_parser",
            "configure", "flag", "given", "numpydoc_parameters", "option_of", "resolve", "signature_parameters"]
@@ -271,7 +272,7 @@ OPTIONS: tuple[Option, ...] = (
            "the conformal intervals on their out-of-fold predictions of every row, and predict with the fold networks "
            "of the configurations selected (or, with {refit}, with those configurations retrained on every row)",
            default_text=f"auto: for classification, when the training and validation rows number at most "
-                        f"{SMALL_DATA_ROWS}"),
+                        f"{ClassificationTask.auto_crossfit_rows}"),
     Option("crossfit_folds", "ensemble", 5, Integer(2, 100), "folds of the cross-fitted ensemble", metavar="K"),
     Option("crossfit_configs", "ensemble", "auto", Integer(1, 10**4, auto=True),
            "configurations cross-fitted (the best of the search, one per configuration)", metavar="N",

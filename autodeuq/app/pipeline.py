@@ -243,11 +243,9 @@ def select_ensemble(run_dir, config, *, seed: int | None = 0, deadline: float | 
 def should_crossfit(crossfit, catalog) -> tuple[bool, str]:
     """Whether ``crossfit`` (True, False or "auto") cross-fits the ensemble of ``catalog`` (a
     :class:`~autodeuq.catalog.Catalog`, or its run directory), and why: "auto" does for the tasks
-    whose :attr:`Task.auto_crossfit <autodeuq.tasks.base.Task.auto_crossfit>` is set (classification)
-    on small tables
-    (:func:`autodeuq.table.data.is_small`)."""
+    whose :attr:`Task.auto_crossfit_rows <autodeuq.tasks.base.Task.auto_crossfit_rows>` is set
+    (classification), up to that many training and validation rows."""
     from autodeuq.catalog import Catalog
-    from autodeuq.table.data import SMALL_DATA_ROWS, is_small
     from autodeuq.tasks import TASKS, get_task
 
     if crossfit is True:
@@ -258,16 +256,17 @@ def should_crossfit(crossfit, catalog) -> tuple[bool, str]:
         with Catalog(catalog) as opened:
             return should_crossfit(crossfit, opened)
     counts, task = catalog.row_counts(), catalog.task
-    if not catalog.task_object.auto_crossfit:
-        auto = [name for name in TASKS if get_task(name).auto_crossfit]
+    limit = catalog.task_object.auto_crossfit_rows
+    if not limit:
+        auto = [name for name in TASKS if get_task(name).auto_crossfit_rows]
         return False, (f"not cross-fitted: a {task} run (auto cross-fits {' and '.join(auto)} runs; "
                        f"crossfit=True, --crossfit, cross-fits anyway)")
     if counts is None:
         return False, "not cross-fitted: the catalog does not record its number of rows"
     rows = sum(counts)
-    if is_small(rows):
-        return True, f"cross-fitted: {rows} training and validation rows (auto: at most {SMALL_DATA_ROWS})"
-    return False, (f"not cross-fitted: {rows} training and validation rows, more than the {SMALL_DATA_ROWS} up to "
+    if rows <= limit:
+        return True, f"cross-fitted: {rows} training and validation rows (auto: at most {limit})"
+    return False, (f"not cross-fitted: {rows} training and validation rows, more than the {limit} up to "
                    f"which cross-fitting is on by default (crossfit=True, --crossfit, cross-fits anyway)")
 
 

@@ -53,8 +53,9 @@ class Task:
     #: What ``selector="auto"`` and ``pool="auto"`` select with (docs/decisions/selection.md).
     auto_selector: ClassVar[str] = "greedy"
     auto_pool: ClassVar[float] = 0.4
-    #: Whether ``crossfit="auto"`` cross-fits the task's small tables (docs/decisions/crossfit.md).
-    auto_crossfit: ClassVar[bool] = False
+    #: ``crossfit="auto"`` cross-fits the task's runs of at most this many training and validation
+    #: rows; 0: never (docs/decisions/crossfit.md).
+    auto_crossfit_rows: ClassVar[int] = 0
     #: What the search's objective is, in words (the progress line, the search trace's axis).
     objective: ClassVar[str] = "NLL"
     #: What the conformal scores give, in words: ``"intervals"`` or ``"sets"``.

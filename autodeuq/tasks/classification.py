@@ -17,7 +17,7 @@ class ClassificationTask(Task):
     conformal = "lac"
     auto_selector = "greedy-noreplace"
     auto_pool = 1.0
-    auto_crossfit = True
+    auto_crossfit_rows = 2000
     objective = "log loss"
     conformal_gives = "sets"
     ensemble = "autodeuq.ensemble.classifier:ClassifierEnsemble"
