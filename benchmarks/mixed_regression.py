@@ -244,6 +244,10 @@ def run_autodeuq(data: Split, args, run_dir=None):
             "search_s": round(float(summary.wall_time), 1), "discarding_decision": decision, "space": str(args.space),
             "early_discarding": args.early_discarding,
             "inputs": len(model.ensemble_.preprocessor.output_names)}
+    if model.ensemble_.conformal is not None:  # the conformal 90 % interval's test coverage
+        lower, upper = model.ensemble_.interval(data.x_test, 0.9)
+        y = data.y_test.reshape(np.shape(lower))
+        info["coverage_conformal_90"] = float(np.mean((y >= lower) & (y <= upper)))
     return means, variances, model.ensemble_.weights, info
 
 
