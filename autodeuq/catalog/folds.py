@@ -129,21 +129,14 @@ class FoldWriter:
     def __exit__(self, *exc):
         self.close()
 
-    def record(self, entry: int, fold: int, plan: dict, result, rows: np.ndarray, arrays: dict,
-               slot: int | None = None) -> int:
+    def record(self, entry: int, fold: int, plan: dict, result, rows: np.ndarray, arrays: dict, slot: int) -> int:
         """Store ``result`` (a done :class:`~autodeuq.result.TrainResult`) as the network of search
         entry ``entry``'s configuration that left out fold ``fold`` of ``plan``; ``rows`` are the
         rows it left out and ``arrays`` its predictions of them (``mean``/``var`` or ``proba``).
         Returns the fold entry's id: :attr:`first_free` + ``slot``, the training's place in the
-        stage's list, so that the ids do not depend on which training ends first; without a slot,
-        the next id after the last recorded."""
+        stage's list, so that the ids do not depend on which training ends first."""
         db = self.run_dir / DB_NAME
-        if slot is None:
-            with self._conn.limited(db):
-                last = self._conn.execute("SELECT MAX(id) FROM folds").fetchone()[0]
-            fold_id = max(int(last) + 1, self.first_free) if last is not None else self.first_free
-        else:
-            fold_id = self.first_free + int(slot)
+        fold_id = self.first_free + int(slot)
         model = bytes(result.model_bytes)
         # The catalog's .npy arrays are 2-D floats: the row numbers too.
         npz = npz_bytes(rows=np.asarray(rows, dtype=np.float64).reshape(-1, 1),
