@@ -20,7 +20,7 @@ import numpy as np
 
 from autodeuq import metrics
 from autodeuq.catalog import Catalog
-from autodeuq.catalog.folds import FOLD_ID_START
+from autodeuq.catalog.folds import is_fold_id
 from autodeuq.ensemble import load_ensemble
 from autodeuq.tasks import RegressionTask
 
@@ -60,7 +60,7 @@ def measures(run_dir: Path) -> dict:
     fitted, total = fitted_networks(ens.run_dir)
     weights = np.asarray(ens.weights, dtype=float)
     with Catalog(ens.run_dir) as catalog:
-        configs = [catalog.fold_entry(i)["entry"] if i >= FOLD_ID_START else i for i in ens.member_ids]
+        configs = [catalog.fold_entry(i)["entry"] if is_fold_id(i) else i for i in ens.member_ids]
     per_config: dict[int, float] = {}
     for config, w in zip(configs, weights):
         per_config[int(config)] = per_config.get(int(config), 0.0) + float(w)
