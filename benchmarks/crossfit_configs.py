@@ -53,18 +53,23 @@ def _fold_configs(run_dir: Path) -> int:
         return len({int(f["entry"]) for f in catalog.fold_entries()})
 
 
-def classification_scores(name: str, split: int, run_dir: Path, count: int) -> dict:
-    data = cls.make_split(cls.load_table(name), split)
+def _cross_fitted(run_dir: Path, count: int, split: int):
+    """The pipeline's cross-fitted ensemble of the best ``count`` configurations (no refit)."""
     ensemble, _ = ensemble_stage(run_dir, crossfit=True, refit=False, configs=count, folds=5, seed=split,
                                  evaluator="serial")
+    return ensemble
+
+
+def classification_scores(name: str, split: int, run_dir: Path, count: int) -> dict:
+    data = cls.make_split(cls.load_table(name), split)
+    ensemble = _cross_fitted(run_dir, count, split)
     proba = cls._label_columns(ensemble.predict_proba(data.x_test), ensemble.classes, data.n_classes)
     return {**cls.score(proba, data.y_test), "configurations": ensemble.selection["crossfit"]["configurations"]}
 
 
 def regression_scores(name: str, split: int, run_dir: Path, count: int, data_dir: str) -> dict:
     data = load_split(data_dir, name, split)
-    ensemble, _ = ensemble_stage(run_dir, crossfit=True, refit=False, configs=count, folds=5, seed=split,
-                                 evaluator="serial")
+    ensemble = _cross_fitted(run_dir, count, split)
     return {**scored(ensemble, data), "configurations": ensemble.selection["crossfit"]["configurations"]}
 
 
